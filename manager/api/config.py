@@ -1,0 +1,129 @@
+"""config.kueue.x-k8s.io/v1beta2 Configuration: the parts kfed uses."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from typing import ClassVar, Literal
+
+from pydantic import Field, field_validator
+
+from manager.api import constants as c
+from manager.api.meta import KubeModel, OpenModel
+from manager.api.quantity import Quantity
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
+_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(text: str) -> timedelta:
+    """Parse a Go duration (`1m`, `15m`, `1h30m`, `500ms`, `0`), as Kueue's configuration takes."""
+    value = text.strip()
+    sign = -1.0 if value.startswith("-") else 1.0
+    value = value.lstrip("+-")
+    if value == "0":
+        return timedelta(0)
+    position, seconds = 0, 0.0
+    for match in _DURATION_PART.finditer(value):
+        if match.start() != position:
+            break
+        seconds += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+        position = match.end()
+    if position != len(value) or not value:
+        raise ValueError(f'invalid duration "{text}"')
+    return timedelta(seconds=sign * seconds)
+
+
+class Duration(str):
+    """A Go duration string, validated; `.timedelta` gives its value."""
+
+    @property
+    def timedelta(self) -> timedelta:
+        return parse_duration(self)
+
+
+class ResourceTransformation(KubeModel):
+    input: str
+    strategy: Literal["Retain", "Replace"] | None = None
+    outputs: dict[str, Quantity] | None = None
+    multiply_by: str | None = None
+
+
+class Resources(KubeModel):
+    exclude_resource_prefixes: list[str] | None = None
+    transformations: list[ResourceTransformation] | None = None
+
+
+class FairSharingConfig(KubeModel):
+    enable: bool | None = None
+    preemption_strategies: list[Literal["LessThanOrEqualToFinalShare", "LessThanInitialShare"]] | None = None
+
+
+class AdmissionFairSharingConfig(KubeModel):
+    usage_half_life_time: str | None = None
+    usage_sampling_interval: str | None = None
+    resource_weights: dict[str, float] | None = None
+
+
+class IncrementalDispatcherConfig(KubeModel):
+    step_size: int | None = Field(default=None, ge=1)
+
+
+class MultiKueueConfiguration(KubeModel):
+    gc_interval: str | None = None
+    origin: str | None = Field(default=None, max_length=63)
+    worker_lost_timeout: str | None = None
+    dispatcher_name: str | None = None
+    incremental_dispatcher_config: IncrementalDispatcherConfig | None = None
+
+    @field_validator("gc_interval", "worker_lost_timeout")
+    @classmethod
+    def _valid_duration(cls, value: str | None) -> str | None:
+        if value is not None and parse_duration(value) < timedelta(0):
+            raise ValueError(f'must not be negative, got "{value}"')
+        return value
+
+    @property
+    def effective_origin(self) -> str:
+        return self.origin or c.DEFAULT_MULTIKUEUE_ORIGIN
+
+    @property
+    def effective_gc_interval(self) -> timedelta:
+        return parse_duration(self.gc_interval) if self.gc_interval is not None else timedelta(minutes=1)
+
+    @property
+    def effective_worker_lost_timeout(self) -> timedelta:
+        return parse_duration(self.worker_lost_timeout) if self.worker_lost_timeout else timedelta(minutes=15)
+
+    @property
+    def effective_dispatcher_name(self) -> str:
+        return self.dispatcher_name or c.DISPATCHER_ALL_AT_ONCE
+
+    @property
+    def effective_step_size(self) -> int:
+        config = self.incremental_dispatcher_config
+        return config.step_size if config and config.step_size else 3
+
+
+class ClientConnection(KubeModel):
+    qps: float | None = None
+    burst: int | None = None
+
+
+class Configuration(OpenModel):
+    """Kueue's component configuration. Not a stored object, so no metadata is required."""
+
+    KIND: ClassVar[str] = "Configuration"
+
+    api_version: str = f"{c.CONFIG_GROUP}/v1beta2"
+    kind: str = "Configuration"
+    namespace: str | None = None
+    client_connection: ClientConnection | None = None
+    fair_sharing: FairSharingConfig | None = None
+    admission_fair_sharing: AdmissionFairSharingConfig | None = None
+    resources: Resources | None = None
+    multi_kueue: MultiKueueConfiguration | None = None
+
+    @property
+    def effective_namespace(self) -> str:
+        return self.namespace or "kfed-system"

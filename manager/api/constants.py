@@ -1,0 +1,46 @@
+"""Labels, annotations, condition types and reasons, spelled exactly as Kueue spells them."""
+
+from __future__ import annotations
+
+GROUP = "kueue.x-k8s.io"
+STORAGE_VERSION = "v1beta2"
+SERVED_VERSIONS = ("v1beta2", "v1beta1")
+CONFIG_GROUP = "config.kueue.x-k8s.io"
+
+# Labels and annotations.
+QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
+QUEUE_NAME_ANNOTATION = "kueue.x-k8s.io/queue-name"
+PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
+PREBUILT_WORKLOAD_LABEL = "kueue.x-k8s.io/prebuilt-workload-name"
+MULTIKUEUE_ORIGIN_LABEL = "kueue.x-k8s.io/multikueue-origin"
+JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
+MULTIKUEUE_CONTROLLER_NAME = "kueue.x-k8s.io/multikueue"
+MULTIKUEUE_MANAGED_BY = "kueue.x-k8s.io/multikueue"
+JOB_CONTROLLER_MANAGED_BY = "kubernetes.io/job-controller"
+RESOURCE_IN_USE_FINALIZER = "kueue.x-k8s.io/resource-in-use"
+MULTIKUEUE_SECRET_KEY = "kubeconfig"
+DEFAULT_MULTIKUEUE_ORIGIN = "multikueue"
+DISPATCHER_ALL_AT_ONCE = "kueue.x-k8s.io/multikueue-dispatcher-all-at-once"
+DISPATCHER_INCREMENTAL = "kueue.x-k8s.io/multikueue-dispatcher-incremental"
+
+# Workload condition types.
+QUOTA_RESERVED = "QuotaReserved"
+ADMITTED = "Admitted"
+EVICTED = "Evicted"
+PREEMPTED = "Preempted"
+REQUEUED = "Requeued"
+FINISHED = "Finished"
+POD_SETS_READY = "PodsReady"
+
+# ClusterQueue, LocalQueue, AdmissionCheck and MultiKueueCluster condition type.
+ACTIVE = "Active"
+
+# Reserved resource name: users may not request it; a group covering it counts pods.
+PODS_RESOURCE = "pods"
+
+# Limits Kueue's API enforces.
+MAX_RESOURCE_GROUPS = 16
+MAX_FLAVORS_PER_GROUP = 16
+MAX_RESOURCES_PER_GROUP = 16
+MAX_MULTIKUEUE_CLUSTERS = 20
+MAX_POD_SETS = 18

@@ -1,0 +1,166 @@
+"""Thin typed models of the core Kubernetes kinds kfed touches.
+
+They type the fields kfed reads and keep every other field (`OpenModel`), so an object read,
+changed and written back loses nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from pydantic import Field
+
+from manager.api.meta import Condition, KubeModel, OpenModel, Resource, Time, Toleration
+from manager.api.quantity import Quantity
+
+
+class ResourceRequirements(OpenModel):
+    requests: dict[str, Quantity] | None = None
+    limits: dict[str, Quantity] | None = None
+
+
+class Container(OpenModel):
+    name: str = ""
+    resources: ResourceRequirements | None = None
+
+
+class PodSpec(OpenModel):
+    containers: list[Container] = Field(default_factory=list)
+    init_containers: list[Container] | None = None
+    node_selector: dict[str, str] | None = None
+    tolerations: list[Toleration] | None = None
+    affinity: dict[str, Any] | None = None
+    priority_class_name: str | None = None
+    priority: int | None = None
+    overhead: dict[str, Quantity] | None = None
+    restart_policy: str | None = None
+
+
+class PodTemplateMeta(OpenModel):
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+
+
+class PodTemplateSpec(OpenModel):
+    metadata: PodTemplateMeta | None = None
+    spec: PodSpec = Field(default_factory=PodSpec)
+
+
+class JobSpec(OpenModel):
+    parallelism: int | None = None
+    completions: int | None = None
+    suspend: bool | None = None
+    managed_by: str | None = None
+    template: PodTemplateSpec = Field(default_factory=PodTemplateSpec)
+
+
+class JobCondition(OpenModel):
+    type: str
+    status: str
+    reason: str | None = None
+    message: str | None = None
+
+
+class JobStatus(OpenModel):
+    conditions: list[JobCondition] | None = None
+    start_time: Time | None = None
+    completion_time: Time | None = None
+    active: int | None = None
+    succeeded: int | None = None
+    failed: int | None = None
+    ready: int | None = None
+
+
+class Job(Resource, OpenModel):
+    GROUP: ClassVar[str] = "batch"
+    VERSION: ClassVar[str] = "v1"
+    KIND: ClassVar[str] = "Job"
+    PLURAL: ClassVar[str] = "jobs"
+    NAMESPACED: ClassVar[bool] = True
+
+    spec: JobSpec = Field(default_factory=JobSpec)
+    status: JobStatus | None = None
+
+
+class Namespace(Resource, OpenModel):
+    VERSION: ClassVar[str] = "v1"
+    KIND: ClassVar[str] = "Namespace"
+    PLURAL: ClassVar[str] = "namespaces"
+
+
+class Secret(Resource, OpenModel):
+    """A Secret. Its `data` is never logged or printed by kfed (see `__repr__`)."""
+
+    VERSION: ClassVar[str] = "v1"
+    KIND: ClassVar[str] = "Secret"
+    PLURAL: ClassVar[str] = "secrets"
+    NAMESPACED: ClassVar[bool] = True
+
+    type: str | None = None
+    data: dict[str, str] | None = Field(default=None, repr=False)
+    string_data: dict[str, str] | None = Field(default=None, repr=False)
+
+
+class PriorityClass(Resource, OpenModel):
+    GROUP: ClassVar[str] = "scheduling.k8s.io"
+    VERSION: ClassVar[str] = "v1"
+    KIND: ClassVar[str] = "PriorityClass"
+    PLURAL: ClassVar[str] = "priorityclasses"
+
+    value: int
+    global_default: bool | None = None
+    description: str | None = None
+
+
+class LeaseSpec(KubeModel):
+    holder_identity: str | None = None
+    lease_duration_seconds: int | None = None
+    acquire_time: str | None = None  # MicroTime: kept as written
+    renew_time: str | None = None
+    lease_transitions: int | None = None
+
+
+class Lease(Resource, OpenModel):
+    GROUP: ClassVar[str] = "coordination.k8s.io"
+    VERSION: ClassVar[str] = "v1"
+    KIND: ClassVar[str] = "Lease"
+    PLURAL: ClassVar[str] = "leases"
+    NAMESPACED: ClassVar[bool] = True
+
+    spec: LeaseSpec = Field(default_factory=LeaseSpec)
+
+
+class LimitRangeItem(OpenModel):
+    type: str
+    default: dict[str, Quantity] | None = None
+    default_request: dict[str, Quantity] | None = None
+
+
+class LimitRangeSpec(OpenModel):
+    limits: list[LimitRangeItem] = Field(default_factory=list)
+
+
+class LimitRange(Resource, OpenModel):
+    VERSION: ClassVar[str] = "v1"
+    KIND: ClassVar[str] = "LimitRange"
+    PLURAL: ClassVar[str] = "limitranges"
+    NAMESPACED: ClassVar[bool] = True
+
+    spec: LimitRangeSpec = Field(default_factory=LimitRangeSpec)
+
+
+__all__ = [
+    "Condition",
+    "Container",
+    "Job",
+    "JobSpec",
+    "JobStatus",
+    "Lease",
+    "LimitRange",
+    "Namespace",
+    "PodSpec",
+    "PodTemplateSpec",
+    "PriorityClass",
+    "ResourceRequirements",
+    "Secret",
+]

@@ -1,0 +1,244 @@
+"""Reading manifests: YAML text to typed objects, with every error located.
+
+Pure: callers read the files. Each error names the file, the document's index in it, the
+kind and name, and the field path, for example
+`team-a.yaml[2] ClusterQueue/team-a-cq: spec.resourceGroups[0].flavors[1].resources[0].nominalQuota: invalid quantity "9x"`.
+Every error in the input is reported, not only the first.
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from manager.api import config, conversion, core, kueue, v1beta1
+from manager.api.meta import OpenModel, Resource
+from manager.api.validation import FieldError, not_supported, object_errors, required
+
+KUEUE_VERSIONS: dict[str, dict[str, type[Resource]]] = {
+    "kueue.x-k8s.io/v1beta2": kueue.KIND_BY_NAME,
+    "kueue.x-k8s.io/v1beta1": v1beta1.KIND_BY_NAME,
+}
+CORE_KINDS: dict[tuple[str, str], type[BaseModel]] = {
+    ("batch/v1", "Job"): core.Job,
+    ("v1", "Namespace"): core.Namespace,
+    ("v1", "Secret"): core.Secret,
+    ("v1", "LimitRange"): core.LimitRange,
+    ("scheduling.k8s.io/v1", "PriorityClass"): core.PriorityClass,
+    ("config.kueue.x-k8s.io/v1beta2", "Configuration"): config.Configuration,
+}
+
+
+@dataclass(frozen=True)
+class Document:
+    """One YAML document and where it came from."""
+
+    source: str
+    index: int
+    data: Any
+
+    @property
+    def kind(self) -> str:
+        return str(self.data.get("kind", "")) if isinstance(self.data, dict) else ""
+
+    @property
+    def display_name(self) -> str:
+        meta = self.data.get("metadata") if isinstance(self.data, dict) else None
+        if not isinstance(meta, dict):
+            return ""
+        name = str(meta.get("name") or meta.get("generateName") or "")
+        return f"{meta['namespace']}/{name}" if meta.get("namespace") else name
+
+
+@dataclass(frozen=True)
+class ManifestError:
+    """A FieldError located in the input."""
+
+    document: Document
+    error: FieldError
+
+    def __str__(self) -> str:
+        where = f"{self.document.source}[{self.document.index}]"
+        if self.document.kind or self.document.display_name:
+            where += f" {self.document.kind or '?'}/{self.document.display_name or '?'}"
+        return f"{where}: {self.error}"
+
+
+@dataclass
+class Loaded:
+    """What a set of documents yields: typed objects (v1beta2 for Kueue kinds), errors, skipped kinds."""
+
+    objects: list[tuple[Document, BaseModel]] = field(default_factory=list)
+    errors: list[ManifestError] = field(default_factory=list)
+    skipped: list[Document] = field(default_factory=list)
+
+    def extend(self, other: Loaded) -> None:
+        self.objects += other.objects
+        self.errors += other.errors
+        self.skipped += other.skipped
+
+
+def split_documents(text: str, source: str) -> tuple[list[Document], list[ManifestError]]:
+    """Split YAML text into documents; a syntax error is reported with its line and ends the file."""
+    documents: list[Document] = []
+    errors: list[ManifestError] = []
+    index = 0
+    try:
+        for data in yaml.safe_load_all(text):
+            if data is not None:
+                documents.append(Document(source, index, data))
+            index += 1
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        line = f"line {mark.line + 1}: " if mark is not None else ""
+        problem = getattr(err, "problem", None) or str(err)
+        errors.append(ManifestError(Document(source, index, None), FieldError("", f"invalid YAML: {line}{problem}")))
+    return documents, errors
+
+
+def _path(loc: tuple[int | str, ...]) -> str:
+    parts: list[str] = []
+    for item in loc:
+        if isinstance(item, int):
+            parts.append(f"[{item}]")
+        elif "[" in item or "(" in item:
+            continue  # pydantic's name for a union member, not a field
+        else:
+            parts.append(f".{item}" if parts else item)
+    return "".join(parts)
+
+
+def _pydantic_errors(err: ValidationError) -> list[FieldError]:
+    result: list[FieldError] = []
+    seen: set[str] = set()
+    for detail in err.errors(include_url=False):
+        path = _path(detail["loc"])
+        kind = detail["type"]
+        given = detail.get("input")
+        if kind == "missing":
+            error = required(path)
+        elif kind == "literal_error":
+            expected = (detail.get("ctx") or {}).get("expected", "")
+            options = [part.strip().strip("'") for part in expected.replace(" or ", ",").split(",") if part.strip()]
+            error = not_supported(path, given, options)
+        elif kind == "value_error":
+            error = FieldError(path, detail["msg"].removeprefix("Value error, "))
+        elif kind == "too_long":
+            ctx = detail.get("ctx") or {}
+            error = FieldError(path, f"Too many: {ctx.get('actual_length')}: must have at most {ctx.get('max_length')} items")
+        elif kind == "too_short":
+            ctx = detail.get("ctx") or {}
+            error = FieldError(path, f"Required value: must have at least {ctx.get('min_length')} item(s)")
+        elif kind == "string_pattern_mismatch":
+            error = FieldError(path, f'Invalid value: "{given}": must match the pattern {detail["ctx"]["pattern"]}')
+        else:
+            error = FieldError(path, f"Invalid value: {given!r}: {detail['msg'][:1].lower()}{detail['msg'][1:]}")
+        # A union of X | None reports the same problem once per member; keep one.
+        if str(error) not in seen:
+            seen.add(str(error))
+            result.append(error)
+    return result
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model inside an annotation such as `list[X] | None`, if there is one."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    origin = typing.get_origin(annotation)
+    if origin is dict:
+        return None
+    if origin in (list, typing.Union, types.UnionType, typing.Annotated):
+        for arg in typing.get_args(annotation):
+            found = _model_in(arg)
+            if found is not None:
+                return found
+    return None
+
+
+def unknown_field_errors(model: type[BaseModel], data: Any, path: str = "") -> list[FieldError]:
+    """Fields the model does not declare, as the API server's strict field validation reports them."""
+    if issubclass(model, OpenModel) or not isinstance(data, dict):
+        return []
+    known = {(info.alias or name): info for name, info in model.model_fields.items()}
+    errors: list[FieldError] = []
+    for key, value in data.items():
+        child = f"{path}.{key}" if path else str(key)
+        info = known.get(key)
+        if info is None:
+            errors.append(FieldError(child, "unknown field"))
+            continue
+        nested = _model_in(info.annotation)
+        if nested is None or key == "metadata":
+            continue
+        if isinstance(value, list):
+            for i, item in enumerate(value):
+                errors += unknown_field_errors(nested, item, f"{child}[{i}]")
+        else:
+            errors += unknown_field_errors(nested, value, child)
+    return errors
+
+
+def model_for(data: dict[str, Any]) -> type[BaseModel] | None:
+    api_version, kind = str(data.get("apiVersion", "")), str(data.get("kind", ""))
+    if api_version in KUEUE_VERSIONS:
+        return KUEUE_VERSIONS[api_version].get(kind)
+    return CORE_KINDS.get((api_version, kind))
+
+
+def load_document(document: Document) -> Loaded:
+    """Validate one document with its own version's schema and Kueue's rules."""
+    result = Loaded()
+
+    def fail(errors: list[FieldError]) -> Loaded:
+        result.errors += [ManifestError(document, error) for error in errors]
+        return result
+
+    data = document.data
+    if not isinstance(data, dict):
+        return fail([FieldError("", "a manifest must be a mapping with apiVersion and kind")])
+    missing = [required(key) for key in ("apiVersion", "kind") if not data.get(key)]
+    if missing:
+        return fail(missing)
+    model = model_for(data)
+    if model is None:
+        if str(data["apiVersion"]).startswith("kueue.x-k8s.io/"):
+            return fail([FieldError("kind", f'no kind "{data["kind"]}" is registered for version "{data["apiVersion"]}"')])
+        result.skipped.append(document)
+        return result
+    errors = unknown_field_errors(model, data)
+    try:
+        model.model_validate(data)
+    except ValidationError as err:
+        errors += _pydantic_errors(err)
+    if errors:
+        return fail(errors)
+    hub_data = conversion.convert(data, "v1beta2") if data["apiVersion"] in KUEUE_VERSIONS else data
+    hub_model = model_for(hub_data)
+    assert hub_model is not None
+    obj = hub_model.model_validate(hub_data)
+    if isinstance(obj, Resource):
+        semantic = object_errors(obj)
+        if semantic:
+            return fail(semantic)
+    result.objects.append((document, obj))
+    return result
+
+
+def load_text(text: str, source: str) -> Loaded:
+    documents, errors = split_documents(text, source)
+    result = Loaded(errors=errors)
+    for document in documents:
+        result.extend(load_document(document))
+    return result
+
+
+def iter_objects(loaded: Loaded, model: type[BaseModel]) -> Iterator[Any]:
+    for _, obj in loaded.objects:
+        if isinstance(obj, model):
+            yield obj

@@ -1,0 +1,1 @@
+"""The `kfed` command line."""

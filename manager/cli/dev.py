@@ -1,0 +1,153 @@
+"""`kfed dev up|down|status`: a whole federation on this machine, from one command."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from manager.dev import federation
+from manager.dev.binaries import BinariesError, binary_dir
+from manager.dev.local import ClusterError, Component, LocalCluster, LocalProvider, pid_alive
+
+DEFAULT_DIR = Path(os.environ.get("KFED_DEV_DIR", Path.home() / ".kfed" / "dev"))
+
+
+def _progress(message: str) -> None:
+    print(f"==> {message}", file=sys.stderr, flush=True)
+
+
+def _state_file(directory: Path) -> Path:
+    return directory / "state.json"
+
+
+def _read_state(directory: Path) -> dict[str, Any] | None:
+    path = _state_file(directory)
+    if not path.exists():
+        return None
+    loaded = json.loads(path.read_text())
+    return loaded if isinstance(loaded, dict) else None
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    directory = Path(args.dir).expanduser().resolve()
+    state = _read_state(directory)
+    if state and any(pid_alive(pid) for cluster in state["clusters"] for pid in cluster["pids"].values() if pid):
+        print(f"a federation is already running in {directory}; run `kfed dev down --dir {directory}` first", file=sys.stderr)
+        return 1
+    if args.workers < 1:
+        print("--workers must be at least 1", file=sys.stderr)
+        return 1
+    started = time.monotonic()
+    _progress("locating or building the control-plane binaries (the first build takes several minutes)")
+    try:
+        bin_dir = binary_dir()
+    except BinariesError as err:
+        print(f"kfed dev up: {err}", file=sys.stderr)
+        return 1
+    clusters_dir = directory / "clusters"
+    if clusters_dir.exists():
+        shutil.rmtree(clusters_dir)
+    provider = LocalProvider(clusters_dir, bin_dir=bin_dir)
+    names = ["manager", *(f"worker{i}" for i in range(1, args.workers + 1))]
+    _progress(f"starting {len(names)} clusters ({', '.join(names)}){' with Job controllers and kwok nodes' if args.jobs else ''}")
+    try:
+        clusters = provider.create(names, jobs=args.jobs)
+        manager, workers = clusters[0], clusters[1:]
+        _progress("installing CRDs and the federation's queues")
+        federation.install(manager, workers, federation.crd_manifests(_crds_dir()))
+    except ClusterError as err:
+        provider.delete_all()
+        print(f"kfed dev up: {err}", file=sys.stderr)
+        return 1
+    for cluster in clusters:
+        shutil.copyfile(cluster.kubeconfig_path, directory / f"{cluster.name}.kubeconfig")
+        (directory / f"{cluster.name}.kubeconfig").chmod(0o600)
+    _state_file(directory).write_text(json.dumps({"clusters": [c.state() for c in clusters]}, indent=2))
+    elapsed = time.monotonic() - started
+    print(
+        f"""
+kfed dev federation is up in {elapsed:.0f}s: manager + {len(workers)} worker(s), files in {directory}
+
+  export KUBECONFIG={directory / 'manager.kubeconfig'}
+  kubectl get clusterqueues,localqueues,multikueueclusters
+  kubectl create -f job.yaml        # a batch/v1 Job labelled kueue.x-k8s.io/queue-name: user-queue
+
+The manager's ClusterQueue "cluster-queue" holds {federation.quota_summary(len(workers))}; each worker's holds
+{federation.WORKER_CPU} cpu and {federation.WORKER_MEMORY_GI}Gi. Worker kubeconfigs: {directory}/worker<i>.kubeconfig.
+  kfed dev status --dir {directory}
+  kfed dev down --dir {directory}"""
+    )
+    return 0
+
+
+def _crds_dir() -> Path | None:
+    beside = Path(__file__).resolve().parents[2] / "crds"
+    return beside if beside.is_dir() else None
+
+
+def _cluster_from_state(entry: dict[str, Any]) -> LocalCluster:
+    cluster = LocalCluster(entry["name"], Path(entry["directory"]), Path("."), jobs=entry["jobs"])
+    cluster.apiserver_port = int(entry["server"].rsplit(":", 1)[1])
+    cluster.etcd_port = entry["etcdPort"]
+    # Only the process ids are needed to stop or inspect what `dev up` started.
+    for name, pid in entry["pids"].items():
+        component = Component(name, [], Path(entry["logs"][name]))
+        component.pid = pid
+        cluster.components[name] = component
+    return cluster
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    directory = Path(args.dir).expanduser().resolve()
+    state = _read_state(directory)
+    if state is None:
+        print(f"no federation in {directory}", file=sys.stderr)
+        return 0
+    for entry in state["clusters"]:
+        _cluster_from_state(entry).stop()
+        print(f"stopped {entry['name']}")
+    _state_file(directory).unlink()
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    directory = Path(args.dir).expanduser().resolve()
+    state = _read_state(directory)
+    if state is None:
+        print(f"no federation in {directory}; start one with `kfed dev up`", file=sys.stderr)
+        return 1
+    healthy = True
+    print(f"{'CLUSTER':<10} {'SERVER':<26} {'APISERVER':<10} PROCESSES")
+    for entry in state["clusters"]:
+        cluster = _cluster_from_state(entry)
+        alive = {name: bool(c.pid and pid_alive(c.pid)) for name, c in cluster.components.items()}
+        try:
+            ready = cluster.request("GET", "/readyz", timeout=2)[0] == 200
+        except OSError:
+            ready = False
+        healthy &= ready and all(alive.values())
+        processes = ", ".join(f"{name}={'up' if up else 'DOWN'}" for name, up in alive.items())
+        print(f"{entry['name']:<10} {entry['server']:<26} {'ready' if ready else 'NOT READY':<10} {processes}")
+    return 0 if healthy else 1
+
+
+def add_commands(commands: Any) -> None:
+    dev = commands.add_parser("dev", help="run a federation of real local clusters on this machine")
+    sub = dev.add_subparsers(dest="dev_command", metavar="COMMAND", required=True)
+    up = sub.add_parser("up", help="start a manager and N worker clusters, ready to take Jobs")
+    up.add_argument("--workers", type=int, default=2)
+    up.add_argument("--jobs", action="store_true", help="also run Job controllers, a scheduler and kwok nodes")
+    up.add_argument("--dir", default=str(DEFAULT_DIR))
+    up.set_defaults(func=cmd_up)
+    down = sub.add_parser("down", help="stop every process of the federation")
+    down.add_argument("--dir", default=str(DEFAULT_DIR))
+    down.set_defaults(func=cmd_down)
+    status = sub.add_parser("status", help="list the clusters and their health")
+    status.add_argument("--dir", default=str(DEFAULT_DIR))
+    status.set_defaults(func=cmd_status)

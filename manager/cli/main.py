@@ -1,0 +1,126 @@
+"""`kfed`: validate, convert and simulate Kueue manifests; run and inspect a federation.
+
+Also installed as `kubectl-kfed`, so `kubectl kfed ...` works as a kubectl plugin.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import yaml
+
+from manager.api import conversion, crdgen
+from manager.cli.files import expand, load_paths
+
+
+def _default_crds_dir() -> Path:
+    # In a checkout crds/ sits beside the manager package; elsewhere use the working directory.
+    beside = Path(__file__).resolve().parents[2] / "crds"
+    return beside if beside.is_dir() else Path("crds")
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    loaded = load_paths(args.filename)
+    for error in loaded.errors:
+        print(error, file=sys.stderr)
+    if loaded.errors:
+        print(f"{len(loaded.errors)} error(s) in {len(loaded.objects) + len(loaded.errors)} object(s)", file=sys.stderr)
+        return 1
+    for document in loaded.skipped:
+        print(f"{document.source}[{document.index}]: skipped {document.data.get('apiVersion')} {document.kind}", file=sys.stderr)
+    print(f"{len(loaded.objects)} object(s) valid")
+    return 0
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    loaded = load_paths(args.filename)
+    if loaded.errors:
+        for error in loaded.errors:
+            print(error, file=sys.stderr)
+        return 1
+    documents = [document for document, _ in loaded.objects] + loaded.skipped
+    documents.sort(key=lambda d: (str(d.source), d.index))
+    converted = []
+    for document in documents:
+        try:
+            converted.append(conversion.convert(document.data, args.to))
+        except conversion.ConversionError as err:
+            print(f"{document.source}[{document.index}]: {err}", file=sys.stderr)
+            return 1
+    sys.stdout.write(yaml.safe_dump_all(converted, sort_keys=False))
+    return 0
+
+
+def crd_drift(directory: Path, files: dict[str, str]) -> list[str]:
+    """How the CRD files in `directory` differ from `files` (name to text), one line per file."""
+    problems = []
+    for name, text in files.items():
+        path = directory / name
+        if not path.exists():
+            problems.append(f"{path}: missing")
+        elif path.read_text(encoding="utf-8") != text:
+            problems.append(f"{path}: out of date with the models")
+    if directory.is_dir():
+        problems += [f"{p}: not generated from any model" for p in sorted(directory.glob("*.yaml")) if p.name not in files]
+    return problems
+
+
+def cmd_crds(args: argparse.Namespace) -> int:
+    directory = Path(args.dir) if args.dir else _default_crds_dir()
+    files = crdgen.render_all()
+    if args.check:
+        problems = crd_drift(directory, files)
+        if problems:
+            for problem in problems:
+                print(problem, file=sys.stderr)
+            print("run `kfed crds` to regenerate", file=sys.stderr)
+            return 1
+        print(f"{len(files)} CRDs in {directory} match the models")
+        return 0
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (directory / name).write_text(text, encoding="utf-8")
+    print(f"wrote {len(files)} CRDs to {directory}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kfed", description=__doc__.splitlines()[0] if __doc__ else None)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    validate = commands.add_parser("validate", help="check manifests against Kueue's schema and rules")
+    validate.add_argument("-f", "--filename", action="append", required=True, help="file, directory or - (repeatable)")
+    validate.set_defaults(func=cmd_validate)
+
+    convert = commands.add_parser("convert", help="rewrite Kueue manifests in another API version")
+    convert.add_argument("-f", "--filename", action="append", required=True, help="file, directory or - (repeatable)")
+    convert.add_argument("--to", choices=conversion.VERSIONS, required=True)
+    convert.set_defaults(func=cmd_convert)
+
+    crds = commands.add_parser("crds", help="generate crds/ from the models, or --check for drift")
+    crds.add_argument("--check", action="store_true", help="fail if crds/ differs from the models")
+    crds.add_argument("--dir", help="CRD directory (default: the checkout's crds/)")
+    crds.set_defaults(func=cmd_crds)
+
+    from manager.cli import dev  # imported here: it pulls in the cluster harness
+
+    dev.add_commands(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

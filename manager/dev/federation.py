@@ -1,0 +1,179 @@
+"""The ready-to-use federation that `kfed dev up` leaves behind.
+
+Builders here are pure (they return manifests); `install` writes them to local clusters.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from manager.api import constants as c
+from manager.api import crdgen, kueue
+from manager.api.quantity import Quantity
+from manager.dev.local import ClusterError, LocalCluster, wait_for
+
+SYSTEM_NAMESPACE = "kfed-system"
+WORKER_CPU = 8
+WORKER_MEMORY_GI = 32
+FLAVOR = "default-flavor"
+CLUSTER_QUEUE = "cluster-queue"
+LOCAL_QUEUE = "user-queue"
+ADMISSION_CHECK = "multikueue"
+MULTIKUEUE_CONFIG = "multikueue"
+
+
+def _cluster_queue(cpu: int, memory_gi: int, *, admission_check: str | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "namespaceSelector": {},
+        "resourceGroups": [
+            {
+                "coveredResources": ["cpu", "memory"],
+                "flavors": [
+                    {
+                        "name": FLAVOR,
+                        "resources": [
+                            {"name": "cpu", "nominalQuota": cpu},
+                            {"name": "memory", "nominalQuota": f"{memory_gi}Gi"},
+                        ],
+                    }
+                ],
+            }
+        ],
+    }
+    if admission_check:
+        spec["admissionChecksStrategy"] = {"admissionChecks": [{"name": admission_check}]}
+    return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": CLUSTER_QUEUE}, "spec": spec}
+
+
+def _common() -> list[dict[str, Any]]:
+    return [
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": FLAVOR}},
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "LocalQueue",
+            "metadata": {"name": LOCAL_QUEUE, "namespace": "default"},
+            "spec": {"clusterQueue": CLUSTER_QUEUE},
+        },
+    ]
+
+
+def worker_objects() -> list[dict[str, Any]]:
+    return _common() + [_cluster_queue(WORKER_CPU, WORKER_MEMORY_GI)]
+
+
+def manager_objects(workers: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The manager's queues, admission check, MultiKueue config, and one Secret and cluster per worker."""
+    objects = _common() + [
+        _cluster_queue(WORKER_CPU * len(workers), WORKER_MEMORY_GI * len(workers), admission_check=ADMISSION_CHECK),
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM_NAMESPACE}},
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "AdmissionCheck",
+            "metadata": {"name": ADMISSION_CHECK},
+            "spec": {
+                "controllerName": c.MULTIKUEUE_CONTROLLER_NAME,
+                "parameters": {"apiGroup": c.GROUP, "kind": "MultiKueueConfig", "name": MULTIKUEUE_CONFIG},
+            },
+        },
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "MultiKueueConfig",
+            "metadata": {"name": MULTIKUEUE_CONFIG},
+            "spec": {"clusters": sorted(workers)},
+        },
+    ]
+    for name, kubeconfig in sorted(workers.items()):
+        secret = f"{name}-kubeconfig"
+        objects.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": secret, "namespace": SYSTEM_NAMESPACE},
+                "type": "Opaque",
+                "data": {c.MULTIKUEUE_SECRET_KEY: base64.b64encode(yaml.safe_dump(kubeconfig).encode()).decode()},
+            }
+        )
+        objects.append(
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta2",
+                "kind": "MultiKueueCluster",
+                "metadata": {"name": name},
+                "spec": {"clusterSource": {"kubeConfig": {"locationType": "Secret", "location": secret}}},
+            }
+        )
+    return objects
+
+
+_CORE_PATHS = {
+    ("v1", "Namespace"): "/api/v1/namespaces",
+    ("v1", "Secret"): "/api/v1/namespaces/{namespace}/secrets",
+}
+
+
+def collection_path(obj: dict[str, Any]) -> str:
+    """The REST collection an object is created in."""
+    api_version, kind = obj["apiVersion"], obj["kind"]
+    namespace = obj.get("metadata", {}).get("namespace", "default")
+    if (api_version, kind) in _CORE_PATHS:
+        return _CORE_PATHS[(api_version, kind)].format(namespace=namespace)
+    if api_version == "apiextensions.k8s.io/v1":
+        return "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+    model = kueue.KIND_BY_NAME[kind]
+    if model.NAMESPACED:
+        return f"/apis/{api_version}/namespaces/{namespace}/{model.PLURAL}"
+    return f"/apis/{api_version}/{model.PLURAL}"
+
+
+def create(cluster: LocalCluster, obj: dict[str, Any]) -> None:
+    """Create an object; one that already exists counts as created."""
+    status, body = cluster.request("POST", collection_path(obj), obj)
+    if status not in (200, 201, 409):
+        message = body.get("message") if isinstance(body, dict) else body
+        raise ClusterError(f"{cluster.name}: creating {obj['kind']}/{obj['metadata']['name']} failed: {message}")
+
+
+def crd_manifests(crds_dir: Path | None = None) -> list[dict[str, Any]]:
+    """The CRDs from crds/ when given, else generated from the models (the same content)."""
+    if crds_dir is not None and crds_dir.is_dir():
+        return [yaml.safe_load(path.read_text()) for path in sorted(crds_dir.glob("*.yaml"))]
+    return [yaml.safe_load(text) for text in crdgen.render_all().values()]
+
+
+def install_crds(cluster: LocalCluster, crds: list[dict[str, Any]], *, timeout: float = 60.0) -> None:
+    for crd in crds:
+        create(cluster, crd)
+
+    def established() -> bool:
+        for crd in crds:
+            status, body = cluster.request("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd['metadata']['name']}")
+            conditions = (body or {}).get("status", {}).get("conditions", []) if status == 200 else []
+            if not any(cond["type"] == "Established" and cond["status"] == "True" for cond in conditions):
+                return False
+        return True
+
+    wait_for(established, timeout=timeout, what=f"{cluster.name} CRDs Established")
+    # Discovery lags Established by a moment; wait until the group is served.
+    wait_for(lambda: cluster.request("GET", "/apis/kueue.x-k8s.io/v1beta2")[0] == 200, timeout=timeout, what="kueue API served")
+
+
+def install(manager: LocalCluster, workers: list[LocalCluster], crds: list[dict[str, Any]]) -> float:
+    """Install CRDs and the federation's objects; returns the seconds it took."""
+    started = time.monotonic()
+    for cluster in [manager, *workers]:
+        install_crds(cluster, crds)
+    for worker in workers:
+        for obj in worker_objects():
+            create(worker, obj)
+    for obj in manager_objects({worker.name: worker.kubeconfig() for worker in workers}):
+        create(manager, obj)
+    return time.monotonic() - started
+
+
+def quota_summary(workers: int) -> str:
+    cpu = Quantity.from_value(WORKER_CPU * workers)
+    return f"{cpu} cpu, {WORKER_MEMORY_GI * workers}Gi memory"

@@ -1,0 +1,457 @@
+"""The local provider: independent Kubernetes control planes as processes on loopback.
+
+Each cluster has its own etcd, its own kube-apiserver with a generated CA, serving certificate,
+client-certificate admin user, RBAC and service-account signing key, and its own kubeconfig.
+With `jobs=True` it also runs kube-controller-manager, kube-scheduler and kwok with fake nodes,
+so Job pods really go Pending, Running and Succeeded. Every process runs in its own process
+group with its own log file. Nothing listens off 127.0.0.1, and nothing connects to a pod or
+service IP.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from manager.dev import pki
+from manager.dev.binaries import binary_dir
+
+LOOPBACK = "127.0.0.1"
+FAKE_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+
+
+class ClusterError(RuntimeError):
+    """A cluster did not start or stopped answering; the message names the log to read."""
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((LOOPBACK, 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for(condition: Callable[[], bool], *, timeout: float, what: str, interval: float = 0.2) -> None:
+    """Poll `condition` until it holds; raise ClusterError naming `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if condition():
+                return
+        except Exception:  # noqa: BLE001 - any failure just means "not yet"
+            pass
+        if time.monotonic() > deadline:
+            raise ClusterError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+@dataclass
+class Component:
+    """One process of a cluster, restartable with the same arguments."""
+
+    name: str
+    argv: list[str]
+    log: Path
+    process: subprocess.Popen[bytes] | None = None
+    pid: int | None = None
+
+    def start(self) -> None:
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with self.log.open("ab") as log:
+            self.process = subprocess.Popen(
+                self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+            )
+        self.pid = self.process.pid
+
+    def running(self) -> bool:
+        if self.process is not None:
+            return self.process.poll() is None
+        return self.pid is not None and pid_alive(self.pid)
+
+    def signal(self, sig: signal.Signals) -> None:
+        if self.pid is None:
+            return
+        try:
+            os.killpg(self.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def stop(self, *, timeout: float = 10.0) -> None:
+        """SIGTERM the process group, then SIGKILL what is left after `timeout`."""
+        if self.pid is None:
+            return
+        self.signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while self.running() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if self.running():
+            self.signal(signal.SIGKILL)
+            while self.running():
+                time.sleep(0.05)
+        self.process = None
+        self.pid = None
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would."""
+        self.signal(signal.SIGKILL)
+        while self.running():
+            time.sleep(0.05)
+        self.process = None
+        self.pid = None
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie child still "exists"; reap it if it is ours.
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        return done == 0
+    except ChildProcessError:
+        stat = Path(f"/proc/{pid}/stat")
+        return stat.exists() and stat.read_text().split()[2] != "Z"
+
+
+@dataclass
+class LocalCluster:
+    """One cluster's files, ports and processes."""
+
+    name: str
+    directory: Path
+    bin_dir: Path
+    jobs: bool = False
+    nodes: int = 4
+    node_cpu: str = "16"
+    node_memory: str = "64Gi"
+    etcd_port: int = 0
+    etcd_peer_port: int = 0
+    apiserver_port: int = 0
+    kwok_port: int = 0
+    components: dict[str, Component] = field(default_factory=dict)
+
+    @property
+    def server(self) -> str:
+        return f"https://{LOOPBACK}:{self.apiserver_port}"
+
+    @property
+    def kubeconfig_path(self) -> Path:
+        return self.directory / "kubeconfig"
+
+    @property
+    def etcd_url(self) -> str:
+        return f"http://{LOOPBACK}:{self.etcd_port}"
+
+    def kubeconfig(self) -> dict[str, Any]:
+        loaded = yaml.safe_load(self.kubeconfig_path.read_text())
+        assert isinstance(loaded, dict)
+        return loaded
+
+    # --- set-up -------------------------------------------------------------------------------
+
+    def prepare(self) -> None:
+        """Write certificates, keys and the kubeconfig, and choose ports. Idempotent per directory."""
+        pki_dir = self.directory / "pki"
+        for port_name in ("etcd_port", "etcd_peer_port", "apiserver_port", "kwok_port"):
+            if not getattr(self, port_name):
+                setattr(self, port_name, free_port())
+        ca = pki.new_ca(f"kfed-{self.name}-ca")
+        pki.write(pki_dir, "ca", ca)
+        serving = pki.issue(
+            ca,
+            "kube-apiserver",
+            server_names=("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"),
+            server_ips=(LOOPBACK,),
+        )
+        pki.write(pki_dir, "apiserver", serving)
+        admin = pki.issue(ca, "kubernetes-admin", organization="system:masters", client=True)
+        pki.write(pki_dir, "admin", admin)
+        sa_private, sa_public = pki.service_account_key()
+        (pki_dir / "sa.key").write_bytes(sa_private)
+        (pki_dir / "sa.key").chmod(0o600)
+        (pki_dir / "sa.pub").write_bytes(sa_public)
+        kubeconfig = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": self.name,
+                    "cluster": {
+                        "server": self.server,
+                        "certificate-authority-data": base64.b64encode(ca.cert_pem).decode(),
+                    },
+                }
+            ],
+            "users": [
+                {
+                    "name": f"{self.name}-admin",
+                    "user": {
+                        "client-certificate-data": base64.b64encode(admin.cert_pem).decode(),
+                        "client-key-data": base64.b64encode(admin.key_pem).decode(),
+                    },
+                }
+            ],
+            "contexts": [{"name": self.name, "context": {"cluster": self.name, "user": f"{self.name}-admin"}}],
+            "current-context": self.name,
+        }
+        self.kubeconfig_path.write_text(yaml.safe_dump(kubeconfig, sort_keys=False))
+        self.kubeconfig_path.chmod(0o600)
+        self._define_components()
+
+    def _define_components(self) -> None:
+        pki_dir, logs, b = self.directory / "pki", self.directory / "logs", self.bin_dir
+        peer = f"http://{LOOPBACK}:{self.etcd_peer_port}"
+        self.components["etcd"] = Component(
+            "etcd",
+            [
+                str(b / "etcd"),
+                f"--name={self.name}",
+                f"--data-dir={self.directory / 'etcd'}",
+                f"--listen-client-urls={self.etcd_url}",
+                f"--advertise-client-urls={self.etcd_url}",
+                f"--listen-peer-urls={peer}",
+                f"--initial-advertise-peer-urls={peer}",
+                f"--initial-cluster={self.name}={peer}",
+                # A test cluster trades durability for speed; etcd's own test setting.
+                "--unsafe-no-fsync",
+                "--log-level=warn",
+            ],
+            logs / "etcd.log",
+        )
+        self.components["kube-apiserver"] = Component(
+            "kube-apiserver",
+            [
+                str(b / "kube-apiserver"),
+                f"--etcd-servers={self.etcd_url}",
+                f"--bind-address={LOOPBACK}",
+                f"--advertise-address={LOOPBACK}",
+                f"--secure-port={self.apiserver_port}",
+                f"--tls-cert-file={pki_dir / 'apiserver.crt'}",
+                f"--tls-private-key-file={pki_dir / 'apiserver.key'}",
+                f"--client-ca-file={pki_dir / 'ca.crt'}",
+                f"--service-account-key-file={pki_dir / 'sa.pub'}",
+                f"--service-account-signing-key-file={pki_dir / 'sa.key'}",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                "--authorization-mode=RBAC",
+                "--service-cluster-ip-range=10.96.0.0/16",
+                # The endpoints of the `kubernetes` Service would be a loopback address, which
+                # Kubernetes rejects; nothing here connects through that Service anyway.
+                "--endpoint-reconciler-type=none",
+                "--enable-priority-and-fairness=false",
+                "--profiling=false",
+                "--v=1",
+            ],
+            logs / "kube-apiserver.log",
+        )
+        if not self.jobs:
+            return
+        kubeconfig = str(self.kubeconfig_path)
+        self.components["kube-controller-manager"] = Component(
+            "kube-controller-manager",
+            [
+                str(b / "kube-controller-manager"),
+                f"--kubeconfig={kubeconfig}",
+                "--leader-elect=false",
+                "--secure-port=0",
+                f"--service-account-private-key-file={pki_dir / 'sa.key'}",
+                f"--root-ca-file={pki_dir / 'ca.crt'}",
+                "--controllers=*,-nodeipam,-nodelifecycle,-cloud-node-lifecycle,-service-lb-controller,-route",
+                "--concurrent-job-syncs=10",
+                "--v=1",
+            ],
+            logs / "kube-controller-manager.log",
+        )
+        self.components["kube-scheduler"] = Component(
+            "kube-scheduler",
+            [
+                str(b / "kube-scheduler"),
+                f"--kubeconfig={kubeconfig}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
+                "--leader-elect=false",
+                f"--bind-address={LOOPBACK}",
+                f"--secure-port={free_port()}",
+                "--v=1",
+            ],
+            logs / "kube-scheduler.log",
+        )
+        self.components["kwok"] = Component(
+            "kwok",
+            [
+                str(b / "kwok"),
+                f"--kubeconfig={kubeconfig}",
+                "--manage-all-nodes=false",
+                f"--manage-nodes-with-annotation-selector={FAKE_NODE_ANNOTATION}=fake",
+                f"--server-address={LOOPBACK}:{self.kwok_port}",
+                f"--node-ip={LOOPBACK}",
+            ],
+            logs / "kwok.log",
+        )
+
+    # --- running ------------------------------------------------------------------------------
+
+    def start_processes(self) -> None:
+        """Start etcd and the apiserver without waiting (so that several clusters start together)."""
+        self.components["etcd"].start()
+        self.components["kube-apiserver"].start()
+
+    def wait_ready(self, *, timeout: float = 90.0) -> None:
+        try:
+            wait_for(lambda: self.request("GET", "/readyz")[0] == 200, timeout=timeout, what=f"{self.name} apiserver /readyz")
+        except ClusterError as err:
+            raise ClusterError(f"{err}; see {self.components['kube-apiserver'].log} and {self.components['etcd'].log}") from None
+        if self.jobs:
+            for name in ("kube-controller-manager", "kube-scheduler", "kwok"):
+                self.components[name].start()
+            self.create_fake_nodes()
+            wait_for(self._nodes_ready, timeout=timeout, what=f"{self.name} fake nodes Ready (see {self.components['kwok'].log})")
+            wait_for(self._default_service_account, timeout=timeout, what=f"{self.name} default ServiceAccount")
+
+    def _ssl_context(self) -> ssl.SSLContext:
+        pki_dir = self.directory / "pki"
+        context = ssl.create_default_context(cafile=str(pki_dir / "ca.crt"))
+        context.load_cert_chain(str(pki_dir / "admin.crt"), str(pki_dir / "admin.key"))
+        return context
+
+    def request(self, method: str, path: str, body: dict[str, Any] | None = None, *, timeout: float = 5.0) -> tuple[int, Any]:
+        """A small admin-authenticated HTTP call to the apiserver, for the harness's own needs."""
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(self.server + path, data=data, method=method)
+        request.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(request, context=self._ssl_context(), timeout=timeout) as response:
+                raw = response.read()
+                status = response.status
+        except urllib.error.HTTPError as err:
+            raw, status = err.read(), err.code
+        try:
+            return status, json.loads(raw) if raw else None
+        except json.JSONDecodeError:
+            return status, raw.decode(errors="replace")
+
+    def create_fake_nodes(self) -> None:
+        for i in range(self.nodes):
+            name = f"kwok-node-{i}"
+            node = {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {
+                    "name": name,
+                    "annotations": {FAKE_NODE_ANNOTATION: "fake"},
+                    "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "type": "kwok"},
+                },
+                "status": {
+                    "allocatable": {"cpu": self.node_cpu, "memory": self.node_memory, "pods": "110"},
+                    "capacity": {"cpu": self.node_cpu, "memory": self.node_memory, "pods": "110"},
+                },
+            }
+            status, body = self.request("POST", "/api/v1/nodes", node)
+            if status not in (201, 409):
+                raise ClusterError(f"{self.name}: creating fake node {name} failed: {status} {body}")
+
+    def _nodes_ready(self) -> bool:
+        status, body = self.request("GET", "/api/v1/nodes")
+        if status != 200:
+            return False
+        ready = [
+            n for n in body["items"]
+            if any(c["type"] == "Ready" and c["status"] == "True" for c in n.get("status", {}).get("conditions", []))
+        ]
+        return len(ready) >= self.nodes
+
+    def _default_service_account(self) -> bool:
+        return self.request("GET", "/api/v1/namespaces/default/serviceaccounts/default")[0] == 200
+
+    def stop(self) -> None:
+        # Controllers first, etcd last, so nothing logs a storm of connection errors on the way down.
+        for name in ("kwok", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"):
+            if name in self.components:
+                self.components[name].stop()
+
+    # --- faults -------------------------------------------------------------------------------
+
+    def stop_component(self, name: str) -> None:
+        self.components[name].stop()
+
+    def kill_component(self, name: str) -> None:
+        self.components[name].kill()
+
+    def start_component(self, name: str, *, wait: bool = True) -> None:
+        self.components[name].start()
+        if wait and name == "kube-apiserver":
+            self.wait_ready()
+
+    def compact_etcd(self) -> int:
+        """Compact etcd to its current revision, so that watches from older versions get 410 Gone."""
+        key = base64.b64encode(b"/registry").decode()
+        revision = int(self._etcd("/v3/kv/range", {"key": key, "limit": 1})["header"]["revision"])
+        self._etcd("/v3/kv/compaction", {"revision": revision, "physical": True})
+        return revision
+
+    def _etcd(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        request = urllib.request.Request(self.etcd_url + path, data=json.dumps(body).encode(), method="POST")
+        with urllib.request.urlopen(request, timeout=10) as response:
+            result = json.loads(response.read())
+        assert isinstance(result, dict)
+        return result
+
+    # --- state for `kfed dev` -----------------------------------------------------------------
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "directory": str(self.directory),
+            "jobs": self.jobs,
+            "server": self.server,
+            "etcdPort": self.etcd_port,
+            "pids": {name: component.pid for name, component in self.components.items()},
+            "logs": {name: str(component.log) for name, component in self.components.items()},
+        }
+
+
+class LocalProvider:
+    """Creates and destroys local clusters. `create` starts them all in parallel."""
+
+    name = "local"
+
+    def __init__(self, base_dir: Path, *, bin_dir: Path | None = None) -> None:
+        self.base_dir = base_dir
+        self.bin_dir = bin_dir or binary_dir()
+        self.clusters: dict[str, LocalCluster] = {}
+
+    def create(self, names: list[str], *, jobs: bool = False, timeout: float = 120.0) -> list[LocalCluster]:
+        clusters = [LocalCluster(name, self.base_dir / name, self.bin_dir, jobs=jobs) for name in names]
+        try:
+            for cluster in clusters:
+                self.clusters[cluster.name] = cluster
+                cluster.prepare()
+            for cluster in clusters:
+                cluster.start_processes()
+            for cluster in clusters:
+                cluster.wait_ready(timeout=timeout)
+        except BaseException:
+            for cluster in clusters:
+                cluster.stop()
+            raise
+        return clusters
+
+    def delete_all(self) -> None:
+        for cluster in self.clusters.values():
+            cluster.stop()
+        self.clusters.clear()
