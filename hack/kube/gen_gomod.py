@@ -39,7 +39,10 @@ def main() -> int:
     info = json.loads(
         subprocess.run(
             ["go", "mod", "download", "-json", f"k8s.io/kubernetes@{kube}"],
-            check=True, capture_output=True, text=True, cwd="/",
+            check=True,
+            capture_output=True,
+            text=True,
+            cwd="/",
         ).stdout
     )
     gomod = pathlib.Path(info["GoMod"]).read_text()

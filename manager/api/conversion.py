@@ -74,7 +74,7 @@ def _cluster_queue_down(obj: dict[str, Any]) -> None:
     _rename(spec, "cohortName", "cohort")
     strategy = spec.get("admissionChecksStrategy")
     rules = strategy.get("admissionChecks") if isinstance(strategy, dict) else None
-    if rules and len(strategy) == 1 and all(set(rule) == {"name"} for rule in rules):
+    if rules and isinstance(strategy, dict) and len(strategy) == 1 and all(set(rule) == {"name"} for rule in rules):
         spec["admissionChecks"] = [rule["name"] for rule in rules]
         del spec["admissionChecksStrategy"]
 

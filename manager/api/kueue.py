@@ -322,9 +322,7 @@ class PodSetTopologyRequest(OpenModel):
 
 class PodSet(KubeModel):
     name: Annotated[str, Field(max_length=63, pattern=DNS_LABEL_PATTERN)] = "main"
-    template: dict[str, Any] = Field(
-        default_factory=dict, json_schema_extra={"x-kubernetes-preserve-unknown-fields": True}
-    )
+    template: dict[str, Any] = Field(default_factory=dict, json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})
     count: int = Field(default=1, ge=0)
     min_count: int | None = Field(default=None, ge=1)
     topology_request: PodSetTopologyRequest | None = None
@@ -364,9 +362,7 @@ class PodSetAssignment(KubeModel):
     flavors: dict[str, str] | None = None
     resource_usage: dict[str, Quantity] | None = None
     count: int | None = Field(default=None, ge=0)
-    topology_assignment: dict[str, Any] | None = Field(
-        default=None, json_schema_extra={"x-kubernetes-preserve-unknown-fields": True}
-    )
+    topology_assignment: dict[str, Any] | None = Field(default=None, json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})
     delayed_topology_request: Literal["Pending", "Ready"] | None = None
 
 
@@ -528,9 +524,7 @@ class MultiKueueCluster(Resource):
 
 class MultiKueueConfigSpec(KubeModel):
     model_config = {
-        "json_schema_extra": _cel(
-            ("size(self.clusters.filter(i, size(self.clusters.filter(j, j == i)) > 1)) == 0", "must be unique")
-        )
+        "json_schema_extra": _cel(("size(self.clusters.filter(i, size(self.clusters.filter(j, j == i)) > 1)) == 0", "must be unique"))
     }
 
     clusters: list[Annotated[str, Field(max_length=256)]] = Field(min_length=1, max_length=20)

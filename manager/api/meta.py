@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer
@@ -15,8 +15,8 @@ DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a
 def _format_time(value: datetime) -> str:
     # Kubernetes writes metav1.Time as RFC 3339 in UTC with a "Z" and whole seconds.
     if value.tzinfo is None:
-        value = value.replace(tzinfo=timezone.utc)
-    return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 Time = Annotated[datetime, PlainSerializer(_format_time, return_type=str, when_used="json")]
@@ -33,9 +33,7 @@ class KubeModel(BaseModel):
     what is written back (an explicit `{}` stays `{}`).
     """
 
-    model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="ignore", validate_assignment=False
-    )
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore", validate_assignment=False)
 
     def to_dict(self) -> dict[str, Any]:
         """The object as the API server would store it (camelCase, no None values)."""

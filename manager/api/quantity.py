@@ -53,7 +53,7 @@ def _parse(text: str) -> tuple[int, Format]:
     sign, whole, fraction = match.group(1), match.group(2), match.group(3) or ""
     if not whole and not fraction:
         raise QuantityError("quantities must match the regular expression " + QUANTITY_PATTERN)
-    suffix = text[match.end():]
+    suffix = text[match.end() :]
     digits = int((whole or "0") + fraction)
     scale = -len(fraction)  # value = digits * 10**scale * multiplier
     fmt: Format

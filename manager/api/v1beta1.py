@@ -12,8 +12,8 @@ from pydantic import Field
 
 from manager.api import constants as c
 from manager.api import kueue as v2
-from manager.api.meta import Condition, KubeModel, LabelSelector, Name, Resource
 from manager.api.kueue import _cel
+from manager.api.meta import Condition, KubeModel, LabelSelector, Name, Resource
 
 # v1beta1 still accepts the deprecated aliases of MayStopSearch.
 FungibilityPolicy = Literal["MayStopSearch", "TryNextFlavor", "Borrow", "Preempt"]
@@ -28,10 +28,7 @@ class FlavorFungibility(KubeModel):
 class ClusterQueueSpec(KubeModel):
     model_config = {
         "json_schema_extra": _cel(
-            *(
-                (rule.replace("has(self.cohortName)", "has(self.cohort)"), message)
-                for rule, message in v2._NO_LIMITS_WITHOUT_COHORT
-            ),
+            *((rule.replace("has(self.cohortName)", "has(self.cohort)"), message) for rule, message in v2._NO_LIMITS_WITHOUT_COHORT),
             (
                 "!(has(self.admissionChecks) && has(self.admissionChecksStrategy))",
                 "Either AdmissionChecks or AdmissionCheckStrategy can be set, but not both",

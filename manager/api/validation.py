@@ -136,9 +136,7 @@ def label_selector_errors(path: str, selector: LabelSelector | None) -> list[Fie
         if requirement.operator in ("In", "NotIn") and not requirement.values:
             errors.append(required(f"{where}.values", "must be specified when `operator` is 'In' or 'NotIn'"))
         if requirement.operator in ("Exists", "DoesNotExist") and requirement.values:
-            errors.append(
-                FieldError(f"{where}.values", "Forbidden: may not be specified when `operator` is 'Exists' or 'DoesNotExist'")
-            )
+            errors.append(FieldError(f"{where}.values", "Forbidden: may not be specified when `operator` is 'Exists' or 'DoesNotExist'"))
     return errors
 
 
@@ -239,19 +237,20 @@ def cluster_queue_errors(cq: kueue.ClusterQueue) -> list[FieldError]:
         and preemption.borrow_within_cohort is not None
         and (preemption.borrow_within_cohort.policy or "Never") != "Never"
     ):
-        errors.append(
-            FieldError("spec.preemption", "Invalid value: reclaimWithinCohort=Never and borrowWithinCohort.Policy!=Never")
-        )
+        errors.append(FieldError("spec.preemption", "Invalid value: reclaimWithinCohort=Never and borrowWithinCohort.Policy!=Never"))
     fungibility = spec.flavor_fungibility
-    if fungibility is not None and fungibility.preference is not None:
-        if fungibility.when_can_borrow != "TryNextFlavor" or fungibility.when_can_preempt != "TryNextFlavor":
-            errors.append(
-                invalid(
-                    "spec.flavorFungibility.preference",
-                    fungibility.preference,
-                    f'preference "{fungibility.preference}" requires both whenCanBorrow and whenCanPreempt to be TryNextFlavor',
-                )
+    if (
+        fungibility is not None
+        and fungibility.preference is not None
+        and (fungibility.when_can_borrow != "TryNextFlavor" or fungibility.when_can_preempt != "TryNextFlavor")
+    ):
+        errors.append(
+            invalid(
+                "spec.flavorFungibility.preference",
+                fungibility.preference,
+                f'preference "{fungibility.preference}" requires both whenCanBorrow and whenCanPreempt to be TryNextFlavor',
             )
+        )
     errors += fair_sharing_errors("spec.fairSharing", spec.fair_sharing)
     flavors = _flavor_names(spec.resource_groups)
     strategy = spec.admission_checks_strategy
@@ -328,7 +327,7 @@ def workload_errors(workload: kueue.Workload) -> list[FieldError]:
                         invalid(
                             f"{path}.template.spec.{container_list}[{j}].resources.requests[pods]",
                             str(requests[c.PODS_RESOURCE]),
-                            "the resource name \"pods\" is reserved",
+                            'the resource name "pods" is reserved',
                         )
                     )
     if with_min_count > 1:

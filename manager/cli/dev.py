@@ -74,7 +74,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         f"""
 kfed dev federation is up in {elapsed:.0f}s: manager + {len(workers)} worker(s), files in {directory}
 
-  export KUBECONFIG={directory / 'manager.kubeconfig'}
+  export KUBECONFIG={directory / "manager.kubeconfig"}
   kubectl get clusterqueues,localqueues,multikueueclusters
   kubectl create -f job.yaml        # a batch/v1 Job labelled kueue.x-k8s.io/queue-name: user-queue
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 
 from manager.api import conversion, crdgen
-from manager.cli.files import expand, load_paths
+from manager.cli.files import load_paths
 
 
 def _default_crds_dir() -> Path:

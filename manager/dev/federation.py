@@ -63,12 +63,13 @@ def _common() -> list[dict[str, Any]]:
 
 
 def worker_objects() -> list[dict[str, Any]]:
-    return _common() + [_cluster_queue(WORKER_CPU, WORKER_MEMORY_GI)]
+    return [*_common(), _cluster_queue(WORKER_CPU, WORKER_MEMORY_GI)]
 
 
 def manager_objects(workers: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """The manager's queues, admission check, MultiKueue config, and one Secret and cluster per worker."""
-    objects = _common() + [
+    objects = [
+        *_common(),
         _cluster_queue(WORKER_CPU * len(workers), WORKER_MEMORY_GI * len(workers), admission_check=ADMISSION_CHECK),
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM_NAMESPACE}},
         {

@@ -52,9 +52,7 @@ def kind_binary() -> str:
     cache = Path(os.environ.get("KFED_CACHE_DIR", Path.home() / ".cache" / "kfed")) / f"kind-{_kind_version()}"
     target = cache / "kind"
     if not target.exists():
-        subprocess.run(
-            ["go", "install", f"sigs.k8s.io/kind@{_kind_version()}"], check=True, env={**os.environ, "GOBIN": str(cache)}
-        )
+        subprocess.run(["go", "install", f"sigs.k8s.io/kind@{_kind_version()}"], check=True, env={**os.environ, "GOBIN": str(cache)})
     return str(target)
 
 
@@ -97,9 +95,7 @@ class KindCluster:
             " ETCDCTL_API=3 etcdctl --cacert=/etc/kubernetes/pki/etcd/ca.crt --cert=/etc/kubernetes/pki/etcd/server.crt"
             " --key=/etc/kubernetes/pki/etcd/server.key compact $rev >/dev/null; echo $rev"
         )
-        out = subprocess.run(
-            ["docker", "exec", self.container, "sh", "-c", script], check=True, capture_output=True, text=True
-        )
+        out = subprocess.run(["docker", "exec", self.container, "sh", "-c", script], check=True, capture_output=True, text=True)
         return int(out.stdout.strip())
 
 
@@ -120,8 +116,15 @@ class KindProvider:
             cluster.directory.mkdir(parents=True, exist_ok=True)
             subprocess.run(
                 [
-                    kind_binary(), "create", "cluster", "--name", f"kfed-{name}",
-                    "--kubeconfig", str(cluster.kubeconfig_path), "--wait", f"{int(timeout)}s",
+                    kind_binary(),
+                    "create",
+                    "cluster",
+                    "--name",
+                    f"kfed-{name}",
+                    "--kubeconfig",
+                    str(cluster.kubeconfig_path),
+                    "--wait",
+                    f"{int(timeout)}s",
                 ],
                 check=True,
             )

@@ -17,9 +17,7 @@ from tests.conftest import REPO_ROOT, SHARED_EXAMPLES
 
 
 def kfed(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "manager.cli.main", *args], capture_output=True, text=True, input=stdin, cwd=REPO_ROOT
-    )
+    return subprocess.run([sys.executable, "-m", "manager.cli.main", *args], capture_output=True, text=True, input=stdin, cwd=REPO_ROOT)
 
 
 def test_crds_in_the_repo_match_the_models() -> None:

@@ -19,9 +19,7 @@ def errors_of(text: str, source: str = "team-a.yaml") -> list[str]:
 
 
 def cluster_queue(spec: dict[str, Any], name: str = "team-a-cq") -> str:
-    return yaml.safe_dump(
-        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": name}, "spec": spec}
-    )
+    return yaml.safe_dump({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": name}, "spec": spec})
 
 
 def group(resources: list[str], flavors: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
@@ -115,11 +113,7 @@ def test_v1beta1_manifest_is_validated_in_its_own_field_names() -> None:
 
 
 def test_invalid_quantity_names_file_document_object_and_field() -> None:
-    spec = {
-        "resourceGroups": [
-            group(["cpu"], {"a": [{"name": "cpu", "nominalQuota": 1}], "b": [{"name": "cpu", "nominalQuota": "9x"}]})
-        ]
-    }
+    spec = {"resourceGroups": [group(["cpu"], {"a": [{"name": "cpu", "nominalQuota": 1}], "b": [{"name": "cpu", "nominalQuota": "9x"}]})]}
     text = "---\n" + cluster_queue({}, "first") + "---\n" + cluster_queue({}, "second") + "---\n" + cluster_queue(spec)
     assert errors_of(text) == [
         'team-a.yaml[2] ClusterQueue/team-a-cq: spec.resourceGroups[0].flavors[1].resources[0].nominalQuota: invalid quantity "9x"'
@@ -152,9 +146,7 @@ def test_resource_belongs_to_at_most_one_resource_group() -> None:
 
 def test_flavor_resources_must_match_covered_resources_in_order() -> None:
     spec = {
-        "resourceGroups": [
-            group(["cpu", "memory"], {"a": [{"name": "memory", "nominalQuota": 1}, {"name": "cpu", "nominalQuota": 1}]})
-        ]
+        "resourceGroups": [group(["cpu", "memory"], {"a": [{"name": "memory", "nominalQuota": 1}, {"name": "cpu", "nominalQuota": 1}]})]
     }
     assert errors_of(cluster_queue(spec)) == [
         'team-a.yaml[0] ClusterQueue/team-a-cq: spec.resourceGroups[0].flavors[0].resources[0].name: Invalid value: "memory": '
@@ -188,10 +180,8 @@ def test_at_most_16_covered_resources_per_resource_group() -> None:
 
 
 def test_borrowing_and_lending_limits_need_a_cohort() -> None:
-    spec = {
-        "resourceGroups": [
-            group(["cpu"], {"a": [{"name": "cpu", "nominalQuota": 4, "borrowingLimit": 2, "lendingLimit": 1}]})
-        ]
+    spec: dict[str, Any] = {
+        "resourceGroups": [group(["cpu"], {"a": [{"name": "cpu", "nominalQuota": 4, "borrowingLimit": 2, "lendingLimit": 1}]})]
     }
     assert errors_of(cluster_queue(spec)) == [
         'team-a.yaml[0] ClusterQueue/team-a-cq: spec.resourceGroups[0].flavors[0].resources[0].borrowingLimit: Invalid value: "2": '

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The test command: lint, type-check, check import boundaries and CRD drift, then run every
+# tier (unit, integration, e2e) against real control planes from the local harness.
+# Extra arguments go to pytest (for example -m unit, or -k harness).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+venv=$("$root/hack/bootstrap.sh")
+export PATH="$venv/bin:$PATH"
+echo "==> ruff" >&2
+ruff check .
+ruff format --check .
+echo "==> mypy --strict" >&2
+mypy
+echo "==> import boundaries" >&2
+lint-imports
+echo "==> CRDs match the models" >&2
+kfed crds --check
+echo "==> control-plane binaries (built once per version, cached in ~/.cache/kfed)" >&2
+bin_dir=$(bash hack/kube/build.sh)
+export KFED_KUBE_BIN_DIR="$bin_dir"
+echo "==> pytest" >&2
+exec pytest "$@"

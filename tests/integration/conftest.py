@@ -1,0 +1,39 @@
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from tests.harness import Provider, provider_session
+
+
+@pytest.fixture(scope="session")
+def provider(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Provider]:
+    with provider_session(tmp_path_factory.mktemp("clusters")) as created:
+        yield created
+
+
+@pytest.fixture(scope="session")
+def manager_cluster(provider: Provider) -> Any:
+    return provider.create(["manager"])[0]
+
+
+@pytest.fixture(scope="session")
+def worker_clusters(provider: Provider) -> Callable[[int], list[Any]]:
+    """`worker_clusters(n)`: the first n worker clusters, started (in parallel) on first use."""
+    started: list[Any] = []
+
+    def get(count: int) -> list[Any]:
+        missing = [f"worker{i}" for i in range(len(started) + 1, count + 1)]
+        if missing:
+            started.extend(provider.create(missing))
+        return started[:count]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def jobs_cluster(provider: Provider) -> Any:
+    """A cluster with kube-controller-manager, kube-scheduler and kwok nodes: Jobs really run."""
+    return provider.create(["jobs"], jobs=True)[0]
