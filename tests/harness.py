@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -68,6 +69,28 @@ async def api_for(cluster: Cluster) -> AsyncIterator[client.ApiClient]:
         yield api
     finally:
         await api.close()
+
+
+# The generated API classes are typed too narrowly for plain-dict bodies; tests use them untyped.
+def core_api(api: client.ApiClient) -> Any:
+    return client.CoreV1Api(api)
+
+
+def batch_api(api: client.ApiClient) -> Any:
+    return client.BatchV1Api(api)
+
+
+def custom_api(api: client.ApiClient) -> Any:
+    return client.CustomObjectsApi(api)
+
+
+def error_message(err: Exception) -> str:
+    """The `message` of the Status an apiserver answered with."""
+    body = getattr(err, "body", None)
+    try:
+        return str(json.loads(body)["message"]) if body else str(err)
+    except (ValueError, KeyError, TypeError):
+        return str(body)
 
 
 async def eventually(probe: Callable[[], Any], *, timeout: float = 60.0, interval: float = 0.25, what: str = "condition") -> Any:

@@ -331,11 +331,13 @@ class LocalCluster:
         context.load_cert_chain(str(pki_dir / "admin.crt"), str(pki_dir / "admin.key"))
         return context
 
-    def request(self, method: str, path: str, body: dict[str, Any] | None = None, *, timeout: float = 5.0) -> tuple[int, Any]:
+    def request(
+        self, method: str, path: str, body: dict[str, Any] | None = None, *, timeout: float = 5.0, merge_patch: bool = False
+    ) -> tuple[int, Any]:
         """A small admin-authenticated HTTP call to the apiserver, for the harness's own needs."""
         data = json.dumps(body).encode() if body is not None else None
         request = urllib.request.Request(self.server + path, data=data, method=method)
-        request.add_header("Content-Type", "application/json")
+        request.add_header("Content-Type", "application/merge-patch+json" if merge_patch else "application/json")
         try:
             with urllib.request.urlopen(request, context=self._ssl_context(), timeout=timeout) as response:
                 raw = response.read()
@@ -366,6 +368,11 @@ class LocalCluster:
             status, body = self.request("POST", "/api/v1/nodes", node)
             if status not in (201, 409):
                 raise ClusterError(f"{self.name}: creating fake node {name} failed: {status} {body}")
+            # Admission taints every new node not-ready; the node lifecycle controller would lift
+            # it, but it is off here (kwok nodes have no kubelet to evict), so lift it ourselves.
+            status, body = self.request("PATCH", f"/api/v1/nodes/{name}", {"spec": {"taints": None}}, merge_patch=True)
+            if status != 200:
+                raise ClusterError(f"{self.name}: untainting fake node {name} failed: {status} {body}")
 
     def _nodes_ready(self) -> bool:
         status, body = self.request("GET", "/api/v1/nodes")

@@ -15,7 +15,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from manager.api import conversion, kueue
 from manager.dev import federation
 from tests.conftest import REPO_ROOT, SHARED_EXAMPLES
-from tests.harness import api_for, eventually
+from tests.harness import api_for, batch_api, core_api, custom_api, error_message, eventually
 
 EXAMPLES = sorted(SHARED_EXAMPLES.glob("*.yaml"))
 
@@ -30,11 +30,11 @@ async def create_object(api: client.ApiClient, obj: dict[str, Any]) -> dict[str,
     """Create any object of the examples through the generic custom-objects or core APIs."""
     meta = obj["metadata"]
     if obj["apiVersion"] == "batch/v1":
-        job: Any = await client.BatchV1Api(api).create_namespaced_job(meta.get("namespace", "default"), obj)
+        job: Any = await batch_api(api).create_namespaced_job(meta.get("namespace", "default"), obj)
         return dict(api.sanitize_for_serialization(job))
     group, version = obj["apiVersion"].split("/")
     model = kueue.KIND_BY_NAME[obj["kind"]]
-    custom = client.CustomObjectsApi(api)
+    custom = custom_api(api)
     if model.NAMESPACED:
         created: Any = await custom.create_namespaced_custom_object(group, version, meta["namespace"], model.PLURAL, obj)
     else:
@@ -45,11 +45,11 @@ async def create_object(api: client.ApiClient, obj: dict[str, Any]) -> dict[str,
 async def delete_object(api: client.ApiClient, obj: dict[str, Any]) -> None:
     meta = obj["metadata"]
     if obj["kind"] == "Job":
-        await client.BatchV1Api(api).delete_namespaced_job(meta["name"], meta["namespace"], propagation_policy="Background")
+        await batch_api(api).delete_namespaced_job(meta["name"], meta["namespace"], propagation_policy="Background")
         return
     group, version = obj["apiVersion"].split("/")
     model = kueue.KIND_BY_NAME[obj["kind"]]
-    custom = client.CustomObjectsApi(api)
+    custom = custom_api(api)
     if model.NAMESPACED:
         await custom.delete_namespaced_custom_object(group, version, meta["namespace"], model.PLURAL, meta["name"])
     else:
@@ -58,7 +58,7 @@ async def delete_object(api: client.ApiClient, obj: dict[str, Any]) -> None:
 
 async def ensure_namespace(api: client.ApiClient, name: str) -> None:
     try:
-        await client.CoreV1Api(api).create_namespace({"metadata": {"name": name}})
+        await core_api(api).create_namespace({"metadata": {"name": name}})
     except ApiException as err:
         if err.status != 409:
             raise
@@ -132,7 +132,7 @@ async def test_server_side_schema_rejects_invalid_objects(crd_cluster: Any, name
         with pytest.raises(ApiException) as raised:
             await create_object(api, document)
     assert raised.value.status == 422
-    assert message in json.loads(raised.value.body)["message"]
+    assert message in error_message(raised.value)
 
 
 async def test_server_rejects_an_invalid_quantity(crd_cluster: Any) -> None:
@@ -150,20 +150,20 @@ async def test_server_rejects_an_invalid_quantity(crd_cluster: Any) -> None:
         with pytest.raises(ApiException) as raised:
             await create_object(api, document)
     assert raised.value.status == 422
-    assert "spec.resourceGroups[0].flavors[0].resources[0].nominalQuota" in json.loads(raised.value.body)["message"]
+    assert "spec.resourceGroups[0].flavors[0].resources[0].nominalQuota" in error_message(raised.value)
 
 
 async def test_three_clusters_are_isolated(worker_clusters: Callable[[int], list[Any]]) -> None:
     clusters = worker_clusters(3)
     name = f"probe-{uuid.uuid4().hex[:8]}"
     async with api_for(clusters[0]) as api:
-        await client.CoreV1Api(api).create_namespaced_config_map("default", {"metadata": {"name": name}})
-        found = await client.CoreV1Api(api).read_namespaced_config_map(name, "default")
+        await core_api(api).create_namespaced_config_map("default", {"metadata": {"name": name}})
+        found = await core_api(api).read_namespaced_config_map(name, "default")
         assert found.metadata.name == name
     for other in clusters[1:]:
         async with api_for(other) as api:
             with pytest.raises(ApiException) as raised:
-                await client.CoreV1Api(api).read_namespaced_config_map(name, "default")
+                await core_api(api).read_namespaced_config_map(name, "default")
             assert raised.value.status == 404
     servers = {c.kubeconfig()["clusters"][0]["cluster"]["server"] for c in clusters}
     assert len(servers) == 3
@@ -172,9 +172,9 @@ async def test_three_clusters_are_isolated(worker_clusters: Callable[[int], list
 
 async def test_watch_from_a_compacted_revision_gets_410_gone(manager_cluster: Any) -> None:
     name = f"gone-{uuid.uuid4().hex[:8]}"
-    template = {"metadata": {"name": name}, "template": {"metadata": {"labels": {"n": "0"}}, "spec": {"containers": []}}}
+    template = {"metadata": {"name": name}, "template": {"spec": {"containers": [{"name": "c", "image": "busybox"}]}}}
     async with api_for(manager_cluster) as api:
-        core = client.CoreV1Api(api)
+        core = core_api(api)
         created = await core.create_namespaced_pod_template("default", template)
         old_version = created.metadata.resource_version
         for i in range(1, 4):
@@ -208,7 +208,7 @@ async def test_a_real_job_runs_to_completion(jobs_cluster: Any) -> None:
         },
     }
     async with api_for(jobs_cluster) as api:
-        batch = client.BatchV1Api(api)
+        batch = batch_api(api)
         await batch.create_namespaced_job("default", job)
 
         async def complete() -> Any:
@@ -218,6 +218,6 @@ async def test_a_real_job_runs_to_completion(jobs_cluster: Any) -> None:
 
         status = await eventually(complete, timeout=120, what=f"Job {name} Complete")
         assert status.succeeded == 2
-        pods = await client.CoreV1Api(api).list_namespaced_pod("default", label_selector=f"job-name={name}")
+        pods = await core_api(api).list_namespaced_pod("default", label_selector=f"job-name={name}")
         assert {p.status.phase for p in pods.items} == {"Succeeded"}
         assert all(p.spec.node_name.startswith("kwok-node-") for p in pods.items)
