@@ -13,10 +13,12 @@ import json
 import os
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 import pytest
+import yaml
 from kubernetes_asyncio import client
 
 from manager.dev.kind import KindProvider, ProviderUnavailableError
@@ -41,6 +43,21 @@ class Cluster(Protocol):
     def compact_etcd(self) -> int: ...
 
 
+class HasKubeconfig(Protocol):
+    def kubeconfig(self) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class KubeconfigFile:
+    """A kubeconfig on disk, such as the ones `kfed dev up` writes."""
+
+    path: Path
+
+    def kubeconfig(self) -> dict[str, Any]:
+        loaded: dict[str, Any] = yaml.safe_load(self.path.read_text())
+        return loaded
+
+
 class Provider(Protocol):
     name: str
 
@@ -62,7 +79,7 @@ def make_provider(base: Path) -> Provider:
 
 
 @contextlib.asynccontextmanager
-async def api_for(cluster: Cluster) -> AsyncIterator[client.ApiClient]:
+async def api_for(cluster: HasKubeconfig) -> AsyncIterator[client.ApiClient]:
     """An ApiClient for one cluster, closed afterwards."""
     api = await api_client_from_kubeconfig(cluster.kubeconfig())
     try:
