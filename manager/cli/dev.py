@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from manager.cli.files import checkout_crds_dir
 from manager.dev import federation
 from manager.dev.binaries import BinariesError, binary_dir
 from manager.dev.local import ClusterError, Component, LocalCluster, LocalProvider, pid_alive
@@ -60,7 +61,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         clusters = provider.create(names, jobs=args.jobs)
         manager, workers = clusters[0], clusters[1:]
         _progress("installing CRDs and the federation's queues")
-        federation.install(manager, workers, federation.crd_manifests(_crds_dir()))
+        federation.install(manager, workers, federation.crd_manifests(checkout_crds_dir()))
     except ClusterError as err:
         provider.delete_all()
         print(f"kfed dev up: {err}", file=sys.stderr)
@@ -84,11 +85,6 @@ The manager's ClusterQueue "cluster-queue" holds {federation.quota_summary(len(w
   kfed dev down --dir {directory}"""
     )
     return 0
-
-
-def _crds_dir() -> Path | None:
-    beside = Path(__file__).resolve().parents[2] / "crds"
-    return beside if beside.is_dir() else None
 
 
 def _cluster_from_state(entry: dict[str, Any]) -> LocalCluster:

@@ -11,6 +11,12 @@ from manager.api.validation import FieldError
 YAML_SUFFIXES = (".yaml", ".yml", ".json")
 
 
+def checkout_crds_dir() -> Path | None:
+    """crds/ of the checkout this package runs from, if there is one."""
+    beside = Path(__file__).resolve().parents[2] / "crds"
+    return beside if beside.is_dir() else None
+
+
 def expand(paths: list[str]) -> list[Path | None]:
     """Files to read, in a stable order; None stands for standard input."""
     out: list[Path | None] = []

@@ -13,13 +13,7 @@ from pathlib import Path
 import yaml
 
 from manager.api import conversion, crdgen
-from manager.cli.files import load_paths
-
-
-def _default_crds_dir() -> Path:
-    # In a checkout crds/ sits beside the manager package; elsewhere use the working directory.
-    beside = Path(__file__).resolve().parents[2] / "crds"
-    return beside if beside.is_dir() else Path("crds")
+from manager.cli.files import checkout_crds_dir, load_paths
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -69,7 +63,8 @@ def crd_drift(directory: Path, files: dict[str, str]) -> list[str]:
 
 
 def cmd_crds(args: argparse.Namespace) -> int:
-    directory = Path(args.dir) if args.dir else _default_crds_dir()
+    # In a checkout crds/ sits beside the manager package; elsewhere use the working directory.
+    directory = Path(args.dir) if args.dir else (checkout_crds_dir() or Path("crds"))
     files = crdgen.render_all()
     if args.check:
         problems = crd_drift(directory, files)
