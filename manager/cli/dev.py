@@ -71,6 +71,8 @@ def cmd_up(args: argparse.Namespace) -> int:
         (directory / f"{cluster.name}.kubeconfig").chmod(0o600)
     _state_file(directory).write_text(json.dumps({"clusters": [c.state() for c in clusters]}, indent=2))
     elapsed = time.monotonic() - started
+    if shutil.which("kubectl") is None:
+        print(f"kubectl is not on PATH; the one built with the control plane is {bin_dir / 'kubectl'}", file=sys.stderr)
     print(
         f"""
 kfed dev federation is up in {elapsed:.0f}s: manager + {len(workers)} worker(s), files in {directory}
