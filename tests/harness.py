@@ -26,23 +26,6 @@ from manager.dev.local import LocalProvider
 from manager.kube.client import api_client_from_kubeconfig
 
 
-class Cluster(Protocol):
-    name: str
-
-    @property
-    def kubeconfig_path(self) -> Path: ...
-
-    def kubeconfig(self) -> dict[str, Any]: ...
-
-    def stop_component(self, name: str) -> None: ...
-
-    def kill_component(self, name: str) -> None: ...
-
-    def start_component(self, name: str, *, wait: bool = True) -> None: ...
-
-    def compact_etcd(self) -> int: ...
-
-
 class HasKubeconfig(Protocol):
     def kubeconfig(self) -> dict[str, Any]: ...
 

@@ -34,14 +34,6 @@ def parse_duration(text: str) -> timedelta:
     return timedelta(seconds=sign * seconds)
 
 
-class Duration(str):
-    """A Go duration string, validated; `.timedelta` gives its value."""
-
-    @property
-    def timedelta(self) -> timedelta:
-        return parse_duration(self)
-
-
 class ResourceTransformation(KubeModel):
     input: str
     strategy: Literal["Retain", "Replace"] | None = None

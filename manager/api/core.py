@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from manager.api.meta import Condition, KubeModel, OpenModel, Resource, Time, Toleration
+from manager.api.meta import KubeModel, OpenModel, Resource, Time, Toleration
 from manager.api.quantity import Quantity
 
 
@@ -147,20 +147,3 @@ class LimitRange(Resource, OpenModel):
     NAMESPACED: ClassVar[bool] = True
 
     spec: LimitRangeSpec = Field(default_factory=LimitRangeSpec)
-
-
-__all__ = [
-    "Condition",
-    "Container",
-    "Job",
-    "JobSpec",
-    "JobStatus",
-    "Lease",
-    "LimitRange",
-    "Namespace",
-    "PodSpec",
-    "PodTemplateSpec",
-    "PriorityClass",
-    "ResourceRequirements",
-    "Secret",
-]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import types
 import typing
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -236,9 +235,3 @@ def load_text(text: str, source: str) -> Loaded:
     for document in documents:
         result.extend(load_document(document))
     return result
-
-
-def iter_objects(loaded: Loaded, model: type[BaseModel]) -> Iterator[Any]:
-    for _, obj in loaded.objects:
-        if isinstance(obj, model):
-            yield obj

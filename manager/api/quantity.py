@@ -210,7 +210,3 @@ class Quantity:
             "pattern": QUANTITY_PATTERN,
             "x-kubernetes-int-or-string": True,
         }
-
-
-def parse_quantity(text: str | int | float) -> Quantity:
-    return Quantity.parse(text)

@@ -22,7 +22,6 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-_ONE_NANO = Quantity(nanos=1)
 
 
 @dataclass(frozen=True)
@@ -211,7 +210,7 @@ def fair_sharing_errors(path: str, fair_sharing: kueue.FairSharing | None) -> li
     weight = fair_sharing.weight
     if weight.nanos < 0:
         return [invalid(path, weight, "must be greater than or equal to 0")]
-    if 0 < weight.nanos <= _ONE_NANO.nanos:
+    if 0 < weight.nanos <= 1:  # 0 < weight <= 1n, as Kueue rejects
         return [invalid(path, weight, "When not 0, weight must be > 10e-9")]
     return []
 

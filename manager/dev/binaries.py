@@ -16,7 +16,7 @@ class BinariesError(RuntimeError):
     """The binaries are missing and cannot be built here."""
 
 
-def binary_dir(*, build: bool = True, quiet: bool = False) -> Path:
+def binary_dir() -> Path:
     """The directory that holds every component, building it first if needed.
 
     `KFED_KUBE_BIN_DIR` points at a prepared directory instead (for packagers and CI caches).
@@ -27,11 +27,8 @@ def binary_dir(*, build: bool = True, quiet: bool = False) -> Path:
     else:
         if not BUILD_SCRIPT.exists():
             raise BinariesError(f"{BUILD_SCRIPT} not found: run from a kfed checkout or set KFED_KUBE_BIN_DIR")
-        if not build:
-            raise BinariesError("binaries not built; run hack/kube/build.sh")
-        stderr = subprocess.DEVNULL if quiet else sys.stderr
         try:
-            out = subprocess.run(["bash", str(BUILD_SCRIPT)], check=True, stdout=subprocess.PIPE, stderr=stderr, text=True)
+            out = subprocess.run(["bash", str(BUILD_SCRIPT)], check=True, stdout=subprocess.PIPE, stderr=sys.stderr, text=True)
         except subprocess.CalledProcessError as err:
             raise BinariesError(f"building the control plane failed (exit {err.returncode}); see the output above") from None
         directory = Path(out.stdout.strip().splitlines()[-1])

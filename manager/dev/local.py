@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -325,7 +326,9 @@ class LocalCluster:
             wait_for(self._nodes_ready, timeout=timeout, what=f"{self.name} fake nodes Ready (see {self.components['kwok'].log})")
             wait_for(self._default_service_account, timeout=timeout, what=f"{self.name} default ServiceAccount")
 
+    @functools.cached_property
     def _ssl_context(self) -> ssl.SSLContext:
+        # Built once: the harness polls /readyz many times while a cluster starts.
         pki_dir = self.directory / "pki"
         context = ssl.create_default_context(cafile=str(pki_dir / "ca.crt"))
         context.load_cert_chain(str(pki_dir / "admin.crt"), str(pki_dir / "admin.key"))
@@ -339,7 +342,7 @@ class LocalCluster:
         request = urllib.request.Request(self.server + path, data=data, method=method)
         request.add_header("Content-Type", "application/merge-patch+json" if merge_patch else "application/json")
         try:
-            with urllib.request.urlopen(request, context=self._ssl_context(), timeout=timeout) as response:
+            with urllib.request.urlopen(request, context=self._ssl_context, timeout=timeout) as response:
                 raw = response.read()
                 status = response.status
         except urllib.error.HTTPError as err:
