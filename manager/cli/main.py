@@ -100,6 +100,10 @@ def build_parser() -> argparse.ArgumentParser:
     crds.add_argument("--dir", help="CRD directory (default: the checkout's crds/)")
     crds.set_defaults(func=cmd_crds)
 
+    from manager.cli import simulate
+
+    simulate.add_command(commands)
+
     from manager.cli import dev  # imported here: it pulls in the cluster harness
 
     dev.add_commands(commands)

@@ -1,0 +1,114 @@
+"""A batch/v1 Job turned into the Workload Kueue's job integration would create for it."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from collections.abc import Mapping
+from typing import Any
+
+from manager.api import constants as c
+from manager.api.core import Job, PriorityClass
+from manager.api.kueue import PodSet, PriorityClassRef, Workload, WorkloadPriorityClass, WorkloadSpec
+from manager.api.meta import ObjectMeta, OwnerReference
+
+JOB_MIN_PARALLELISM_ANNOTATION = "kueue.x-k8s.io/job-min-parallelism"
+_MAX_NAME = 253
+_HASH_LENGTH = 5
+
+
+class JobConversionError(ValueError):
+    """A Job that Kueue would not create a Workload for; the message names the field."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(f"{path}: {message}")
+        self.path = path
+        self.message = message
+
+
+def workload_name(job_name: str, job_uid: str) -> str:
+    """Kueue's GetWorkloadNameForOwnerWithGVK: `job-<name>-<5 hex of sha1(kind, group, name, uid)>`."""
+    digest = hashlib.sha1(f"Job\nbatch\n{job_name}\n{job_uid}".encode()).hexdigest()[:_HASH_LENGTH]
+    prefix = f"job-{job_name}"[: _MAX_NAME - 1 - _HASH_LENGTH]
+    return f"{prefix}-{digest}"
+
+
+def pods_count(job: Job) -> int:
+    """min(parallelism, completions), parallelism defaulting to 1 (Kueue's podsCount)."""
+    parallelism = job.spec.parallelism if job.spec.parallelism is not None else 1
+    if job.spec.completions is not None and job.spec.completions < parallelism:
+        return job.spec.completions
+    return parallelism
+
+
+def resolve_priority(
+    job: Job,
+    template_spec: Mapping[str, Any],
+    *,
+    workload_priority_classes: Mapping[str, WorkloadPriorityClass],
+    priority_classes: Mapping[str, PriorityClass],
+) -> tuple[int, PriorityClassRef | None]:
+    """Kueue's ExtractPriority: the WorkloadPriorityClass label, else the pod's PriorityClass, else the default."""
+    labels = job.metadata.labels or {}
+    wpc_name = labels.get(c.PRIORITY_CLASS_LABEL)
+    if wpc_name:
+        wpc = workload_priority_classes.get(wpc_name)
+        if wpc is None:
+            raise JobConversionError(f"metadata.labels[{c.PRIORITY_CLASS_LABEL}]", f'WorkloadPriorityClass "{wpc_name}" not found')
+        return wpc.value, PriorityClassRef(group=c.GROUP, kind="WorkloadPriorityClass", name=wpc_name)
+    pc_name = template_spec.get("priorityClassName")
+    if pc_name:
+        pc = priority_classes.get(str(pc_name))
+        if pc is None:
+            raise JobConversionError("spec.template.spec.priorityClassName", f'PriorityClass "{pc_name}" not found')
+        return pc.value, PriorityClassRef(group="scheduling.k8s.io", kind="PriorityClass", name=str(pc_name))
+    defaults = sorted((pc for pc in priority_classes.values() if pc.global_default), key=lambda pc: pc.value)
+    if defaults:
+        return defaults[0].value, PriorityClassRef(group="scheduling.k8s.io", kind="PriorityClass", name=defaults[0].name)
+    return 0, None
+
+
+def workload_for_job(
+    job: Job,
+    *,
+    job_uid: str,
+    workload_priority_classes: Mapping[str, WorkloadPriorityClass],
+    priority_classes: Mapping[str, PriorityClass],
+) -> Workload:
+    """The Workload for a queued Job, as Kueue's job reconciler builds it."""
+    labels = job.metadata.labels or {}
+    queue_name = labels.get(c.QUEUE_NAME_LABEL) or (job.metadata.annotations or {}).get(c.QUEUE_NAME_ANNOTATION)
+    if not queue_name:
+        raise JobConversionError(f"metadata.labels[{c.QUEUE_NAME_LABEL}]", "Required value: the Job is not queued")
+    template = job.spec.template.model_dump(by_alias=True, exclude_none=True, mode="json")
+    template = copy.deepcopy(template)
+    spec = template.get("spec") or {}
+    priority, ref = resolve_priority(job, spec, workload_priority_classes=workload_priority_classes, priority_classes=priority_classes)
+    min_count: int | None = None
+    raw_min = (job.metadata.annotations or {}).get(JOB_MIN_PARALLELISM_ANNOTATION)
+    if raw_min is not None:
+        try:
+            min_count = int(raw_min)
+        except ValueError:
+            raise JobConversionError(f"metadata.annotations[{JOB_MIN_PARALLELISM_ANNOTATION}]", f'Invalid value: "{raw_min}": must be an integer') from None
+    count = pods_count(job)
+    if min_count is not None and not 0 < min_count <= count:
+        raise JobConversionError(
+            f"metadata.annotations[{JOB_MIN_PARALLELISM_ANNOTATION}]", f"Invalid value: {min_count}: must be between 1 and the Job's pod count ({count})"
+        )
+    meta = ObjectMeta(
+        name=workload_name(job.name, job_uid),
+        namespace=job.namespace,
+        labels={c.JOB_UID_LABEL: job_uid},
+        creation_timestamp=job.metadata.creation_timestamp,
+        owner_references=[OwnerReference(api_version="batch/v1", kind="Job", name=job.name, uid=job_uid, controller=True, block_owner_deletion=True)],
+    )
+    return Workload(
+        metadata=meta,
+        spec=WorkloadSpec(
+            pod_sets=[PodSet(name="main", template=template, count=count, min_count=min_count)],
+            queue_name=queue_name,
+            priority=priority,
+            priority_class_ref=ref,
+        ),
+    )

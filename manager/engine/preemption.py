@@ -1,0 +1,497 @@
+"""Preemption: which admitted workloads to evict so that a workload fits.
+
+Kueue's two algorithms: classic (candidates by policy and cohort position, greedy removal
+then reverse fill-back) and fair sharing (target ClusterQueues by dominant resource share,
+with the LessThanOrEqualToFinalShare and LessThanInitialShare strategies). Both work on the
+live quota tree by removing and re-adding usage, and always leave it as they found it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
+
+from manager.api import constants as c
+from manager.engine import fairshare
+from manager.engine.cache import Cache, ClusterQueueInfo
+from manager.engine.flavors import NO_CANDIDATES, PREEMPT, PREEMPT_POSSIBLE, RECLAIM_POSSIBLE, Assignment
+from manager.engine.quota import QuotaNode, lowest_fitting_subtree_height
+from manager.engine.units import FlavorResource
+from manager.engine.workload import WorkloadInfo
+
+IN_CLUSTER_QUEUE = "InClusterQueue"
+IN_COHORT_RECLAMATION = "InCohortReclamation"
+IN_COHORT_FAIR_SHARING = "InCohortFairSharing"
+IN_COHORT_RECLAIM_WHILE_BORROWING = "InCohortReclaimWhileBorrowing"
+
+HUMAN_REASONS = {
+    IN_CLUSTER_QUEUE: "prioritization in the ClusterQueue",
+    IN_COHORT_RECLAMATION: "reclamation within the cohort",
+    IN_COHORT_FAIR_SHARING: "Fair Sharing within the cohort",
+    IN_COHORT_RECLAIM_WHILE_BORROWING: "reclamation within the cohort while borrowing",
+}
+
+# Classic preemption variants (classical/hierarchical_preemption.go).
+_WITHIN_CQ, _HIERARCHICAL, _WITHOUT_BORROWING, _WHILE_BORROWING = 1, 2, 3, 4
+_VARIANT_REASON = {
+    _WITHIN_CQ: IN_CLUSTER_QUEUE,
+    _HIERARCHICAL: IN_COHORT_RECLAMATION,
+    _WITHOUT_BORROWING: IN_COHORT_RECLAMATION,
+    _WHILE_BORROWING: IN_COHORT_RECLAIM_WHILE_BORROWING,
+}
+
+LESS_THAN_OR_EQUAL_TO_FINAL_SHARE = "LessThanOrEqualToFinalShare"
+LESS_THAN_INITIAL_SHARE = "LessThanInitialShare"
+DEFAULT_STRATEGIES = (LESS_THAN_OR_EQUAL_TO_FINAL_SHARE, LESS_THAN_INITIAL_SHARE)
+
+
+@dataclass(slots=True)
+class Target:
+    wl: WorkloadInfo
+    cq: ClusterQueueInfo
+    reason: str
+
+
+@dataclass(slots=True)
+class _Candidate:
+    wl: WorkloadInfo
+    cq: ClusterQueueInfo
+    lca: QuotaNode | None
+    variant: int
+
+
+def satisfies_policy(preemptor: WorkloadInfo, candidate: WorkloadInfo, policy: str) -> bool:
+    """Kueue's SatisfiesPreemptionPolicy."""
+    if policy == "LowerPriority":
+        return candidate.priority < preemptor.priority
+    if policy == "LowerOrNewerEqualPriority":
+        if candidate.priority < preemptor.priority:
+            return True
+        return candidate.priority == preemptor.priority and preemptor.queue_time < candidate.queue_time
+    return policy == "Any"
+
+
+def uses_resources(wl: WorkloadInfo, frs: set[FlavorResource]) -> bool:
+    for fr in wl.usage:
+        if fr in frs:
+            return True
+    return False
+
+
+def is_evicted(wl: WorkloadInfo) -> bool:
+    return wl.condition_true(c.EVICTED)
+
+
+class Preemptor:
+    """Finds preemption targets against the live tree in `cache`."""
+
+    def __init__(
+        self,
+        cache: Cache,
+        *,
+        fair_sharing: bool = False,
+        strategies: tuple[str, ...] = DEFAULT_STRATEGIES,
+        now: datetime,
+        lq_usage: Callable[[WorkloadInfo], float] | None = None,
+    ) -> None:
+        self.cache = cache
+        self.fair_sharing = fair_sharing
+        self.strategies = strategies or DEFAULT_STRATEGIES
+        self.now = now
+        self.lq_usage = lq_usage
+
+    # --- the snapshot operations ---------------------------------------------------------------
+    @staticmethod
+    def _remove(target_cq: ClusterQueueInfo, wl: WorkloadInfo) -> None:
+        target_cq.node.remove_usages(wl.usage)
+
+    @staticmethod
+    def _add(target_cq: ClusterQueueInfo, wl: WorkloadInfo) -> None:
+        target_cq.node.add_usages(wl.usage)
+
+    def _restore(self, targets: list[Target]) -> None:
+        for target in targets:
+            self._add(target.cq, target.wl)
+
+    @staticmethod
+    def fits(cq: ClusterQueueInfo, requests: dict[FlavorResource, int], allow_borrowing: bool) -> bool:
+        node = cq.node
+        for fr, value in requests.items():
+            if not allow_borrowing and node.borrowing_with(fr, value):
+                return False
+            if value > node.available(fr):
+                return False
+        return True
+
+    def _fill_back(self, cq: ClusterQueueInfo, requests: dict[FlavorResource, int], targets: list[Target], allow_borrowing: bool) -> list[Target]:
+        """Add back, in reverse order (never the last one), every target not needed after all."""
+        for i in range(len(targets) - 2, -1, -1):
+            self._add(targets[i].cq, targets[i].wl)
+            if self.fits(cq, requests, allow_borrowing):
+                targets[i] = targets[-1]
+                targets.pop()
+            else:
+                self._remove(targets[i].cq, targets[i].wl)
+        return targets
+
+    # --- ordering --------------------------------------------------------------------------------
+    def _order_key(self, preemptor_cq: ClusterQueueInfo) -> Callable[[WorkloadInfo], tuple[object, ...]]:
+        """Kueue's CandidatesOrdering as a sort key."""
+        afs = self.lq_usage if preemptor_cq.admission_fair_sharing else None
+        now_ts = self.now.timestamp()
+
+        def key(wl: WorkloadInfo) -> tuple[object, ...]:
+            same = wl.admission_cq == preemptor_cq.name
+            lq = -afs(wl) if afs is not None and same else 0.0
+            reserved = wl.reserved_at.timestamp() if wl.reserved_at is not None else now_ts
+            return (not is_evicted(wl), same, lq, wl.priority, -reserved, wl.uid)
+
+        return key
+
+    # --- entry points ----------------------------------------------------------------------------
+    def get_targets(self, wl: WorkloadInfo, cq: ClusterQueueInfo, assignment: Assignment) -> list[Target]:
+        frs = {(choice.name, resource) for ps in assignment.pod_sets for resource, choice in ps.flavors.items() if choice.mode == PREEMPT}
+        return self.targets(wl, cq, frs, assignment.usage)
+
+    def targets(self, wl: WorkloadInfo, cq: ClusterQueueInfo, frs: set[FlavorResource], requests: dict[FlavorResource, int]) -> list[Target]:
+        if self.fair_sharing:
+            return self._fair(wl, cq, frs, requests)
+        return self._classical(wl, cq, frs, requests)
+
+    def simulate(self, cq: ClusterQueueInfo, wl: WorkloadInfo, fr: FlavorResource, quantity: int) -> tuple[str, int]:
+        """Kueue's PreemptionOracle.SimulatePreemption for one (flavor, resource)."""
+        targets = self.targets(wl, cq, {fr}, {fr: quantity})
+        if not targets:
+            borrow, _ = lowest_fitting_subtree_height(cq.node, fr, quantity)
+            return NO_CANDIDATES, borrow
+        for target in targets:
+            self._remove(target.cq, target.wl)
+        borrow, _ = lowest_fitting_subtree_height(cq.node, fr, quantity)
+        self._restore(targets)
+        if any(target.cq is cq for target in targets):
+            return PREEMPT_POSSIBLE, borrow
+        return RECLAIM_POSSIBLE, borrow
+
+    # --- classic ---------------------------------------------------------------------------------
+    def _classify(self, wl: WorkloadInfo, cq: ClusterQueueInfo, candidate: WorkloadInfo, frs: set[FlavorResource], advantage: bool) -> int:
+        if not uses_resources(candidate, frs):
+            return 0
+        same = candidate.admission_cq == cq.name
+        policy = cq.within_cluster_queue if same else cq.reclaim_within_cohort
+        if not satisfies_policy(wl, candidate, policy):
+            return 0
+        if same:
+            return _WITHIN_CQ
+        if advantage:
+            return _HIERARCHICAL
+        if cq.borrow_within_cohort == "Never":
+            return _WITHOUT_BORROWING
+        threshold = cq.borrow_threshold
+        if candidate.priority >= wl.priority or (threshold is not None and candidate.priority > threshold):
+            return _WITHOUT_BORROWING
+        return _WHILE_BORROWING
+
+    def _from_cq(
+        self, wl: WorkloadInfo, cq: ClusterQueueInfo, source: ClusterQueueInfo, lca: QuotaNode | None, frs: set[FlavorResource], advantage: bool
+    ) -> list[_Candidate]:
+        out = []
+        for candidate in source.workloads.values():
+            if candidate is wl:
+                continue
+            variant = self._classify(wl, cq, candidate, frs, advantage)
+            if variant:
+                out.append(_Candidate(candidate, source, lca, variant))
+        return out
+
+    def _collect_in_subtree(
+        self,
+        wl: WorkloadInfo,
+        cq: ClusterQueueInfo,
+        current: QuotaNode,
+        subtree_root: QuotaNode,
+        skip: QuotaNode | None,
+        frs: set[FlavorResource],
+        advantage: bool,
+        into: list[_Candidate],
+    ) -> None:
+        for child in current.children:
+            if child.is_cohort:
+                if child is skip or child.within_nominal(frs):
+                    continue
+                self._collect_in_subtree(wl, cq, child, subtree_root, skip, frs, advantage, into)
+        for child in current.children:
+            if child.is_cohort or child is cq.node:
+                continue
+            if not child.within_nominal(frs):
+                source = self.cache.cluster_queues.get(child.name)
+                if source is not None:
+                    into += self._from_cq(wl, cq, source, subtree_root, frs, advantage)
+
+    def _classical(self, wl: WorkloadInfo, cq: ClusterQueueInfo, frs: set[FlavorResource], requests: dict[FlavorResource, int]) -> list[Target]:
+        same: list[_Candidate] = []
+        if cq.within_cluster_queue != "Never":
+            same = self._from_cq(wl, cq, cq, None, frs, False)
+        hierarchy: list[_Candidate] = []
+        priority: list[_Candidate] = []
+        if cq.node.parent is not None and cq.reclaim_within_cohort != "Never":
+            advantage, remaining = cq.node.fits_in_subtree(requests)
+            previous: QuotaNode | None = None
+            node: QuotaNode | None = cq.node.parent
+            while node is not None:
+                self._collect_in_subtree(wl, cq, node, node, previous, frs, advantage, hierarchy if advantage else priority)
+                fits, remaining = node.fits_in_subtree(remaining)
+                advantage = advantage or fits
+                previous = node
+                node = node.parent
+        if not same and not hierarchy and not priority:
+            return []
+        key = self._order_key(cq)
+        ordered: list[_Candidate] = []
+        groups = []
+        for group in (hierarchy, priority, same):
+            group.sort(key=lambda cand: key(cand.wl))
+            groups.append(group)
+        for group in groups:
+            ordered += [cand for cand in group if is_evicted(cand.wl)]
+        for group in groups:
+            ordered += [cand for cand in group if not is_evicted(cand.wl)]
+
+        forbidden = cq.borrow_within_cohort == "Never"
+        node = cq.node
+        under_nominal = all(node.nominal(fr) > node.usage.get(fr, 0) for fr in frs)
+        if not hierarchy and not priority or (forbidden and not under_nominal):
+            runs = (True,)
+        elif forbidden and not hierarchy:
+            runs = (False, True)
+        else:
+            runs = (True, False)
+        for allow_borrowing in runs:
+            targets: list[Target] = []
+            for cand in ordered:
+                if not self._valid(cq, cand, frs, allow_borrowing):
+                    continue
+                self._remove(cand.cq, cand.wl)
+                targets.append(Target(cand.wl, cand.cq, _VARIANT_REASON[cand.variant]))
+                if self.fits(cq, requests, allow_borrowing):
+                    targets = self._fill_back(cq, requests, targets, allow_borrowing)
+                    self._restore(targets)
+                    return targets
+            self._restore(targets)
+        return []
+
+    @staticmethod
+    def _valid(cq: ClusterQueueInfo, cand: _Candidate, frs: set[FlavorResource], allow_borrowing: bool) -> bool:
+        if cand.cq is cq:
+            return True
+        if allow_borrowing and cand.variant == _WITHOUT_BORROWING:
+            return False
+        if cand.cq.node.within_nominal(frs):
+            return False
+        node = cand.cq.node.parent
+        while node is not None and node is not cand.lca:
+            if node.within_nominal(frs):
+                return False
+            node = node.parent
+        return True
+
+    # --- fair sharing ------------------------------------------------------------------------------
+    def _fair(self, wl: WorkloadInfo, cq: ClusterQueueInfo, frs: set[FlavorResource], requests: dict[FlavorResource, int]) -> list[Target]:
+        candidates: list[tuple[WorkloadInfo, ClusterQueueInfo]] = []
+        if cq.within_cluster_queue != "Never":
+            for cand in cq.workloads.values():
+                if cand is not wl and satisfies_policy(wl, cand, cq.within_cluster_queue) and uses_resources(cand, frs):
+                    candidates.append((cand, cq))
+        if cq.node.parent is not None and cq.reclaim_within_cohort != "Never":
+            for other in self.cache.cohort_cluster_queues(cq.node.root()):
+                if other is cq or not any(other.node.is_borrowing(fr) for fr in frs):
+                    continue
+                for cand in other.workloads.values():
+                    if satisfies_policy(wl, cand, cq.reclaim_within_cohort) and uses_resources(cand, frs):
+                        candidates.append((cand, other))
+        if not candidates:
+            return []
+        key = self._order_key(cq)
+        candidates.sort(key=lambda pair: key(pair[0]))
+        cq.node.add_usages(requests)
+        fits, targets, retry = self._first_strategy(wl, cq, frs, requests, candidates, self.strategies[0])
+        if not fits and len(self.strategies) > 1:
+            fits, targets = self._second_strategy(cq, requests, retry, targets)
+        cq.node.remove_usages(requests)
+        if not fits:
+            self._restore(targets)
+            return []
+        targets = self._fill_back(cq, requests, targets, True)
+        self._restore(targets)
+        return targets
+
+    def _fits_fair(self, cq: ClusterQueueInfo, requests: dict[FlavorResource, int]) -> bool:
+        cq.node.remove_usages(requests)
+        try:
+            return self.fits(cq, requests, True)
+        finally:
+            cq.node.add_usages(requests)
+
+    def _first_strategy(
+        self,
+        wl: WorkloadInfo,
+        cq: ClusterQueueInfo,
+        frs: set[FlavorResource],
+        requests: dict[FlavorResource, int],
+        candidates: list[tuple[WorkloadInfo, ClusterQueueInfo]],
+        strategy: str,
+    ) -> tuple[bool, list[Target], list[tuple[WorkloadInfo, ClusterQueueInfo]]]:
+        ordering = _TargetOrdering(self, cq, candidates)
+        targets: list[Target] = []
+        retry: list[tuple[WorkloadInfo, ClusterQueueInfo]] = []
+        within_nominal = not any(cq.node.is_borrowing(fr) for fr in frs)
+        for target_cq in ordering.iterate():
+            if target_cq is cq:
+                cand = ordering.pop(target_cq)
+                self._remove(target_cq, cand)
+                targets.append(Target(cand, target_cq, IN_CLUSTER_QUEUE))
+                if self._fits_fair(cq, requests):
+                    return True, targets, []
+                continue
+            if within_nominal:
+                cand = ordering.pop(target_cq)
+                self._remove(target_cq, cand)
+                targets.append(Target(cand, target_cq, IN_COHORT_RECLAMATION))
+                if self._fits_fair(cq, requests):
+                    return True, targets, []
+                continue
+            preemptor_new, target_old = ordering.shares(target_cq)
+            if preemptor_new.weighted() == float("inf") and target_old.weighted() != float("inf"):
+                while ordering.has(target_cq):
+                    retry.append((ordering.pop(target_cq), target_cq))
+                continue
+            while ordering.has(target_cq):
+                cand = ordering.pop(target_cq)
+                target_new = ordering.share_after_removal(target_cq, cand)
+                if strategy == LESS_THAN_OR_EQUAL_TO_FINAL_SHARE:
+                    passed = fairshare.compare(preemptor_new, target_new) <= 0
+                else:
+                    passed = fairshare.compare(preemptor_new, target_old) < 0
+                if passed:
+                    self._remove(target_cq, cand)
+                    targets.append(Target(cand, target_cq, IN_COHORT_FAIR_SHARING))
+                    if self._fits_fair(cq, requests):
+                        return True, targets, []
+                    break
+                retry.append((cand, target_cq))
+        return False, targets, retry
+
+    def _second_strategy(
+        self,
+        cq: ClusterQueueInfo,
+        requests: dict[FlavorResource, int],
+        retry: list[tuple[WorkloadInfo, ClusterQueueInfo]],
+        targets: list[Target],
+    ) -> tuple[bool, list[Target]]:
+        ordering = _TargetOrdering(self, cq, retry)
+        for target_cq in ordering.iterate():
+            preemptor_new, target_old = ordering.shares(target_cq)
+            cand = ordering.pop(target_cq)
+            if fairshare.compare(preemptor_new, target_old) < 0:
+                self._remove(target_cq, cand)
+                targets.append(Target(cand, target_cq, IN_COHORT_FAIR_SHARING))
+                if self._fits_fair(cq, requests):
+                    return True, targets
+            ordering.drop(target_cq)
+        return False, targets
+
+
+class _TargetOrdering:
+    """Kueue's TargetClusterQueueOrdering: descend from the root to the highest-DRS borrower."""
+
+    def __init__(self, preemptor: Preemptor, cq: ClusterQueueInfo, candidates: list[tuple[WorkloadInfo, ClusterQueueInfo]]) -> None:
+        self.preemptor = preemptor
+        self.cq = cq
+        self.by_cq: dict[str, list[WorkloadInfo]] = {}
+        self.cq_of: dict[str, ClusterQueueInfo] = {}
+        for wl, owner in candidates:
+            self.by_cq.setdefault(owner.name, []).append(wl)
+            self.cq_of[owner.name] = owner
+        for wls in self.by_cq.values():
+            wls.reverse()  # pop() from the end takes the first candidate
+        self.ancestors = {id(node) for node in cq.node.path()[1:]}
+        self.pruned_cqs: set[str] = set()
+        self.pruned_cohorts: set[int] = set()
+        self.key = preemptor._order_key(cq)
+
+    def has(self, cq: ClusterQueueInfo) -> bool:
+        return bool(self.by_cq.get(cq.name))
+
+    def pop(self, cq: ClusterQueueInfo) -> WorkloadInfo:
+        return self.by_cq[cq.name].pop()
+
+    def drop(self, cq: ClusterQueueInfo) -> None:
+        self.pruned_cqs.add(cq.name)
+
+    def iterate(self) -> Iterator[ClusterQueueInfo]:
+        cq = self.cq
+        if cq.node.parent is None:
+            while cq.name not in self.pruned_cqs and self.has(cq):
+                yield cq
+            return
+        root = cq.node.root()
+        while id(root) not in self.pruned_cohorts:
+            target = self._next(root)
+            if target is not None:
+                yield target
+
+    def _next(self, cohort: QuotaNode) -> ClusterQueueInfo | None:
+        best_cq: ClusterQueueInfo | None = None
+        best_cq_drs = fairshare.NEGATIVE
+        for child in cohort.children:
+            if child.is_cohort or child.name in self.pruned_cqs:
+                continue
+            info = self.preemptor.cache.cluster_queues.get(child.name)
+            if info is None:
+                continue
+            drs = fairshare.dominant_resource_share(child)
+            order = fairshare.compare(drs, best_cq_drs)
+            if (not drs.borrowing and info is not self.cq) or not self.has(info):
+                self.pruned_cqs.add(child.name)
+            elif order == 0 and best_cq is not None:
+                if self.key(self.by_cq[info.name][-1]) < self.key(self.by_cq[best_cq.name][-1]):
+                    best_cq = info
+            elif order == 1:
+                best_cq, best_cq_drs = info, drs
+        best_cohort: QuotaNode | None = None
+        best_cohort_drs = fairshare.NEGATIVE
+        for child in cohort.children:
+            if not child.is_cohort or id(child) in self.pruned_cohorts:
+                continue
+            drs = fairshare.dominant_resource_share(child)
+            if not drs.borrowing and id(child) not in self.ancestors:
+                self.pruned_cohorts.add(id(child))
+            elif fairshare.compare(drs, best_cohort_drs) >= 0:
+                best_cohort, best_cohort_drs = child, drs
+        if best_cohort is None and best_cq is None:
+            self.pruned_cohorts.add(id(cohort))
+            return None
+        if best_cohort is not None and fairshare.compare(best_cohort_drs, best_cq_drs) >= 0:
+            return self._next(best_cohort)
+        return best_cq
+
+    def _almost_lcas(self, target: ClusterQueueInfo) -> tuple[QuotaNode, QuotaNode]:
+        preemptor_path = self.cq.node.path()
+        target_path = target.node.path()
+        target_ids = {id(n) for n in target_path}
+        lca = next(n for n in preemptor_path if id(n) in target_ids)
+        preemptor_side = preemptor_path[preemptor_path.index(lca) - 1] if preemptor_path.index(lca) > 0 else lca
+        target_index = next(i for i, n in enumerate(target_path) if n is lca)
+        target_side = target_path[target_index - 1] if target_index > 0 else lca
+        return preemptor_side, target_side
+
+    def shares(self, target: ClusterQueueInfo) -> tuple[fairshare.DRS, fairshare.DRS]:
+        preemptor_side, target_side = self._almost_lcas(target)
+        return fairshare.dominant_resource_share(preemptor_side), fairshare.dominant_resource_share(target_side)
+
+    def share_after_removal(self, target: ClusterQueueInfo, wl: WorkloadInfo) -> fairshare.DRS:
+        target.node.remove_usages(wl.usage)
+        try:
+            return fairshare.dominant_resource_share(self._almost_lcas(target)[1])
+        finally:
+            target.node.add_usages(wl.usage)

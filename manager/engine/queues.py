@@ -1,0 +1,143 @@
+"""Pending workloads per ClusterQueue: Kueue's heap, inadmissible set and requeue rules."""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from manager.engine.workload import WorkloadInfo
+
+# Requeue reasons (pkg/cache/queue).
+NO_FIT = "NoFit"
+PREEMPTION_NO_CANDIDATES = "PreemptionNoCandidates"
+PENDING_PREEMPTION = "PendingPreemption"
+PREEMPTION_FAILED = "PreemptionFailed"
+NAMESPACE_MISMATCH = "NamespaceMismatch"
+FAILED_AFTER_NOMINATION = "FailedAfterNomination"
+GENERIC = "Generic"
+
+_BEST_EFFORT_IMMEDIATE = {FAILED_AFTER_NOMINATION, PENDING_PREEMPTION, PREEMPTION_FAILED}
+
+
+def order_key(wl: WorkloadInfo) -> tuple[int, float, str]:
+    """Heap order: higher priority first, then the earlier queue-order timestamp, then UID."""
+    return (-wl.priority, wl.queue_time.timestamp(), wl.uid)
+
+
+@dataclass
+class ClusterQueueQueue:
+    """One ClusterQueue's pending workloads."""
+
+    name: str
+    strategy: str = "BestEffortFIFO"
+    lq_usage: Callable[[WorkloadInfo], float] | None = None
+    active: dict[str, WorkloadInfo] = field(default_factory=dict)
+    inadmissible: dict[str, WorkloadInfo] = field(default_factory=dict)
+    inadmissible_reason: dict[str, str] = field(default_factory=dict)
+    bulk_hashes: dict[str, str] = field(default_factory=dict)
+    sticky: str | None = None
+    pop_cycle: int = -1
+    requeue_cycle: int = -2
+    _heaps: dict[str, list[tuple[tuple[int, float, str], int, str]]] = field(default_factory=dict)
+    _version: dict[str, int] = field(default_factory=dict)
+    _counter: int = 0
+
+    @property
+    def best_effort(self) -> bool:
+        return self.strategy != "StrictFIFO"
+
+    def pending(self) -> int:
+        return len(self.active) + len(self.inadmissible)
+
+    def _lq(self, wl: WorkloadInfo) -> str:
+        return wl.queue_name if self.lq_usage is not None else ""
+
+    def push(self, wl: WorkloadInfo) -> None:
+        """Put a workload in the heap (or straight into inadmissible if its shape already failed)."""
+        self.inadmissible.pop(wl.key, None)
+        if self.best_effort and wl.scheduling_hash in self.bulk_hashes and wl.key not in self.active:
+            self.inadmissible[wl.key] = wl
+            self.inadmissible_reason[wl.key] = self.bulk_hashes[wl.scheduling_hash]
+            return
+        self._push_active(wl)
+
+    def _push_active(self, wl: WorkloadInfo) -> None:
+        self._counter += 1
+        self._version[wl.key] = self._counter
+        self.active[wl.key] = wl
+        self.inadmissible_reason.pop(wl.key, None)
+        heapq.heappush(self._heaps.setdefault(self._lq(wl), []), (order_key(wl), self._counter, wl.key))
+
+    def delete(self, key: str) -> None:
+        self.active.pop(key, None)
+        self.inadmissible.pop(key, None)
+        self.inadmissible_reason.pop(key, None)
+        if self.sticky == key:
+            self.sticky = None
+
+    def _top(self, heap: list[tuple[tuple[int, float, str], int, str]]) -> str | None:
+        while heap:
+            _, version, key = heap[0]
+            if key in self.active and self._version.get(key) == version:
+                return key
+            heapq.heappop(heap)
+        return None
+
+    def pop(self, cycle: int) -> WorkloadInfo | None:
+        """The head, removed from the queue ("inflight") until it is requeued or admitted."""
+        self.pop_cycle = cycle
+        if self.best_effort and self.sticky is not None and self.sticky in self.active:
+            return self.active.pop(self.sticky)
+        best_key: str | None = None
+        best: tuple[float, tuple[int, float, str]] | None = None
+        for heap in self._heaps.values():
+            key = self._top(heap)
+            if key is None:
+                continue
+            wl = self.active[key]
+            rank = (self.lq_usage(wl) if self.lq_usage is not None else 0.0, order_key(wl))
+            if best is None or rank < best:
+                best, best_key = rank, key
+        if best_key is None:
+            return None
+        return self.active.pop(best_key)
+
+    def requeue(self, wl: WorkloadInfo, reason: str, *, pending_flavors: bool = False, status_reason: str = "") -> list[WorkloadInfo]:
+        """Kueue's requeueIfNotPresent after a failed attempt; returns workloads bulk-moved with it."""
+        if reason == PENDING_PREEMPTION:
+            self.sticky = wl.key
+        if self.best_effort:
+            immediate = reason in _BEST_EFFORT_IMMEDIATE
+        else:
+            immediate = reason != NAMESPACE_MISMATCH
+        if immediate or self.requeue_cycle >= self.pop_cycle or pending_flavors:
+            self._push_active(wl)
+            return []
+        self.inadmissible[wl.key] = wl
+        moved: list[WorkloadInfo] = []
+        if self.best_effort and reason in (NO_FIT, PREEMPTION_NO_CANDIDATES):
+            # Scheduling equivalence hashing: the same shape would fail the same way.
+            self.bulk_hashes[wl.scheduling_hash] = status_reason or "PendingEvaluation"
+            for key in [k for k, other in self.active.items() if other.scheduling_hash == wl.scheduling_hash]:
+                other = self.active.pop(key)
+                self.inadmissible[key] = other
+                self.inadmissible_reason[key] = self.bulk_hashes[wl.scheduling_hash]
+                moved.append(other)
+        return moved
+
+    def requeue_inadmissible(self, cycle: int, still_admissible: Callable[[WorkloadInfo], bool] | None = None) -> int:
+        """Move every inadmissible workload back to the heap (Kueue's QueueInadmissibleWorkloads)."""
+        self.requeue_cycle = cycle
+        self.bulk_hashes.clear()
+        moved = 0
+        for key, wl in list(self.inadmissible.items()):
+            if still_admissible is not None and not still_admissible(wl):
+                continue
+            del self.inadmissible[key]
+            self._push_active(wl)
+            moved += 1
+        return moved
+
+    def was_bulk_moved(self, key: str) -> str | None:
+        return self.inadmissible_reason.get(key)

@@ -1,0 +1,592 @@
+"""One Kueue scheduling cycle, as a pure function of the engine state and the time.
+
+`Scheduler.cycle(now)` pops one head per active ClusterQueue, nominates each (flavor
+assignment and preemption targets against the tree as it stands), orders the entries
+(borrowing level, priority, age; or the fair-sharing tournament), then processes them in
+order against the tree as earlier entries changed it. Trial changes made during the cycle
+are undone at its end and only its decisions are applied, so the state stays incremental.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from manager.api import constants as c
+from manager.api.config import Configuration, parse_duration
+from manager.engine import fairshare
+from manager.engine.cache import Cache, ClusterQueueInfo
+from manager.engine.flavors import DEFERRED_FIT, FIT, NO_FIT, PREEMPT, Assignment, FlavorAssigner
+from manager.engine.preemption import HUMAN_REASONS, Preemptor, Target
+from manager.engine.queues import (
+    FAILED_AFTER_NOMINATION,
+    NAMESPACE_MISMATCH,
+    NO_FIT as RQ_NO_FIT,
+    PENDING_PREEMPTION,
+    PREEMPTION_NO_CANDIDATES,
+    GENERIC,
+    ClusterQueueQueue,
+)
+from manager.engine.selectors import selector_matches
+from manager.engine.units import FlavorResource
+from manager.engine.workload import (
+    REASON_ADMITTED,
+    REASON_MISCONFIGURED,
+    REASON_NO_RESERVATION,
+    REASON_PENDING_EVALUATION,
+    REASON_PREEMPTED,
+    REASON_QUOTA_RESERVED,
+    REASON_SUSPENDED,
+    REASON_UNSATISFIED_CHECKS,
+    REASON_WAITING_FOR_PREEMPTED,
+    REASON_WAITING_FOR_QUOTA,
+    AssignedPodSet,
+    WorkloadInfo,
+)
+
+NO_LONGER_FITS = "Workload no longer fits after processing another workload"
+OVERLAPPING_TARGETS = "Workload has overlapping preemption targets with another workload"
+BYPASSED = "Bypassed scheduling evaluation because an equivalent workload recently failed"
+
+
+@dataclass(slots=True, eq=False)
+class Entry:
+    wl: WorkloadInfo
+    cq: ClusterQueueInfo
+    assignment: Assignment | None = None
+    targets: list[Target] = field(default_factory=list)
+    skip_reason: str = ""
+    skip_message: str = ""
+    requeue_reason: str = GENERIC
+    status: str = ""  # "assumed", "preempting", or "" (requeued)
+
+
+@dataclass
+class Preemption:
+    victim: WorkloadInfo
+    victim_cq: ClusterQueueInfo
+    preemptor: WorkloadInfo
+    preemptor_cq: ClusterQueueInfo
+    reason: str
+
+
+@dataclass
+class CycleResult:
+    heads: int = 0
+    admitted: list[WorkloadInfo] = field(default_factory=list)
+    preemptions: list[Preemption] = field(default_factory=list)
+    changed: bool = False
+
+
+class Scheduler:
+    """Queues, the quota tree and the rules that connect them."""
+
+    def __init__(
+        self,
+        cache: Cache,
+        *,
+        config: Configuration | None = None,
+        namespaces: dict[str, dict[str, str]] | None = None,
+    ) -> None:
+        self.cache = cache
+        self.config = config or Configuration()
+        self.namespaces = namespaces if namespaces is not None else {}
+        fair = self.config.fair_sharing
+        self.fair_sharing = fair is not None and fair.enable is not False
+        self.strategies = tuple(fair.preemption_strategies) if fair and fair.preemption_strategies else ()
+        self.queues: dict[str, ClusterQueueQueue] = {}
+        self.cycle_number = 0
+        afs = self.config.admission_fair_sharing
+        self.afs_enabled = afs is not None
+        self.lq_consumed: dict[str, float] = {}
+        self._afs_half_life = parse_duration(afs.usage_half_life_time).total_seconds() if afs and afs.usage_half_life_time else 0.0
+        self._afs_sampling = parse_duration(afs.usage_sampling_interval).total_seconds() if afs and afs.usage_sampling_interval else 300.0
+        self._afs_weights = dict(afs.resource_weights or {}) if afs else {}
+        for cq in cache.cluster_queues.values():
+            afs_cq = self.afs_enabled and cq.admission_fair_sharing
+            self.queues[cq.name] = ClusterQueueQueue(cq.name, cq.strategy, self._lq_usage if afs_cq else None)
+
+    # --- admission fair sharing -------------------------------------------------------------------
+    def _lq_key(self, wl: WorkloadInfo) -> str:
+        return f"{wl.namespace}/{wl.queue_name}"
+
+    def _lq_usage(self, wl: WorkloadInfo) -> float:
+        key = self._lq_key(wl)
+        lq = self.cache.local_queues.get(key)
+        weight = 1.0
+        if lq is not None and lq.spec.fair_sharing is not None and lq.spec.fair_sharing.weight is not None:
+            weight = lq.spec.fair_sharing.weight.milli / 1000
+        if weight <= 0:
+            return float("inf")
+        return self.lq_consumed.get(key, 0.0) / weight
+
+    def _afs_alpha(self, seconds: float) -> float:
+        if self._afs_half_life <= 0:
+            return 0.0
+        return float(1 - 0.5 ** (seconds / self._afs_half_life))
+
+    def _afs_charge(self, wl: WorkloadInfo, usage: dict[FlavorResource, int]) -> None:
+        # Kueue's entry penalty: alpha(sampling interval) times the requests, weighted per resource.
+        alpha = self._afs_alpha(self._afs_sampling)
+        total = sum(self._afs_weights.get(fr[1], 1.0) * value for fr, value in usage.items())
+        key = self._lq_key(wl)
+        self.lq_consumed[key] = self.lq_consumed.get(key, 0.0) + alpha * total
+
+    # --- queue membership ----------------------------------------------------------------------------
+    def enqueue(self, wl: WorkloadInfo, now: datetime) -> None:
+        """Queue a pending workload, or record why it cannot be queued (Kueue's workload controller)."""
+        if not wl.active or wl.reserved:
+            return
+        cq, problem = self.cache.cluster_queue_for(wl)
+        if cq is None:
+            self._not_admitted(wl, REASON_MISCONFIGURED, problem, now)
+            return
+        wl.cluster_queue = cq.name
+        lq = self.cache.local_queues.get(self._lq_key(wl))
+        if lq is not None and (lq.spec.stop_policy or "None") != "None":
+            self._not_admitted(wl, REASON_SUSPENDED, f"LocalQueue {wl.queue_name} is stopped", now)
+            return
+        if not cq.active:
+            state = "stopped" if cq.stop_policy != "None" else "inactive"
+            self._not_admitted(wl, REASON_SUSPENDED, f"ClusterQueue {cq.name} is {state}", now)
+        self.queues[cq.name].push(wl)
+
+    def _not_admitted(self, wl: WorkloadInfo, reason: str, message: str, now: datetime) -> None:
+        wl.set_condition(c.QUOTA_RESERVED, "False", reason, message, now)
+        wl.set_condition(c.ADMITTED, "False", REASON_NO_RESERVATION, "The workload has no reservation", now)
+
+    def pending_count(self, cq: str) -> int:
+        queue = self.queues.get(cq)
+        return queue.pending() if queue else 0
+
+    # --- the cycle ---------------------------------------------------------------------------------
+    def cycle(self, now: datetime) -> CycleResult:
+        self.cycle_number += 1
+        result = CycleResult()
+        preemptor = Preemptor(
+            self.cache,
+            fair_sharing=self.fair_sharing,
+            strategies=self.strategies or (),
+            now=now,
+            lq_usage=self._lq_usage if self.afs_enabled else None,
+        )
+        heads: list[Entry] = []
+        for name in sorted(self.queues):
+            cq = self.cache.cluster_queues[name]
+            if not cq.active:
+                continue
+            wl = self.queues[name].pop(self.cycle_number)
+            if wl is not None:
+                heads.append(Entry(wl, cq))
+        result.heads = len(heads)
+        if not heads:
+            return result
+        before = {entry.wl.key: self._observed(entry.wl) for entry in heads}
+        for entry in heads:
+            self._nominate(entry, preemptor)
+        ordered = self._fair_order(heads) if self.fair_sharing else sorted(heads, key=self._entry_key)
+        undo: list[tuple[ClusterQueueInfo, dict[FlavorResource, int]]] = []
+        preempted: dict[str, Target] = {}
+        for entry in ordered:
+            self._process(entry, preemptor, preempted, undo, now, result)
+        for cq, usage in reversed(undo):
+            cq.node.remove_usages(usage)
+        for entry in heads:
+            self._finish(entry, result, now)
+        self._complete_preemptions(result, now)
+        # A cycle changes something when it admits, preempts, parks a head as inadmissible, or
+        # changes what a head's status or flavor scan says; a blocked StrictFIFO head does none.
+        result.changed = bool(result.admitted or result.preemptions) or any(
+            entry.wl.key not in self.queues[entry.cq.name].active or self._observed(entry.wl) != before[entry.wl.key] for entry in heads
+        )
+        return result
+
+    @staticmethod
+    def _observed(wl: WorkloadInfo) -> tuple[object, ...]:
+        cond = wl.conditions.get(c.QUOTA_RESERVED)
+        last = wl.last_assignment
+        return (
+            (cond.status, cond.reason, cond.message) if cond else None,
+            tuple(tuple(sorted(t.items())) for t in last.tried) if last is not None else None,
+        )
+
+    def _entry_key(self, entry: Entry) -> tuple[object, ...]:
+        borrowing = entry.assignment.borrowing if entry.assignment is not None else 0
+        return (borrowing, -entry.wl.priority, entry.wl.queue_time.timestamp(), entry.cq.name, entry.wl.key)
+
+    # --- nomination ----------------------------------------------------------------------------------
+    def _nominate(self, entry: Entry, preemptor: Preemptor) -> None:
+        wl, cq = entry.wl, entry.cq
+        if any(state in ("Retry", "Rejected") for state in wl.checks.values()):
+            entry.skip_reason, entry.skip_message = REASON_PENDING_EVALUATION, "The workload has failed admission checks"
+            return
+        labels = self.namespaces.get(wl.namespace)
+        if labels is None:
+            entry.skip_reason, entry.skip_message = REASON_MISCONFIGURED, f"namespace {wl.namespace} doesn't exist"
+            entry.requeue_reason = NAMESPACE_MISMATCH
+            return
+        if not selector_matches(cq.namespace_selector, labels):
+            entry.skip_reason, entry.skip_message = REASON_MISCONFIGURED, "workload namespace doesn't match ClusterQueue selector"
+            entry.requeue_reason = NAMESPACE_MISMATCH
+            return
+        entry.assignment, entry.targets = self._assignments(wl, cq, preemptor)
+
+    def _assigner(self, wl: WorkloadInfo, cq: ClusterQueueInfo, preemptor: Preemptor) -> FlavorAssigner:
+        last = wl.last_assignment
+        if last is not None and (last.scheduling_hash != wl.scheduling_hash or (last.generation != cq.generation and self.cycle_number - last.cycle > 1)):
+            last = None
+        return FlavorAssigner(
+            self.cache,
+            cq,
+            wl,
+            oracle=preemptor.simulate,
+            fair_sharing=self.fair_sharing,
+            cycle=self.cycle_number,
+            last=last,
+        )
+
+    def _assignments(self, wl: WorkloadInfo, cq: ClusterQueueInfo, preemptor: Preemptor) -> tuple[Assignment, list[Target]]:
+        assigner = self._assigner(wl, cq, preemptor)
+        full = assigner.assign()
+        mode = full.representative_mode()
+        if mode == FIT:
+            return full, []
+        if mode == PREEMPT:
+            targets = preemptor.get_targets(wl, cq, full)
+            if targets:
+                return full, targets
+        reduced = self._partial(wl, cq, assigner, preemptor)
+        if reduced is not None:
+            return reduced
+        return full, []
+
+    def _partial(
+        self, wl: WorkloadInfo, cq: ClusterQueueInfo, assigner: FlavorAssigner, preemptor: Preemptor
+    ) -> tuple[Assignment, list[Target]] | None:
+        """Kueue's PodSetReducer: the largest proportional reduction toward minCount that fits."""
+        deltas = [ps.effective_count - ps.min_count if ps.min_count is not None else 0 for ps in wl.pod_sets]
+        total = sum(max(0, d) for d in deltas)
+        if total <= 0:
+            return None
+        cache: dict[int, tuple[Assignment, list[Target]] | None] = {}
+
+        def attempt(k: int) -> tuple[Assignment, list[Target]] | None:
+            if k not in cache:
+                counts = [ps.effective_count - (max(0, d) * k // total) for ps, d in zip(wl.pod_sets, deltas, strict=True)]
+                assignment = assigner.assign(counts)
+                mode = assignment.representative_mode()
+                found: tuple[Assignment, list[Target]] | None = None
+                if mode == FIT:
+                    found = (assignment, [])
+                elif mode == PREEMPT:
+                    targets = preemptor.get_targets(wl, cq, assignment)
+                    if targets:
+                        found = (assignment, targets)
+                cache[k] = found
+            return cache[k]
+
+        low, high = 1, total
+        if attempt(high) is None:
+            return None
+        while low < high:
+            middle = (low + high) // 2
+            if attempt(middle) is not None:
+                high = middle
+            else:
+                low = middle + 1
+        return attempt(low)
+
+    # --- fair sharing order ------------------------------------------------------------------------------
+    def _fair_order(self, heads: list[Entry]) -> list[Entry]:
+        """Kueue's fairSharingIterator: a DRS tournament per cohort tree, recomputed after each pop."""
+        remaining = {entry.cq.name: entry for entry in heads}
+        out: list[Entry] = []
+        # Earlier pops are charged while ordering later ones, then undone (processing recharges them).
+        charged: list[tuple[ClusterQueueInfo, dict[FlavorResource, int]]] = []
+        while remaining:
+            first = remaining[min(remaining)]
+            if first.cq.node.parent is None or first.assignment is None:
+                winner = first
+            else:
+                root = first.cq.node.root()
+                tree = [e for e in remaining.values() if e.cq.node.root() is root and e.assignment is not None]
+                values = {id(e): self._entry_shares(e) for e in tree}
+                winner = self._tournament(root, tree, values) or first
+            del remaining[winner.cq.name]
+            out.append(winner)
+            if winner.assignment is not None and winner.assignment.representative_mode() in (FIT, PREEMPT):
+                winner.cq.node.add_usages(winner.assignment.usage)
+                charged.append((winner.cq, winner.assignment.usage))
+        for cq, usage in reversed(charged):
+            cq.node.remove_usages(usage)
+        return out
+
+    def _entry_shares(self, entry: Entry) -> dict[int, fairshare.DRS]:
+        assert entry.assignment is not None
+        usage = entry.assignment.usage
+        entry.cq.node.add_usages(usage)
+        try:
+            shares: dict[int, fairshare.DRS] = {}
+            path = entry.cq.node.path()
+            for child, parent in zip(path, path[1:], strict=False):
+                shares[id(parent)] = fairshare.dominant_resource_share(child)
+            return shares
+        finally:
+            entry.cq.node.remove_usages(usage)
+
+    def _tournament(self, cohort: object, tree: list[Entry], values: dict[int, dict[int, fairshare.DRS]]) -> Entry | None:
+        from manager.engine.quota import QuotaNode
+
+        assert isinstance(cohort, QuotaNode)
+        competitors: list[Entry] = []
+        for child in cohort.children:
+            if child.is_cohort:
+                winner = self._tournament(child, tree, values)
+                if winner is not None:
+                    competitors.append(winner)
+            else:
+                competitors += [e for e in tree if e.cq.node is child]
+        if not competitors:
+            return None
+        level = id(cohort)
+
+        def key(entry: Entry) -> tuple[object, ...]:
+            drs = values[id(entry)][level]
+            assert entry.assignment is not None
+            borrowing = drs.borrowing_on(entry.assignment.usage)
+            weighted = drs.weighted()
+            zero = 1 if drs.zero_weight_borrows else 0
+            return (borrowing, zero, drs.ratio if zero else weighted, -entry.wl.priority, entry.wl.queue_time.timestamp(), entry.cq.name)
+
+        return min(competitors, key=key)
+
+    # --- processing ----------------------------------------------------------------------------------
+    def _process(
+        self,
+        entry: Entry,
+        preemptor: Preemptor,
+        preempted: dict[str, Target],
+        undo: list[tuple[ClusterQueueInfo, dict[FlavorResource, int]]],
+        now: datetime,
+        result: CycleResult,
+    ) -> None:
+        assignment = entry.assignment
+        if assignment is None:
+            return
+        wl, cq = entry.wl, entry.cq
+        mode = assignment.representative_mode()
+        usage = assignment.usage
+        if mode == NO_FIT:
+            entry.requeue_reason = RQ_NO_FIT
+            entry.skip_reason = assignment.no_fit_reason or REASON_WAITING_FOR_QUOTA
+            entry.skip_message = assignment.message()
+            return
+        if mode == PREEMPT and not entry.targets:
+            entry.requeue_reason = PREEMPTION_NO_CANDIDATES
+            entry.skip_reason, entry.skip_message = REASON_WAITING_FOR_QUOTA, assignment.message()
+            if cq.reclaim_within_cohort != "Any":
+                reserved = self._capacity_to_reserve(cq, assignment)
+                if reserved:
+                    cq.node.add_usages(reserved)
+                    undo.append((cq, reserved))
+            return
+        overlap = any(t.wl.key in preempted for t in entry.targets)
+        if overlap:
+            # Kueue recomputes the assignment with the earlier victims gone; a fit then waits for them.
+            removed = [t for t in preempted.values()]
+            for t in removed:
+                t.cq.node.remove_usages(t.wl.usage)
+            retry = self._assigner(wl, cq, preemptor).assign([psa.count for psa in assignment.pod_sets])
+            for t in removed:
+                t.cq.node.add_usages(t.wl.usage)
+            if retry.representative_mode() == FIT:
+                entry.assignment = retry
+                entry.skip_reason = REASON_WAITING_FOR_PREEMPTED
+                entry.skip_message = f"{assignment.message()}. Pending the preemption of {len(entry.targets)} workload(s)"
+                entry.requeue_reason = PENDING_PREEMPTION
+                entry.status = "deferred"
+                cq.node.add_usages(retry.usage)
+                undo.append((cq, retry.usage))
+                wl.last_assignment = None
+                return
+            entry.skip_reason, entry.skip_message = REASON_WAITING_FOR_QUOTA, OVERLAPPING_TARGETS
+            entry.requeue_reason = FAILED_AFTER_NOMINATION
+            return
+        if not self._fits_after_removal(cq, usage, list(preempted.values()) + entry.targets):
+            entry.skip_reason, entry.skip_message = REASON_WAITING_FOR_QUOTA, NO_LONGER_FITS
+            entry.requeue_reason = FAILED_AFTER_NOMINATION
+            return
+        for target in entry.targets:
+            preempted[target.wl.key] = target
+        cq.node.add_usages(usage)
+        undo.append((cq, usage))
+        if mode == PREEMPT:
+            entry.status = "preempting"
+            entry.skip_reason = REASON_WAITING_FOR_PREEMPTED
+            entry.skip_message = f"{assignment.message()}. Pending the preemption of {len(entry.targets)} workload(s)"
+            entry.requeue_reason = PENDING_PREEMPTION
+            for target in entry.targets:
+                result.preemptions.append(Preemption(target.wl, target.cq, wl, cq, target.reason))
+            wl.last_assignment = None
+            return
+        entry.status = "assumed"
+        self._admit(entry, now)
+        result.admitted.append(wl)
+
+    @staticmethod
+    def _fits_after_removal(cq: ClusterQueueInfo, usage: dict[FlavorResource, int], removed: list[Target]) -> bool:
+        for target in removed:
+            target.cq.node.remove_usages(target.wl.usage)
+        try:
+            return all(cq.node.available(fr) >= value for fr, value in usage.items())
+        finally:
+            for target in removed:
+                target.cq.node.add_usages(target.wl.usage)
+
+    @staticmethod
+    def _capacity_to_reserve(cq: ClusterQueueInfo, assignment: Assignment) -> dict[FlavorResource, int]:
+        """Kueue's quotaResourcesToReserve: what a blocked preemptor holds for the rest of the cycle."""
+        out: dict[FlavorResource, int] = {}
+        node = cq.node
+        for fr, request in assignment.usage.items():
+            quota = node.quota.get(fr)
+            nominal = quota.nominal if quota else 0
+            used = node.usage.get(fr, 0)
+            if assignment.borrowing > 0:
+                if quota is not None and quota.borrowing_limit is not None:
+                    value = min(request, nominal + quota.borrowing_limit - used)
+                else:
+                    value = request
+            else:
+                value = max(0, min(request, nominal - used))
+            if value > 0:
+                out[fr] = value
+        return out
+
+    # --- admission and status ---------------------------------------------------------------------------
+    def _admit(self, entry: Entry, now: datetime) -> None:
+        wl, cq, assignment = entry.wl, entry.cq, entry.assignment
+        assert assignment is not None
+        wl.admission = [
+            AssignedPodSet(
+                psa.name,
+                {resource: choice.name for resource, choice in psa.flavors.items()},
+                {resource: psa.requests.get(resource, 0) for resource in psa.flavors},
+                psa.count,
+            )
+            for psa in assignment.pod_sets
+        ]
+        wl.admission_cq = cq.name
+        wl.usage = dict(assignment.usage)
+        wl.reserved_at = now
+        wl.last_assignment = None
+        self.cache.reserve(cq, wl)
+        if self.afs_enabled and cq.admission_fair_sharing:
+            self._afs_charge(wl, wl.usage)
+        wl.set_condition(c.QUOTA_RESERVED, "True", REASON_QUOTA_RESERVED, f"Quota reserved in ClusterQueue {cq.name}", now)
+        for kind in (c.EVICTED, c.PREEMPTED):
+            old = wl.conditions.get(kind)
+            if old is not None and old.status == "True":
+                wl.set_condition(kind, "False", REASON_QUOTA_RESERVED, f"Previously: {old.message}", now)
+        for check in cq.required_checks(assignment.flavors_used()):
+            wl.checks.setdefault(check, "Pending")
+        self.sync_admitted(wl, now)
+        queue = self.queues.get(cq.name)
+        if queue is not None and queue.sticky == wl.key:
+            queue.sticky = None
+
+    def sync_admitted(self, wl: WorkloadInfo, now: datetime) -> None:
+        """Kueue's SyncAdmittedCondition: Admitted once quota is reserved and every check is Ready."""
+        if not wl.reserved:
+            wl.set_condition(c.ADMITTED, "False", REASON_NO_RESERVATION, "The workload has no reservation", now)
+        elif all(state == "Ready" for state in wl.checks.values()):
+            wl.set_condition(c.ADMITTED, "True", REASON_ADMITTED, "The workload is admitted", now)
+        else:
+            wl.set_condition(c.ADMITTED, "False", REASON_UNSATISFIED_CHECKS, "The workload has not all checks ready", now)
+
+    def _finish(self, entry: Entry, result: CycleResult, now: datetime) -> None:
+        """Requeue what was not admitted and write its condition (Kueue's requeueAndUpdate)."""
+        if entry.status == "assumed":
+            return
+        wl = entry.wl
+        queue = self.queues[entry.cq.name]
+        if entry.skip_reason:
+            self._not_admitted(wl, entry.skip_reason, entry.skip_message, now)
+        if entry.assignment is not None and entry.status not in ("preempting", "deferred"):
+            wl.last_assignment = entry.assignment.last
+        pending = wl.last_assignment is not None and wl.last_assignment.pending_flavors()
+        moved = queue.requeue(wl, entry.requeue_reason, pending_flavors=pending, status_reason=entry.skip_reason)
+        if entry.skip_reason:
+            wl.resource_requests = [(ps.name, ps.total()) for ps in wl.pod_sets]
+        for other in moved:
+            # Same as Kueue's workload controller for an equivalence class that just failed.
+            self._not_admitted(other, entry.skip_reason or REASON_PENDING_EVALUATION, BYPASSED, now)
+
+    def _complete_preemptions(self, result: CycleResult, now: datetime) -> None:
+        """Evictions issued in this cycle complete at its end: the victims release their quota."""
+        touched_roots: set[int] = set()
+        roots = []
+        for preemption in result.preemptions:
+            victim, preemptor = preemption.victim, preemption.preemptor
+            if not victim.reserved:
+                continue
+            message = (
+                f"Preempted to accommodate a workload (UID: {preemptor.uid}, JobUID: "
+                f"{(preemptor.obj.metadata.labels or {}).get(c.JOB_UID_LABEL) or 'UNKNOWN'}) due to "
+                f"{HUMAN_REASONS[preemption.reason]}; preemptor path: {self.cache.path_of(preemption.preemptor_cq)}; "
+                f"preemptee path: {self.cache.path_of(preemption.victim_cq)}"
+            )
+            victim.set_condition(c.EVICTED, "True", REASON_PREEMPTED, message, now)
+            victim.set_condition(c.PREEMPTED, "True", preemption.reason, message, now)
+            self.release(victim, now, reason=REASON_PENDING_EVALUATION, message=message)
+            victim.set_condition(c.REQUEUED, "True", REASON_PREEMPTED, message, now)
+            root = preemption.victim_cq.node.root()
+            if id(root) not in touched_roots:
+                touched_roots.add(id(root))
+                roots.append(root)
+        for root in roots:
+            self.requeue_inadmissible_in_tree(root)
+
+    def release(self, wl: WorkloadInfo, now: datetime, *, reason: str, message: str) -> None:
+        """Give back a workload's quota and make it pending again (after an eviction)."""
+        cq = self.cache.cluster_queues.get(wl.admission_cq)
+        if cq is not None:
+            self.cache.release(cq, wl)
+        wl.admission = None
+        wl.admission_cq = ""
+        wl.usage = {}
+        wl.reserved_at = None
+        wl.set_condition(c.QUOTA_RESERVED, "False", reason, message, now)
+        self.sync_admitted(wl, now)
+        self.enqueue(wl, now)
+
+    def requeue_inadmissible_in_tree(self, root: object) -> None:
+        """Capacity freed somewhere in a tree: every inadmissible workload in it gets another try."""
+        from manager.engine.quota import QuotaNode
+
+        assert isinstance(root, QuotaNode)
+        cqs: Iterable[ClusterQueueInfo]
+        if root.is_cohort:
+            cqs = self.cache.cohort_cluster_queues(root)
+        else:
+            found = self.cache.cluster_queues.get(root.name)
+            cqs = [found] if found else []
+        for cq in cqs:
+            cq.generation += 1
+            queue = self.queues.get(cq.name)
+            if queue is not None:
+                queue.requeue_inadmissible(self.cycle_number, self._namespace_still_matches(cq))
+
+    def _namespace_still_matches(self, cq: ClusterQueueInfo):  # type: ignore[no-untyped-def]
+        def check(wl: WorkloadInfo) -> bool:
+            labels = self.namespaces.get(wl.namespace)
+            return labels is not None and selector_matches(cq.namespace_selector, labels)
+
+        return check
+
+    def bypassed_message(self, wl: WorkloadInfo) -> str | None:
+        queue = self.queues.get(wl.cluster_queue)
+        if queue is None:
+            return None
+        return queue.was_bulk_moved(wl.key)

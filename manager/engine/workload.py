@@ -1,0 +1,229 @@
+"""The engine's view of one Workload: its requests, priority, queue position and state.
+
+Built once from the API object; the scheduler reads and updates these, and `to_status`
+turns them back into Kueue's status fields.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from manager.api import constants as c
+from manager.api.meta import Condition, Toleration
+from manager.api.kueue import Workload
+from manager.engine.requests import LimitRangeDefaults, Requests, pod_requests, transform
+from manager.api.config import Configuration
+from manager.engine.units import FlavorResource, amount
+
+# Condition reasons Kueue writes (workload_types.go).
+REASON_QUOTA_RESERVED = "QuotaReserved"
+REASON_ADMITTED = "Admitted"
+REASON_NO_RESERVATION = "NoReservation"
+REASON_UNSATISFIED_CHECKS = "UnsatisfiedAdmissionChecks"
+REASON_PREEMPTED = "Preempted"
+REASON_PENDING_EVALUATION = "PendingEvaluation"
+REASON_WAITING_FOR_QUOTA = "WaitingForQuota"
+REASON_WAITING_FOR_PREEMPTED = "WaitingForPreemptedWorkloads"
+REASON_NO_MATCHING_FLAVOR = "NoMatchingFlavor"
+REASON_EXCEEDS_MAX_QUOTA = "ExceedsMaxQuota"
+REASON_MISCONFIGURED = "Misconfigured"
+REASON_SUSPENDED = "Suspended"
+REASON_CQ_STOPPED = "ClusterQueueStopped"
+REASON_LQ_STOPPED = "LocalQueueStopped"
+REASON_INACTIVE = "Inactive"
+
+
+@dataclass(slots=True, frozen=True)
+class PodSetInfo:
+    """A podSet: its count, minCount and what one pod asks for (after transformations)."""
+
+    name: str
+    count: int
+    min_count: int | None
+    per_pod: Requests
+    spec: dict[str, Any]
+    tolerations: tuple[Toleration, ...]
+    reclaimable: int = 0
+
+    @property
+    def effective_count(self) -> int:
+        return max(0, self.count - self.reclaimable)
+
+    def total(self, count: int | None = None) -> Requests:
+        n = self.effective_count if count is None else count
+        return {name: value * n for name, value in self.per_pod.items()}
+
+
+@dataclass(slots=True)
+class AssignedPodSet:
+    """One podSet of `status.admission`: flavors per resource, usage per resource, count."""
+
+    name: str
+    flavors: dict[str, str]
+    usage: Requests
+    count: int
+
+
+@dataclass(slots=True)
+class Cond:
+    status: str
+    reason: str
+    message: str
+    time: datetime
+
+
+@dataclass(slots=True, eq=False)
+class WorkloadInfo:
+    key: str
+    namespace: str
+    name: str
+    uid: str
+    queue_name: str
+    priority: int
+    created: datetime
+    pod_sets: list[PodSetInfo]
+    obj: Workload
+    active: bool = True
+    scheduling_hash: str = ""
+    # Where it stands: the ClusterQueue its LocalQueue points to, and its reservation.
+    cluster_queue: str = ""
+    admission: list[AssignedPodSet] | None = None
+    admission_cq: str = ""
+    usage: dict[FlavorResource, int] = field(default_factory=dict)
+    reserved_at: datetime | None = None
+    evicted_at: datetime | None = None
+    order_time: datetime | None = None
+    checks: dict[str, str] = field(default_factory=dict)
+    conditions: dict[str, Cond] = field(default_factory=dict)
+    last_assignment: Any = None
+    resource_requests: list[tuple[str, Requests]] | None = None
+
+    @property
+    def reserved(self) -> bool:
+        return self.admission is not None
+
+    @property
+    def queue_time(self) -> datetime:
+        """Kueue's queue-order timestamp: creation, or the eviction time when requeued by it."""
+        return self.order_time or self.created
+
+    def set_condition(self, kind: str, status: str, reason: str, message: str, now: datetime) -> None:
+        """Set a condition; lastTransitionTime changes only when the status does (Kubernetes)."""
+        old = self.conditions.get(kind)
+        when = old.time if old is not None and old.status == status else now
+        self.conditions[kind] = Cond(status, reason, message[:32768], when)
+
+    def condition_true(self, kind: str) -> bool:
+        cond = self.conditions.get(kind)
+        return cond is not None and cond.status == "True"
+
+    def frs(self) -> set[FlavorResource]:
+        return set(self.usage)
+
+
+def stable_uid(key: str) -> str:
+    """A deterministic UID for objects given without one, so results do not depend on input order."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"kfed:{key}"))
+
+
+def _tolerations(spec: dict[str, Any]) -> tuple[Toleration, ...]:
+    raw = spec.get("tolerations") or []
+    return tuple(Toleration.model_validate(t) for t in raw if isinstance(t, dict))
+
+
+def _shape(spec: dict[str, Any]) -> str:
+    return repr((spec.get("nodeSelector"), spec.get("affinity"), spec.get("tolerations")))
+
+
+def build_info(
+    wl: Workload,
+    *,
+    priority: int,
+    created: datetime,
+    config: Configuration | None = None,
+    defaults: LimitRangeDefaults | None = None,
+) -> WorkloadInfo:
+    """The engine's WorkloadInfo for an API Workload. Raises RequestError for unreadable resources."""
+    reclaimable = {p.name: p.count for p in (wl.status.reclaimable_pods or [])} if wl.status else {}
+    pod_sets: list[PodSetInfo] = []
+    for i, ps in enumerate(wl.spec.pod_sets):
+        template = ps.template or {}
+        spec = template.get("spec") or {}
+        if not isinstance(spec, dict):
+            spec = {}
+        per_pod = transform(pod_requests(spec, path=f"spec.podSets[{i}].template.spec", defaults=defaults), config)
+        pod_sets.append(
+            PodSetInfo(
+                name=ps.name,
+                count=ps.count,
+                min_count=ps.min_count,
+                per_pod=per_pod,
+                spec=spec,
+                tolerations=_tolerations(spec),
+                reclaimable=reclaimable.get(ps.name, 0),
+            )
+        )
+    key = f"{wl.namespace}/{wl.name}"
+    shape = repr(
+        (
+            priority,
+            [(p.name, p.effective_count, p.min_count, sorted(p.per_pod.items()), _shape(p.spec)) for p in pod_sets],
+        )
+    )
+    info = WorkloadInfo(
+        key=key,
+        namespace=wl.namespace,
+        name=wl.name,
+        uid=wl.metadata.uid or stable_uid(key),
+        queue_name=wl.spec.queue_name or "",
+        priority=priority,
+        created=created,
+        pod_sets=pod_sets,
+        obj=wl,
+        active=wl.spec.active is not False,
+        scheduling_hash=hashlib.sha256(shape.encode()).hexdigest()[:16],
+    )
+    status = wl.status
+    if status is not None:
+        for cond in status.conditions or []:
+            info.conditions[cond.type] = Cond(cond.status, cond.reason, cond.message, cond.last_transition_time or created)
+        info.checks = {check.name: check.state for check in status.admission_checks or []}
+        evicted = info.conditions.get(c.EVICTED)
+        if evicted is not None and evicted.status == "True" and evicted.reason in ("PodsReadyTimeout", "AdmissionCheck"):
+            info.order_time = evicted.time
+        if status.admission is not None and info.condition_true(c.QUOTA_RESERVED):
+            info.admission_cq = status.admission.cluster_queue
+            info.admission = admission_from_status(wl)
+            info.usage = usage_of(info.admission)
+            reserved = info.conditions[c.QUOTA_RESERVED]
+            info.reserved_at = reserved.time
+    return info
+
+
+def admission_from_status(wl: Workload) -> list[AssignedPodSet]:
+    assert wl.status is not None and wl.status.admission is not None
+    out = []
+    for psa in wl.status.admission.pod_set_assignments:
+        usage = {name: amount(name, q) for name, q in (psa.resource_usage or {}).items()}
+        out.append(AssignedPodSet(psa.name, dict(psa.flavors or {}), usage, psa.count if psa.count is not None else 0))
+    return out
+
+
+def usage_of(admission: list[AssignedPodSet]) -> dict[FlavorResource, int]:
+    usage: dict[FlavorResource, int] = {}
+    for assigned in admission:
+        for resource, value in assigned.usage.items():
+            flavor = assigned.flavors.get(resource)
+            if flavor is None or value == 0:
+                continue
+            fr = (flavor, resource)
+            usage[fr] = usage.get(fr, 0) + value
+    return usage
+
+
+def to_condition(kind: str, cond: Cond) -> Condition:
+    return Condition(type=kind, status=cond.status, reason=cond.reason, message=cond.message, last_transition_time=cond.time)  # type: ignore[arg-type]
