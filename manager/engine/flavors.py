@@ -271,7 +271,8 @@ class FlavorAssigner:
         cq = self.cq
         group_index = cq.group_of.get(resource)
         if group_index is None:
-            return None, [f"resource {resource} unavailable in ClusterQueue"], [], ""
+            # No group covers it: no flavor can ever match (reported as NoMatchingFlavor).
+            return None, [f"resource {resource} unavailable in ClusterQueue"], [("", NO_FIT, REASON_NO_MATCHING_FLAVOR)], ""
         group = cq.groups[group_index]
         group_requests = {r: requests[r] for r in sorted(requests) if r in group.covered}
         reasons: list[str] = []

@@ -1,0 +1,185 @@
+"""Preemption: classic policies, the minimal set, hierarchy, capacity reservation, the cycle rule."""
+
+from __future__ import annotations
+
+import pytest
+
+from manager.api import constants as c
+from tests.unit.scenario import cluster_queue, cohort, flavor, local_queue, run, workload
+
+F = flavor("default-flavor")
+RUN = ("default-flavor",)
+
+
+def running(name: str, cq: str, queue: str, cpu: str = "1", **kw: object) -> dict[str, object]:
+    return workload(name, queue, {"cpu": cpu}, admitted=(cq, {"cpu": "default-flavor"}), **kw)  # type: ignore[arg-type]
+
+
+def single(policy: str, *, quota: int = 2) -> list[dict[str, object]]:
+    return [F, cluster_queue("cq", {"default-flavor": {"cpu": quota}}, preemption={"withinClusterQueue": policy}), local_queue("q", "cq")]
+
+
+def test_higher_priority_preempts_lower_priority_in_the_same_cluster_queue() -> None:
+    objs = single("LowerPriority") + [
+        running("low-1", "cq", "q", priority=0, created=0),
+        running("low-2", "cq", "q", priority=0, created=1),
+        workload("high", "q", {"cpu": "1"}, priority=100, created=10),
+    ]
+    outcome = run(objs)
+    assert outcome.admitted() == ["high", "low-1"], "the most recently admitted victim goes first"
+    status, reason, message = outcome.condition("low-2", c.PREEMPTED)
+    assert (status, reason) == ("True", "InClusterQueue")
+    assert message.startswith("Preempted to accommodate a workload (UID: ")
+    assert message.endswith("due to prioritization in the ClusterQueue; preemptor path: /cq; preemptee path: /cq")
+    assert outcome.condition("low-2", c.EVICTED)[:2] == ("True", "Preempted")
+    assert outcome.condition("low-2", c.QUOTA_RESERVED)[:2] == ("False", "WaitingForQuota"), "pending again, and tried again"
+    first = run(objs, cycles=1)
+    assert first.condition("low-2", c.QUOTA_RESERVED) == ("False", "PendingEvaluation", message)
+    assert first.condition("low-2", c.REQUEUED)[:2] == ("True", "Preempted")
+
+
+def test_preemptor_is_not_admitted_in_the_cycle_that_preempts() -> None:
+    objs = single("LowerPriority", quota=1) + [running("low", "cq", "q", priority=0, created=0), workload("high", "q", {"cpu": "1"}, priority=5, created=1)]
+    outcome = run(objs, cycles=1)
+    assert outcome.admitted() == []
+    assert outcome.condition("high") == (
+        "False",
+        "WaitingForPreemptedWorkloads",
+        "couldn't assign flavors to pod set main: insufficient unused quota for cpu in flavor default-flavor, 1 more needed. "
+        "Pending the preemption of 1 workload(s)",
+    )
+    outcome = run(objs, cycles=2)
+    assert outcome.admitted() == ["high"]
+
+
+@pytest.mark.parametrize(
+    ("policy", "victim_priority", "victim_created", "preempts"),
+    [
+        ("Never", 0, 0, False),
+        ("LowerPriority", 0, 0, True),
+        ("LowerPriority", 5, 0, False),
+        ("LowerOrNewerEqualPriority", 5, 20, True),
+        ("LowerOrNewerEqualPriority", 5, 0, False),
+    ],
+)
+def test_within_cluster_queue_policy(policy: str, victim_priority: int, victim_created: int, preempts: bool) -> None:
+    objs = single(policy, quota=1) + [
+        running("victim", "cq", "q", priority=victim_priority, created=victim_created),
+        workload("incoming", "q", {"cpu": "1"}, priority=5, created=10),
+    ]
+    outcome = run(objs)
+    assert outcome.admitted() == (["incoming"] if preempts else ["victim"])
+
+
+def test_minimal_set_of_victims_is_kept_after_fill_back() -> None:
+    objs = single("LowerPriority", quota=4) + [
+        running("small-a", "cq", "q", "1", priority=0, created=3),
+        running("small-b", "cq", "q", "1", priority=0, created=2),
+        running("big", "cq", "q", "2", priority=1, created=1),
+        workload("incoming", "q", {"cpu": "2"}, priority=10, created=10),
+    ]
+    outcome = run(objs, cycles=1)
+    evicted = sorted(i.name for i in outcome.result.infos if i.condition_true(c.PREEMPTED))
+    assert evicted == ["small-a", "small-b"]
+
+
+def cohort_pair(preemption_a: dict[str, object], preemption_b: dict[str, object] | None = None, quota: int = 3) -> list[dict[str, object]]:
+    return [
+        F,
+        cluster_queue("a", {"default-flavor": {"cpu": quota}}, cohort="co", preemption=preemption_a),
+        cluster_queue("b", {"default-flavor": {"cpu": quota}}, cohort="co", preemption=preemption_b),
+        local_queue("qa", "a"),
+        local_queue("qb", "b"),
+    ]
+
+
+def test_reclaim_within_cohort_takes_back_lent_nominal_quota() -> None:
+    objs = cohort_pair({"reclaimWithinCohort": "Any"}) + [running(f"b{i}", "b", "qb", priority=50, created=i) for i in range(6)]
+    objs += [workload("mine", "qa", {"cpu": "2"}, priority=0, created=10)]
+    outcome = run(objs)
+    preempted = sorted(i.name for i in outcome.result.infos if i.condition_true(c.PREEMPTED))
+    assert preempted == ["b4", "b5"]
+    assert outcome.condition("b5", c.PREEMPTED)[1] == "InCohortReclamation"
+    assert "mine" in outcome.admitted()
+
+
+def test_reclaim_lower_priority_spares_higher_priority_borrowers() -> None:
+    objs = cohort_pair({"reclaimWithinCohort": "LowerPriority"}) + [running(f"b{i}", "b", "qb", priority=50, created=i) for i in range(6)]
+    objs += [workload("mine", "qa", {"cpu": "2"}, priority=0, created=10)]
+    outcome = run(objs)
+    assert "mine" not in outcome.admitted()
+    assert outcome.condition("mine")[1] == "WaitingForQuota"
+
+
+def test_only_workloads_that_fit_in_nominal_quota_may_reclaim() -> None:
+    objs = cohort_pair({"reclaimWithinCohort": "Any"}) + [running(f"b{i}", "b", "qb", created=i) for i in range(6)]
+    objs += [workload("too-big", "qa", {"cpu": "4"}, created=10)]
+    outcome = run(objs)
+    assert "too-big" not in outcome.admitted()
+    assert not any(i.condition_true(c.PREEMPTED) for i in outcome.result.infos)
+
+
+def with_idle_lender(objs: list[dict[str, object]]) -> list[dict[str, object]]:
+    return objs + [cluster_queue("lender", {"default-flavor": {"cpu": 3}}, cohort="co")]
+
+
+def test_borrow_within_cohort_preempts_lower_priority_while_borrowing() -> None:
+    preemption = {"reclaimWithinCohort": "Any", "borrowWithinCohort": {"policy": "LowerPriority", "maxPriorityThreshold": 100}}
+    objs = with_idle_lender(cohort_pair(preemption)) + [
+        running("a-own", "a", "qa", "3", priority=0, created=0),
+        running("b-low", "b", "qb", "6", priority=10, created=1),
+        workload("urgent", "qa", {"cpu": "3"}, priority=500, created=10),
+    ]
+    outcome = run(objs)
+    assert outcome.condition("b-low", c.PREEMPTED)[1] == "InCohortReclaimWhileBorrowing"
+    assert "urgent" in outcome.admitted()
+
+
+def test_borrow_within_cohort_respects_the_priority_threshold() -> None:
+    preemption = {"reclaimWithinCohort": "Any", "borrowWithinCohort": {"policy": "LowerPriority", "maxPriorityThreshold": 100}}
+    objs = with_idle_lender(cohort_pair(preemption)) + [
+        running("a-own", "a", "qa", "3", priority=0, created=0),
+        running("b-important", "b", "qb", "6", priority=200, created=1),
+        workload("urgent", "qa", {"cpu": "3"}, priority=500, created=10),
+    ]
+    outcome = run(objs)
+    assert "urgent" not in outcome.admitted()
+
+
+def test_hierarchical_reclaim_across_cohort_levels() -> None:
+    objs = [F, cohort("root"), cohort("left", parent="root"), cohort("right", parent="root")]
+    objs += [
+        cluster_queue("l1", {"default-flavor": {"cpu": 4}}, cohort="left", preemption={"reclaimWithinCohort": "Any"}),
+        cluster_queue("r1", {"default-flavor": {"cpu": 0}}, cohort="right"),
+        local_queue("ql", "l1"),
+        local_queue("qr", "r1"),
+    ]
+    objs += [running(f"r{i}", "r1", "qr", created=i) for i in range(4)]
+    objs += [workload("mine", "ql", {"cpu": "2"}, created=10)]
+    outcome = run(objs)
+    assert "mine" in outcome.admitted()
+    reasons = {i.name: i.conditions[c.PREEMPTED].reason for i in outcome.result.infos if i.condition_true(c.PREEMPTED)}
+    assert reasons == {"r3": "InCohortReclamation", "r2": "InCohortReclamation"}
+    message = outcome.condition("r3", c.PREEMPTED)[2]
+    assert "preemptor path: /root/left/l1; preemptee path: /root/right/r1" in message
+
+
+def test_capacity_is_reserved_when_preemption_finds_no_candidates() -> None:
+    # "guarded" cannot reclaim (policy LowerPriority, borrower has higher priority), so its
+    # pending request holds its own nominal quota for the cycle: the same-cycle borrower
+    # from "greedy" must not take it.
+    objs = [
+        F,
+        cluster_queue("guarded", {"default-flavor": {"cpu": 4}}, cohort="co", preemption={"reclaimWithinCohort": "LowerPriority"}),
+        cluster_queue("greedy", {"default-flavor": {"cpu": 0}}, cohort="co"),
+        cluster_queue("other", {"default-flavor": {"cpu": 2}}, cohort="co"),
+        local_queue("qg", "guarded"),
+        local_queue("qx", "greedy"),
+        local_queue("qo", "other"),
+        workload("holder", "qo", {"cpu": "2"}, admitted=("guarded", {"cpu": "default-flavor"}), priority=10, created=0),
+        running("borrowing", "greedy", "qx", "2", priority=100, created=1),
+        workload("needs-4", "qg", {"cpu": "4"}, priority=50, created=5),
+        workload("late-borrower", "qx", {"cpu": "2"}, priority=0, created=6),
+    ]
+    outcome = run(objs, cycles=1)
+    assert "late-borrower" not in outcome.admitted()
