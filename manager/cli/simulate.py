@@ -112,8 +112,8 @@ def render_table(result: SimulationResult) -> str:
     """The result for a person: one row per Workload, then one per ClusterQueue."""
     rows = [["NAMESPACE", "WORKLOAD", "QUEUE", "CLUSTERQUEUE", "STATE", "FLAVORS", "REASON"]]
     for info in result.infos:
-        cq = info.admission_cq or info.cluster_queue or "-"
-        rows.append([info.namespace, info.name, info.queue_name or "-", cq, _state(info), _flavors(info), _reason(info)])
+        cq_name = info.admission_cq or info.cluster_queue or "-"
+        rows.append([info.namespace, info.name, info.queue_name or "-", cq_name, _state(info), _flavors(info), _reason(info)])
     out = _table(rows) if len(rows) > 1 else "No workloads.\n"
     cq_rows = [["CLUSTERQUEUE", "COHORT", "PENDING", "RESERVING", "ADMITTED", "USAGE"]]
     for cq in result.cluster_queues:
@@ -150,7 +150,9 @@ def render_table(result: SimulationResult) -> str:
         out += "\n" + _table(cq_rows)
     admitted = sum(1 for info in result.infos if info.condition_true(c.ADMITTED))
     pending = sum(1 for info in result.infos if not info.reserved)
-    out += f"\n{result.cycles} cycle(s): {admitted} admitted, {len(result.infos) - admitted - pending} quota reserved, {pending} pending, {result.preemptions} preemption(s)\n"
+    reserved = len(result.infos) - admitted - pending
+    out += f"\n{result.cycles} cycle(s): {admitted} admitted, {reserved} quota reserved, {pending} pending, "
+    out += f"{result.preemptions} preemption(s)\n"
     return out
 
 

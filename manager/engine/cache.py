@@ -193,7 +193,7 @@ class Cache:
             members.append(current)
             obj = self.cohort_objects.get(current)
             current = obj.spec.parent_name if obj else None
-        return set(members[members.index(current):]) if current in members else set(members)
+        return set(members[members.index(current) :]) if current in members else set(members)
 
     def roots(self) -> list[QuotaNode]:
         roots = [n for n in self.cohorts.values() if n.parent is None]
@@ -204,7 +204,11 @@ class Cache:
         missing = sorted({f for g in info.groups for f in g.flavors if f not in self.flavors})
         in_cycle = any(node.name in self.cycle_cohorts for node in info.node.path()[1:]) or info.cohort in self.cycle_cohorts
         if info.stop_policy != "None":
-            info.active, info.inactive_reason, info.inactive_message = False, "Stopped", "Can't admit new workloads: ClusterQueue is stopped"
+            info.active, info.inactive_reason, info.inactive_message = (
+                False,
+                "Stopped",
+                "Can't admit new workloads: ClusterQueue is stopped",
+            )
         elif missing:
             info.active, info.inactive_reason = False, "FlavorNotFound"
             info.inactive_message = f"Can't admit new workloads: references missing ResourceFlavor(s): {', '.join(missing)}"

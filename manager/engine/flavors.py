@@ -203,9 +203,8 @@ class FlavorAssigner:
             failed = False
             for resource in sorted(requests):
                 quantity = requests[resource]
-                if resource not in cq.group_of:
-                    if quantity == 0 or self.ignore_undeclared:
-                        continue
+                if resource not in cq.group_of and (quantity == 0 or self.ignore_undeclared):
+                    continue
                 if resource in group_flavors:
                     continue
                 found, reasons, attempts, error = self._find_flavor(index, ps, requests, resource, usage)

@@ -90,18 +90,23 @@ def workload_for_job(
         try:
             min_count = int(raw_min)
         except ValueError:
-            raise JobConversionError(f"metadata.annotations[{JOB_MIN_PARALLELISM_ANNOTATION}]", f'Invalid value: "{raw_min}": must be an integer') from None
+            raise JobConversionError(
+                f"metadata.annotations[{JOB_MIN_PARALLELISM_ANNOTATION}]", f'Invalid value: "{raw_min}": must be an integer'
+            ) from None
     count = pods_count(job)
     if min_count is not None and not 0 < min_count <= count:
         raise JobConversionError(
-            f"metadata.annotations[{JOB_MIN_PARALLELISM_ANNOTATION}]", f"Invalid value: {min_count}: must be between 1 and the Job's pod count ({count})"
+            f"metadata.annotations[{JOB_MIN_PARALLELISM_ANNOTATION}]",
+            f"Invalid value: {min_count}: must be between 1 and the Job's pod count ({count})",
         )
     meta = ObjectMeta(
         name=workload_name(job.name, job_uid),
         namespace=job.namespace,
         labels={c.JOB_UID_LABEL: job_uid},
         creation_timestamp=job.metadata.creation_timestamp,
-        owner_references=[OwnerReference(api_version="batch/v1", kind="Job", name=job.name, uid=job_uid, controller=True, block_owner_deletion=True)],
+        owner_references=[
+            OwnerReference(api_version="batch/v1", kind="Job", name=job.name, uid=job_uid, controller=True, block_owner_deletion=True)
+        ],
     )
     return Workload(
         metadata=meta,

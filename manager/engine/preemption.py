@@ -73,10 +73,7 @@ def satisfies_policy(preemptor: WorkloadInfo, candidate: WorkloadInfo, policy: s
 
 
 def uses_resources(wl: WorkloadInfo, frs: set[FlavorResource]) -> bool:
-    for fr in wl.usage:
-        if fr in frs:
-            return True
-    return False
+    return any(fr in frs for fr in wl.usage)
 
 
 def is_evicted(wl: WorkloadInfo) -> bool:
@@ -124,7 +121,9 @@ class Preemptor:
                 return False
         return True
 
-    def _fill_back(self, cq: ClusterQueueInfo, requests: dict[FlavorResource, int], targets: list[Target], allow_borrowing: bool) -> list[Target]:
+    def _fill_back(
+        self, cq: ClusterQueueInfo, requests: dict[FlavorResource, int], targets: list[Target], allow_borrowing: bool
+    ) -> list[Target]:
         """Add back, in reverse order (never the last one), every target not needed after all."""
         for i in range(len(targets) - 2, -1, -1):
             self._add(targets[i].cq, targets[i].wl)
@@ -154,7 +153,9 @@ class Preemptor:
         frs = {(choice.name, resource) for ps in assignment.pod_sets for resource, choice in ps.flavors.items() if choice.mode == PREEMPT}
         return self.targets(wl, cq, frs, assignment.usage)
 
-    def targets(self, wl: WorkloadInfo, cq: ClusterQueueInfo, frs: set[FlavorResource], requests: dict[FlavorResource, int]) -> list[Target]:
+    def targets(
+        self, wl: WorkloadInfo, cq: ClusterQueueInfo, frs: set[FlavorResource], requests: dict[FlavorResource, int]
+    ) -> list[Target]:
         if self.fair_sharing:
             return self._fair(wl, cq, frs, requests)
         return self._classical(wl, cq, frs, requests)
@@ -193,7 +194,13 @@ class Preemptor:
         return _WHILE_BORROWING
 
     def _from_cq(
-        self, wl: WorkloadInfo, cq: ClusterQueueInfo, source: ClusterQueueInfo, lca: QuotaNode | None, frs: set[FlavorResource], advantage: bool
+        self,
+        wl: WorkloadInfo,
+        cq: ClusterQueueInfo,
+        source: ClusterQueueInfo,
+        lca: QuotaNode | None,
+        frs: set[FlavorResource],
+        advantage: bool,
     ) -> list[_Candidate]:
         out = []
         for candidate in source.workloads.values():
@@ -228,7 +235,9 @@ class Preemptor:
                 if source is not None:
                     into += self._from_cq(wl, cq, source, subtree_root, frs, advantage)
 
-    def _classical(self, wl: WorkloadInfo, cq: ClusterQueueInfo, frs: set[FlavorResource], requests: dict[FlavorResource, int]) -> list[Target]:
+    def _classical(
+        self, wl: WorkloadInfo, cq: ClusterQueueInfo, frs: set[FlavorResource], requests: dict[FlavorResource, int]
+    ) -> list[Target]:
         same: list[_Candidate] = []
         if cq.within_cluster_queue != "Never":
             same = self._from_cq(wl, cq, cq, None, frs, False)
@@ -259,8 +268,9 @@ class Preemptor:
 
         forbidden = cq.borrow_within_cohort == "Never"
         node = cq.node
+        runs: tuple[bool, ...]
         under_nominal = all(node.nominal(fr) > node.usage.get(fr, 0) for fr in frs)
-        if not hierarchy and not priority or (forbidden and not under_nominal):
+        if (not hierarchy and not priority) or (forbidden and not under_nominal):
             runs = (True,)
         elif forbidden and not hierarchy:
             runs = (False, True)

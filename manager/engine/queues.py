@@ -107,10 +107,7 @@ class ClusterQueueQueue:
         """Kueue's requeueIfNotPresent after a failed attempt; returns workloads bulk-moved with it."""
         if reason == PENDING_PREEMPTION:
             self.sticky = wl.key
-        if self.best_effort:
-            immediate = reason in _BEST_EFFORT_IMMEDIATE
-        else:
-            immediate = reason != NAMESPACE_MISMATCH
+        immediate = reason in _BEST_EFFORT_IMMEDIATE if self.best_effort else reason != NAMESPACE_MISMATCH
         if immediate or self.requeue_cycle >= self.pop_cycle or pending_flavors:
             self._push_active(wl)
             return []

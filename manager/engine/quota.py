@@ -8,6 +8,7 @@ child's guaranteed part). Usage changes propagate incrementally, exactly as Kueu
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from manager.engine.units import FlavorResource
@@ -23,7 +24,7 @@ class Quota:
 class QuotaNode:
     """A ClusterQueue (leaf) or a Cohort in the quota tree."""
 
-    __slots__ = ("name", "is_cohort", "parent", "children", "quota", "subtree", "usage", "weight_milli")
+    __slots__ = ("children", "is_cohort", "name", "parent", "quota", "subtree", "usage", "weight_milli")
 
     def __init__(self, name: str, *, is_cohort: bool, quota: dict[FlavorResource, Quota] | None = None, weight_milli: int = 1000):
         self.name = name
@@ -115,14 +116,11 @@ class QuotaNode:
     def is_borrowing(self, fr: FlavorResource) -> bool:
         return self.borrowing_with(fr, 0)
 
-    def within_nominal(self, frs: object) -> bool:
+    def within_nominal(self, frs: Iterable[FlavorResource]) -> bool:
         """Kueue's `IsWithinNominalInResources`: subtree quota covers usage for every fr."""
         usage = self.usage
         subtree = self.subtree
-        for fr in frs:  # type: ignore[attr-defined]
-            if usage.get(fr, 0) > subtree.get(fr, 0):
-                return False
-        return True
+        return all(usage.get(fr, 0) <= subtree.get(fr, 0) for fr in frs)
 
     # --- usage propagation ------------------------------------------------------------------
     def add_usage(self, fr: FlavorResource, value: int) -> None:
@@ -169,7 +167,7 @@ def lowest_fitting_subtree_height(cq: QuotaNode, fr: FlavorResource, value: int)
     if cq.parent is None or not cq.borrowing_with(fr, value):
         return 0, cq.parent is not None
     remaining = value - cq.local_available(fr)
-    node = cq.parent
+    node: QuotaNode | None = cq.parent
     while node is not None:
         if node.subtree.get(fr, 0) >= node.usage.get(fr, 0) + remaining:
             return node.height(), node.parent is not None
@@ -206,6 +204,7 @@ def recompute_tree(root: QuotaNode, cq_usage: dict[str, dict[FlavorResource, int
                 node.usage = dict(cq_usage.get(node.name, {}))
 
     visit(root)
+
     # The root's subtree holds every fr present anywhere in the tree, zeros included.
     def collect(node: QuotaNode, into: set[FlavorResource]) -> None:
         into.update(node.quota)

@@ -9,6 +9,7 @@ are undone at its end and only its decisions are applied, so the state stays inc
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -17,16 +18,18 @@ from manager.api import constants as c
 from manager.api.config import Configuration, parse_duration
 from manager.engine import fairshare
 from manager.engine.cache import Cache, ClusterQueueInfo
-from manager.engine.flavors import DEFERRED_FIT, FIT, NO_FIT, PREEMPT, Assignment, FlavorAssigner
+from manager.engine.flavors import FIT, NO_FIT, PREEMPT, Assignment, FlavorAssigner
 from manager.engine.preemption import HUMAN_REASONS, Preemptor, Target
 from manager.engine.queues import (
     FAILED_AFTER_NOMINATION,
+    GENERIC,
     NAMESPACE_MISMATCH,
-    NO_FIT as RQ_NO_FIT,
     PENDING_PREEMPTION,
     PREEMPTION_NO_CANDIDATES,
-    GENERIC,
     ClusterQueueQueue,
+)
+from manager.engine.queues import (
+    NO_FIT as RQ_NO_FIT,
 )
 from manager.engine.selectors import selector_matches
 from manager.engine.units import FlavorResource
@@ -234,7 +237,9 @@ class Scheduler:
 
     def _assigner(self, wl: WorkloadInfo, cq: ClusterQueueInfo, preemptor: Preemptor) -> FlavorAssigner:
         last = wl.last_assignment
-        if last is not None and (last.scheduling_hash != wl.scheduling_hash or (last.generation != cq.generation and self.cycle_number - last.cycle > 1)):
+        if last is not None and (
+            last.scheduling_hash != wl.scheduling_hash or (last.generation != cq.generation and self.cycle_number - last.cycle > 1)
+        ):
             last = None
         return FlavorAssigner(
             self.cache,
@@ -329,7 +334,7 @@ class Scheduler:
         try:
             shares: dict[int, fairshare.DRS] = {}
             path = entry.cq.node.path()
-            for child, parent in zip(path, path[1:], strict=False):
+            for child, parent in itertools.pairwise(path):
                 shares[id(parent)] = fairshare.dominant_resource_share(child)
             return shares
         finally:

@@ -340,12 +340,13 @@ class Simulation:
         if info.checks:
             existing = {check.name: check for check in status.admission_checks or []}
             status.admission_checks = [
-                existing.get(name) or AdmissionCheckState(name=name, state=state, last_transition_time=self.now(), message="")  # type: ignore[arg-type]
+                existing.get(name) or AdmissionCheckState(name=name, state=state, last_transition_time=self.now(), message="")
                 for name, state in sorted(info.checks.items())
             ]
         if info.admission is None and info.resource_requests is not None:
             status.resource_requests = [
-                PodSetRequest(name=name, resources={r: to_quantity(r, v) for r, v in sorted(req.items())}) for name, req in info.resource_requests
+                PodSetRequest(name=name, resources={r: to_quantity(r, v) for r, v in sorted(req.items())})
+                for name, req in info.resource_requests
             ]
         elif info.admission is not None:
             status.resource_requests = None
@@ -376,7 +377,9 @@ class Simulation:
                         total = totals.get((flavor, resource), 0)
                         nominal = cq.node.nominal((flavor, resource))
                         resources.append(
-                            ResourceUsage(name=resource, total=to_quantity(resource, total), borrowed=to_quantity(resource, max(0, total - nominal)))
+                            ResourceUsage(
+                                name=resource, total=to_quantity(resource, total), borrowed=to_quantity(resource, max(0, total - nominal))
+                            )
                         )
                     out.append(FlavorUsage(name=flavor, resources=resources))
             return out

@@ -13,10 +13,10 @@ from datetime import datetime
 from typing import Any
 
 from manager.api import constants as c
-from manager.api.meta import Condition, Toleration
-from manager.api.kueue import Workload
-from manager.engine.requests import LimitRangeDefaults, Requests, pod_requests, transform
 from manager.api.config import Configuration
+from manager.api.kueue import Workload
+from manager.api.meta import Condition, Toleration
+from manager.engine.requests import LimitRangeDefaults, Requests, pod_requests, transform
 from manager.engine.units import FlavorResource, amount
 
 # Condition reasons Kueue writes (workload_types.go).
@@ -226,4 +226,4 @@ def usage_of(admission: list[AssignedPodSet]) -> dict[FlavorResource, int]:
 
 
 def to_condition(kind: str, cond: Cond) -> Condition:
-    return Condition(type=kind, status=cond.status, reason=cond.reason, message=cond.message, last_transition_time=cond.time)  # type: ignore[arg-type]
+    return Condition(type=kind, status=cond.status, reason=cond.reason, message=cond.message, last_transition_time=cond.time)

@@ -58,7 +58,7 @@ def _groups(groups: list[dict[str, dict[str, Quota]]] | dict[str, dict[str, Quot
 
 def cluster_queue(
     name: str,
-    groups: list[dict[str, dict[str, Quota]]] | dict[str, dict[str, Quota]],
+    groups: Any,
     *,
     cohort: str | None = None,
     preemption: dict[str, Any] | None = None,
@@ -70,7 +70,10 @@ def cluster_queue(
     weight: str | None = None,
     admission_scope: str | None = None,
 ) -> dict[str, Any]:
-    spec: dict[str, Any] = {"namespaceSelector": {} if namespace_selector is None else namespace_selector, "resourceGroups": _groups(groups)}
+    spec: dict[str, Any] = {
+        "namespaceSelector": {} if namespace_selector is None else namespace_selector,
+        "resourceGroups": _groups(groups),
+    }
     if cohort:
         spec["cohortName"] = cohort
     if preemption:
@@ -90,7 +93,9 @@ def cluster_queue(
     return {"apiVersion": V, "kind": "ClusterQueue", "metadata": {"name": name}, "spec": spec}
 
 
-def cohort(name: str, *, parent: str | None = None, groups: dict[str, dict[str, Quota]] | None = None, weight: str | None = None) -> dict[str, Any]:
+def cohort(
+    name: str, *, parent: str | None = None, groups: dict[str, dict[str, Quota]] | None = None, weight: str | None = None
+) -> dict[str, Any]:
     spec: dict[str, Any] = {}
     if parent:
         spec["parentName"] = parent
@@ -101,7 +106,9 @@ def cohort(name: str, *, parent: str | None = None, groups: dict[str, dict[str, 
     return {"apiVersion": V, "kind": "Cohort", "metadata": {"name": name}, "spec": spec}
 
 
-def local_queue(name: str, cluster_queue_name: str, *, namespace: str = "default", stop_policy: str | None = None, weight: str | None = None) -> dict[str, Any]:
+def local_queue(
+    name: str, cluster_queue_name: str, *, namespace: str = "default", stop_policy: str | None = None, weight: str | None = None
+) -> dict[str, Any]:
     spec: dict[str, Any] = {"clusterQueue": cluster_queue_name}
     if stop_policy:
         spec["stopPolicy"] = stop_policy
@@ -154,12 +161,26 @@ def workload(
             from manager.api.quantity import Quantity
 
             usage = {r: str(Quantity(nanos=Quantity.parse(v).nanos * p.get("count", 1))) for r, v in reqs.items()}
-            assignments.append({"name": p["name"], "flavors": {r: flavors[r] for r in reqs}, "resourceUsage": usage, "count": p.get("count", 1)})
+            assignments.append(
+                {"name": p["name"], "flavors": {r: flavors[r] for r in reqs}, "resourceUsage": usage, "count": p.get("count", 1)}
+            )
         reserved_at = (T0 + timedelta(seconds=created or 0)).strftime("%Y-%m-%dT%H:%M:%SZ")
         status["admission"] = {"clusterQueue": cq_name, "podSetAssignments": assignments}
         status["conditions"] = [
-            {"type": c.QUOTA_RESERVED, "status": "True", "reason": "QuotaReserved", "message": f"Quota reserved in ClusterQueue {cq_name}", "lastTransitionTime": reserved_at},
-            {"type": c.ADMITTED, "status": "True", "reason": "Admitted", "message": "The workload is admitted", "lastTransitionTime": reserved_at},
+            {
+                "type": c.QUOTA_RESERVED,
+                "status": "True",
+                "reason": "QuotaReserved",
+                "message": f"Quota reserved in ClusterQueue {cq_name}",
+                "lastTransitionTime": reserved_at,
+            },
+            {
+                "type": c.ADMITTED,
+                "status": "True",
+                "reason": "Admitted",
+                "message": "The workload is admitted",
+                "lastTransitionTime": reserved_at,
+            },
         ]
     if checks:
         status["admissionChecks"] = [{"name": n, "state": s, "message": ""} for n, s in checks.items()]
@@ -208,11 +229,13 @@ class Outcome:
         return self.simulation.cache.cluster_queues[cq].node.usage.get((flavor_name, resource), 0)
 
 
-def run(objects: list[dict[str, Any]], *, cycles: int | None = None, config: dict[str, Any] | None = None) -> Outcome:
+def run(
+    objects: list[dict[str, Any]], *, cycles: int | None = None, config: dict[str, Any] | None = None, max_cycles: int = 1000
+) -> Outcome:
     objs = list(objects)
     if config is not None:
         objs.insert(0, {"apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration", **config})
     simulation = Simulation(sources(objs))
-    result = simulation.run(cycles)
-    assert result.converged
+    result = simulation.run(cycles, max_cycles=max_cycles)
+    assert result.converged, f"still changing after {result.cycles} cycles"
     return Outcome(result, simulation)

@@ -10,15 +10,17 @@ from tests.unit.scenario import cluster_queue, cohort, flavor, local_queue, run,
 F = flavor("default-flavor")
 
 
-def jobs(prefix: str, n: int, queue: str, cpu: str = "1", *, namespace: str = "default", start: int = 0, **kw: object) -> list[dict[str, object]]:
+def jobs(
+    prefix: str, n: int, queue: str, cpu: str = "1", *, namespace: str = "default", start: int = 0, **kw: object
+) -> list[dict[str, object]]:
     return [workload(f"{prefix}{i:02d}", queue, {"cpu": cpu}, namespace=namespace, created=start + i, **kw) for i in range(n)]  # type: ignore[arg-type]
 
 
 def two_teams(a: object = 9, b: object = 12) -> list[dict[str, object]]:
     return [
         F,
-        cluster_queue("team-a-cq", {"default-flavor": {"cpu": a}}, cohort="team-ab"),  # type: ignore[dict-item]
-        cluster_queue("team-b-cq", {"default-flavor": {"cpu": b}}, cohort="team-ab"),  # type: ignore[dict-item]
+        cluster_queue("team-a-cq", {"default-flavor": {"cpu": a}}, cohort="team-ab"),
+        cluster_queue("team-b-cq", {"default-flavor": {"cpu": b}}, cohort="team-ab"),
         local_queue("a", "team-a-cq", namespace="team-a"),
         local_queue("b", "team-b-cq", namespace="team-b"),
     ]
@@ -66,12 +68,19 @@ def test_request_above_maximum_capacity_is_exceeds_max_quota() -> None:
 
 def test_memory_shortfall_is_printed_in_binary_units() -> None:
     objs = [F, cluster_queue("cq", {"default-flavor": {"cpu": 8, "memory": "4Gi"}}), local_queue("q", "cq")]
-    outcome = run(objs + [workload("a", "q", {"cpu": "1", "memory": "3Gi"}, created=0), workload("b", "q", {"cpu": "1", "memory": "2Gi"}, created=1)])
+    outcome = run(
+        objs + [workload("a", "q", {"cpu": "1", "memory": "3Gi"}, created=0), workload("b", "q", {"cpu": "1", "memory": "2Gi"}, created=1)]
+    )
     assert "insufficient unused quota for memory in flavor default-flavor, 1Gi more needed" in outcome.condition("b")[2]
 
 
 def test_flavors_are_tried_in_order_and_the_first_that_fits_wins() -> None:
-    objs = [flavor("spot"), flavor("on-demand"), cluster_queue("cq", {"spot": {"cpu": 2}, "on-demand": {"cpu": 10}}), local_queue("q", "cq")]
+    objs = [
+        flavor("spot"),
+        flavor("on-demand"),
+        cluster_queue("cq", {"spot": {"cpu": 2}, "on-demand": {"cpu": 10}}),
+        local_queue("q", "cq"),
+    ]
     outcome = run(objs + jobs("w", 4, "q"))
     assert [outcome.flavors(f"w{i:02d}")["cpu"] for i in range(4)] == ["spot", "spot", "on-demand", "on-demand"]
 
@@ -166,7 +175,10 @@ def test_pods_resource_counts_one_per_pod() -> None:
 def test_undeclared_resource_cannot_be_admitted() -> None:
     objs = [F, cluster_queue("cq", {"default-flavor": {"cpu": 10}}), local_queue("q", "cq")]
     outcome = run(objs + [workload("gpu", "q", {"cpu": "1", "nvidia.com/gpu": "1"})])
-    assert outcome.condition("gpu")[1:] == ("NoMatchingFlavor", "couldn't assign flavors to pod set main: resource nvidia.com/gpu unavailable in ClusterQueue")
+    assert outcome.condition("gpu")[1:] == (
+        "NoMatchingFlavor",
+        "couldn't assign flavors to pod set main: resource nvidia.com/gpu unavailable in ClusterQueue",
+    )
 
 
 def test_zero_request_for_undeclared_resource_is_ignored() -> None:
@@ -177,14 +189,28 @@ def test_zero_request_for_undeclared_resource_is_ignored() -> None:
 
 def test_strict_fifo_head_blocks_newer_workloads() -> None:
     objs = [F, cluster_queue("cq", {"default-flavor": {"cpu": 4}}, strategy="StrictFIFO"), local_queue("q", "cq")]
-    outcome = run(objs + [workload("running", "q", {"cpu": "2"}, created=0), workload("big", "q", {"cpu": "3"}, created=1), workload("small", "q", {"cpu": "1"}, created=2)])
+    outcome = run(
+        objs
+        + [
+            workload("running", "q", {"cpu": "2"}, created=0),
+            workload("big", "q", {"cpu": "3"}, created=1),
+            workload("small", "q", {"cpu": "1"}, created=2),
+        ]
+    )
     assert outcome.admitted() == ["running"]
     assert outcome.pending() == ["big", "small"]
 
 
 def test_best_effort_fifo_lets_smaller_newer_workloads_through() -> None:
     objs = [F, cluster_queue("cq", {"default-flavor": {"cpu": 4}}), local_queue("q", "cq")]
-    outcome = run(objs + [workload("running", "q", {"cpu": "2"}, created=0), workload("big", "q", {"cpu": "3"}, created=1), workload("small", "q", {"cpu": "1"}, created=2)])
+    outcome = run(
+        objs
+        + [
+            workload("running", "q", {"cpu": "2"}, created=0),
+            workload("big", "q", {"cpu": "3"}, created=1),
+            workload("small", "q", {"cpu": "1"}, created=2),
+        ]
+    )
     assert outcome.admitted() == ["running", "small"]
 
 
@@ -217,7 +243,10 @@ def test_one_head_per_cluster_queue_per_cycle() -> None:
 
 
 def test_no_longer_fits_after_processing_another_workload() -> None:
-    objs = two_teams(a=2, b=2) + [workload("a1", "a", {"cpu": "3"}, namespace="team-a", created=0), workload("b1", "b", {"cpu": "3"}, namespace="team-b", created=1)]
+    objs = two_teams(a=2, b=2) + [
+        workload("a1", "a", {"cpu": "3"}, namespace="team-a", created=0),
+        workload("b1", "b", {"cpu": "3"}, namespace="team-b", created=1),
+    ]
     outcome = run(objs, cycles=1)
     assert outcome.admitted() == ["a1"]
     assert outcome.condition("b1") == ("False", "WaitingForQuota", "Workload no longer fits after processing another workload")
@@ -275,7 +304,12 @@ def test_stopped_cluster_queue_admits_nothing_new(policy: str) -> None:
 
 
 def test_stopped_local_queue_holds_its_workloads_only() -> None:
-    objs = [F, cluster_queue("cq", {"default-flavor": {"cpu": 10}}), local_queue("held", "cq", stop_policy="Hold"), local_queue("open", "cq")]
+    objs = [
+        F,
+        cluster_queue("cq", {"default-flavor": {"cpu": 10}}),
+        local_queue("held", "cq", stop_policy="Hold"),
+        local_queue("open", "cq"),
+    ]
     outcome = run(objs + [workload("a", "held"), workload("b", "open")])
     assert outcome.admitted() == ["b"]
     assert outcome.condition("a") == ("False", "Suspended", "LocalQueue held is stopped")
@@ -327,9 +361,26 @@ def test_limit_range_default_request_is_charged() -> None:
         "spec": {"limits": [{"type": "Container", "defaultRequest": {"cpu": "2"}}]},
     }
     objs = [F, limit_range, cluster_queue("cq", {"default-flavor": {"cpu": 10}}), local_queue("q", "cq")]
-    outcome = run(objs + [workload("w", "q", {"memory": "1Gi"}, )])
+    outcome = run(
+        objs
+        + [
+            workload(
+                "w",
+                "q",
+                {"memory": "1Gi"},
+            )
+        ]
+    )
     assert outcome.admitted() == []  # memory is not covered by the ClusterQueue
-    outcome = run([F, limit_range, cluster_queue("cq", {"default-flavor": {"cpu": 10, "memory": "10Gi"}}), local_queue("q", "cq"), workload("w", "q", {"memory": "1Gi"})])
+    outcome = run(
+        [
+            F,
+            limit_range,
+            cluster_queue("cq", {"default-flavor": {"cpu": 10, "memory": "10Gi"}}),
+            local_queue("q", "cq"),
+            workload("w", "q", {"memory": "1Gi"}),
+        ]
+    )
     admission = outcome.info("w").admission
     assert admission is not None and admission[0].usage["cpu"] == 2000
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from manager.api import constants as c
@@ -10,7 +12,7 @@ from manager.engine.quota import Quota, QuotaNode, recompute_tree
 from tests.unit.scenario import cluster_queue, flavor, local_queue, run, workload
 
 F = flavor("default-flavor")
-FAIR = {"fairSharing": {}}
+FAIR: dict[str, Any] = {"fairSharing": {}}
 
 
 def test_dominant_resource_share_of_a_borrowing_queue() -> None:

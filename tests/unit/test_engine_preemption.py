@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from manager.api import constants as c
@@ -39,7 +41,10 @@ def test_higher_priority_preempts_lower_priority_in_the_same_cluster_queue() -> 
 
 
 def test_preemptor_is_not_admitted_in_the_cycle_that_preempts() -> None:
-    objs = single("LowerPriority", quota=1) + [running("low", "cq", "q", priority=0, created=0), workload("high", "q", {"cpu": "1"}, priority=5, created=1)]
+    objs = single("LowerPriority", quota=1) + [
+        running("low", "cq", "q", priority=0, created=0),
+        workload("high", "q", {"cpu": "1"}, priority=5, created=1),
+    ]
     outcome = run(objs, cycles=1)
     assert outcome.admitted() == []
     assert outcome.condition("high") == (
@@ -83,7 +88,7 @@ def test_minimal_set_of_victims_is_kept_after_fill_back() -> None:
     assert evicted == ["small-a", "small-b"]
 
 
-def cohort_pair(preemption_a: dict[str, object], preemption_b: dict[str, object] | None = None, quota: int = 3) -> list[dict[str, object]]:
+def cohort_pair(preemption_a: dict[str, Any], preemption_b: dict[str, Any] | None = None, quota: int = 3) -> list[dict[str, object]]:
     return [
         F,
         cluster_queue("a", {"default-flavor": {"cpu": quota}}, cohort="co", preemption=preemption_a),

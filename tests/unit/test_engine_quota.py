@@ -15,7 +15,9 @@ def tree(*children: tuple[str, int, int | None, int | None], parent_quota: int =
         node = QuotaNode(
             name,
             is_cohort=False,
-            quota={CPU: Quota(nominal * 1000, None if borrowing is None else borrowing * 1000, None if lending is None else lending * 1000)},
+            quota={
+                CPU: Quota(nominal * 1000, None if borrowing is None else borrowing * 1000, None if lending is None else lending * 1000)
+            },
         )
         node.parent = root
         root.children.append(node)

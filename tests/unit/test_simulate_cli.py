@@ -1,0 +1,313 @@
+"""`kfed simulate` end to end: every shared example, the output formats, golden tables, bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from manager.cli.main import main
+from tests.conftest import SHARED_EXAMPLES
+
+GOLDEN = Path(__file__).parent / "golden"
+EXAMPLE = {p.stem: p for p in SHARED_EXAMPLES.glob("*.yaml")}
+
+
+def job(
+    name: str,
+    queue: str,
+    *,
+    namespace: str = "default",
+    cpu: str = "1",
+    parallelism: int = 1,
+    labels: dict[str, str] | None = None,
+    created: int = 0,
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {"kueue.x-k8s.io/queue-name": queue, **(labels or {})},
+            "creationTimestamp": f"2026-03-01T12:{created // 60:02d}:{created % 60:02d}Z",
+        },
+        "spec": {
+            "parallelism": parallelism,
+            "completions": parallelism,
+            "suspend": True,
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{"name": "main", "image": "busybox", "resources": {"requests": {"cpu": cpu}}}],
+                }
+            },
+        },
+    }
+
+
+def write(tmp_path: Path, name: str, docs: list[dict[str, Any]]) -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump_all(docs), encoding="utf-8")
+    return path
+
+
+def simulate(capsys: pytest.CaptureFixture[str], *paths: Path, output: str = "json", extra: tuple[str, ...] = ()) -> tuple[int, Any, str]:
+    args = ["simulate", *[arg for p in paths for arg in ("-f", str(p))], "-o", output, *extra]
+    code = main(args)
+    captured = capsys.readouterr()
+    if code == 0 and output == "json":
+        return code, json.loads(captured.out), captured.err
+    return code, captured.out, captured.err
+
+
+def workloads(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {item["metadata"]["name"]: item for item in result["items"] if item["kind"] == "Workload"}
+
+
+def cluster_queue(result: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(item for item in result["items"] if item["kind"] == "ClusterQueue" and item["metadata"]["name"] == name)
+
+
+def condition(item: dict[str, Any], kind: str) -> dict[str, Any]:
+    return next(c for c in item["status"]["conditions"] if c["type"] == kind)
+
+
+def reserved_cpu(cq: dict[str, Any]) -> str:
+    return str(cq["status"]["flavorsReservation"][0]["resources"][0]["total"])
+
+
+def test_single_clusterqueue_admits_the_sample_job(capsys: pytest.CaptureFixture[str]) -> None:
+    code, result, _ = simulate(capsys, EXAMPLE["single-clusterqueue"], EXAMPLE["sample-job"])
+    assert code == 0
+    (wl,) = workloads(result).values()
+    assert wl["metadata"]["name"].startswith("job-sample-job-")
+    assert wl["status"]["admission"] == {
+        "clusterQueue": "cluster-queue",
+        "podSetAssignments": [
+            {
+                "name": "main",
+                "flavors": {"cpu": "default-flavor", "memory": "default-flavor"},
+                "resourceUsage": {"cpu": "3", "memory": "600Mi"},
+                "count": 3,
+            }
+        ],
+    }
+    assert condition(wl, "QuotaReserved")["message"] == "Quota reserved in ClusterQueue cluster-queue"
+    assert condition(wl, "Admitted")["status"] == "True"
+    cq = cluster_queue(result, "cluster-queue")
+    assert cq["status"]["flavorsReservation"] == [
+        {
+            "name": "default-flavor",
+            "resources": [{"name": "cpu", "total": "3", "borrowed": "0"}, {"name": "memory", "total": "600Mi", "borrowed": "0"}],
+        }
+    ]
+    assert (cq["status"]["reservingWorkloads"], cq["status"]["admittedWorkloads"], cq["status"]["pendingWorkloads"]) == (1, 1, 0)
+
+
+def test_sample_job_alone_has_no_local_queue(capsys: pytest.CaptureFixture[str]) -> None:
+    code, result, _ = simulate(capsys, EXAMPLE["sample-job"])
+    assert code == 0
+    (wl,) = workloads(result).values()
+    assert condition(wl, "QuotaReserved") | {"lastTransitionTime": None} == {
+        "type": "QuotaReserved",
+        "status": "False",
+        "reason": "Misconfigured",
+        "message": "LocalQueue user-queue doesn't exist",
+        "lastTransitionTime": None,
+    }
+
+
+def test_cohort_borrowing_example_admits_21_cpu_for_team_a(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    jobs = write(tmp_path, "jobs.yaml", [job(f"train-{i:02d}", "team-a-queue", namespace="team-a", created=i) for i in range(25)])
+    code, result, _ = simulate(capsys, EXAMPLE["cohort-borrowing"], jobs)
+    assert code == 0
+    admitted = [name for name, wl in workloads(result).items() if wl["status"].get("admission")]
+    assert len(admitted) == 21
+    team_a = cluster_queue(result, "team-a-cq")
+    assert team_a["status"]["flavorsReservation"][0]["resources"][0] == {"name": "cpu", "total": "21", "borrowed": "12"}
+
+
+def test_borrowing_and_lending_limits_example(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    # team-a: min(8 + borrowingLimit 8, guaranteed 4 + cohort (4 + 8)) = 16; team-b: min(16 + 4, 8 + 12) = 20.
+    lqs = [
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "LocalQueue",
+            "metadata": {"namespace": ns, "name": "q"},
+            "spec": {"clusterQueue": f"{ns}-cq"},
+        }
+        for ns in ("team-a", "team-b")
+    ]
+    code, result, _ = simulate(
+        capsys,
+        EXAMPLE["borrowing-and-lending-limits"],
+        write(tmp_path, "a.yaml", lqs + [job(f"a{i:02d}", "q", namespace="team-a", created=i) for i in range(20)]),
+    )
+    assert code == 0
+    assert reserved_cpu(cluster_queue(result, "team-a-cq")) == "16"
+    code, result, _ = simulate(
+        capsys,
+        EXAMPLE["borrowing-and-lending-limits"],
+        write(tmp_path, "b.yaml", lqs + [job(f"b{i:02d}", "q", namespace="team-b", created=i) for i in range(25)]),
+    )
+    assert reserved_cpu(cluster_queue(result, "team-b-cq")) == "20"
+
+
+def test_preemption_example_reclaims_for_the_high_priority_job(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    lqs = [
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "LocalQueue",
+            "metadata": {"namespace": "research", "name": name},
+            "spec": {"clusterQueue": name},
+        }
+        for name in ("team-a-queue", "non-preemptive-queue")
+    ]
+    notebooks = [job(f"notebook-{i}", "non-preemptive-queue", namespace="research", cpu="8", created=i) for i in range(4)]
+    training = job(
+        "training", "team-a-queue", namespace="research", cpu="16", labels={"kueue.x-k8s.io/priority-class": "high-priority"}, created=100
+    )
+    # Before the training job arrives the notebooks borrow all of team-a's 16 cpu.
+    first = write(tmp_path, "first.yaml", lqs + notebooks)
+    code, result, _ = simulate(capsys, EXAMPLE["preemption"], first)
+    assert reserved_cpu(cluster_queue(result, "non-preemptive-queue")) == "32"
+    running = [wl for wl in workloads(result).values()]
+    code, result, _ = simulate(capsys, EXAMPLE["preemption"], write(tmp_path, "second.yaml", lqs + running + [training]))
+    assert code == 0
+    by_name = workloads(result)
+    preempted = sorted(
+        name for name, wl in by_name.items() if any(c["type"] == "Preempted" and c["status"] == "True" for c in wl["status"]["conditions"])
+    )
+    assert len(preempted) == 2
+    assert {condition(by_name[n], "Preempted")["reason"] for n in preempted} == {"InCohortReclamation"}
+    training_wl = next(wl for name, wl in by_name.items() if name.startswith("job-training-"))
+    assert training_wl["spec"]["priority"] == 1000
+    assert condition(training_wl, "Admitted")["status"] == "True"
+    assert reserved_cpu(cluster_queue(result, "team-a-queue")) == "16"
+
+
+def test_resource_groups_example_in_v1beta1(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    lq = {
+        "apiVersion": "kueue.x-k8s.io/v1beta1",
+        "kind": "LocalQueue",
+        "metadata": {"namespace": "default", "name": "q"},
+        "spec": {"clusterQueue": "cluster-queue"},
+    }
+    gpu_job = job("gpu", "q", cpu="5", created=0)
+    gpu_job["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["gpu"] = "6"
+    second = job("gpu-2", "q", cpu="5", created=1)
+    second["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["gpu"] = "6"
+    code, result, _ = simulate(capsys, EXAMPLE["resource-groups-v1beta1"], write(tmp_path, "jobs.yaml", [lq, gpu_job, second]))
+    assert code == 0
+    flavors = {name: wl["status"]["admission"]["podSetAssignments"][0]["flavors"] for name, wl in workloads(result).items()}
+    assert sorted(flavors.values(), key=str) == sorted(
+        [{"cpu": "spot", "gpu": "vendor1", "pods": "spot"}, {"cpu": "on-demand", "gpu": "vendor2", "pods": "on-demand"}], key=str
+    )
+    assert all(item["apiVersion"] == "kueue.x-k8s.io/v1beta2" for item in result["items"])
+
+
+def test_multikueue_manager_example_reserves_quota_and_waits_for_the_check(capsys: pytest.CaptureFixture[str]) -> None:
+    code, result, err = simulate(capsys, EXAMPLE["multikueue-manager"], EXAMPLE["sample-job"])
+    assert code == 0
+    assert "skipped kueue.x-k8s.io/v1beta2 AdmissionCheck" in err
+    (wl,) = workloads(result).values()
+    assert condition(wl, "QuotaReserved")["status"] == "True"
+    assert condition(wl, "Admitted")["reason"] == "UnsatisfiedAdmissionChecks"
+    assert wl["status"]["admissionChecks"][0]["name"] == "multikueue-check"
+    assert wl["status"]["admissionChecks"][0]["state"] == "Pending"
+
+
+def test_whole_examples_directory_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    code, result, err = simulate(capsys, SHARED_EXAMPLES)
+    assert code == 0
+    assert result["kind"] == "List" and result["apiVersion"] == "v1"
+    kinds = [(item["kind"], item["metadata"].get("namespace", ""), item["metadata"]["name"]) for item in result["items"]]
+    assert kinds == sorted(kinds)
+    assert "replaces the definition" in err
+
+
+def test_yaml_output_is_the_same_list(capsys: pytest.CaptureFixture[str]) -> None:
+    _, as_json, _ = simulate(capsys, EXAMPLE["single-clusterqueue"], EXAMPLE["sample-job"])
+    code, text, _ = simulate(capsys, EXAMPLE["single-clusterqueue"], EXAMPLE["sample-job"], output="yaml")
+    assert code == 0 and yaml.safe_load(text) == as_json
+
+
+def test_cycles_flag_runs_exactly_that_many_cycles(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    jobs = write(tmp_path, "jobs.yaml", [job(f"j{i}", "user-queue", created=i) for i in range(3)])
+    code, text, _ = simulate(capsys, EXAMPLE["single-clusterqueue"], jobs, output="table", extra=("--cycles", "2"))
+    assert code == 0
+    assert "2 cycle(s): 2 admitted, 0 quota reserved, 1 pending" in text
+
+
+def golden(name: str, text: str) -> None:
+    path = GOLDEN / f"{name}.txt"
+    if os.environ.get("KFED_UPDATE_GOLDEN"):
+        path.write_text(text, encoding="utf-8")
+    assert text == path.read_text(encoding="utf-8"), f"table output changed; review and rerun with KFED_UPDATE_GOLDEN=1 to accept ({path})"
+
+
+def test_table_golden_examples_directory(capsys: pytest.CaptureFixture[str]) -> None:
+    code, text, _ = simulate(capsys, SHARED_EXAMPLES, output="table")
+    assert code == 0
+    golden("examples", text)
+
+
+def test_table_golden_borrowing_and_waiting(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    jobs = write(tmp_path, "jobs.yaml", [job(f"train-{i:02d}", "team-a-queue", namespace="team-a", cpu="4", created=i) for i in range(7)])
+    code, text, _ = simulate(capsys, EXAMPLE["cohort-borrowing"], jobs, output="table")
+    assert code == 0
+    golden("cohort-borrowing", text)
+
+
+@pytest.mark.parametrize(
+    ("docs", "expected"),
+    [
+        (
+            [
+                {
+                    "apiVersion": "kueue.x-k8s.io/v1beta2",
+                    "kind": "ClusterQueue",
+                    "metadata": {"name": "cq"},
+                    "spec": {
+                        "resourceGroups": [
+                            {"coveredResources": ["cpu"], "flavors": [{"name": "f", "resources": [{"name": "cpu", "nominalQuota": "9x"}]}]}
+                        ]
+                    },
+                }
+            ],
+            'bad.yaml[0] ClusterQueue/cq: spec.resourceGroups[0].flavors[0].resources[0].nominalQuota: invalid quantity "9x"',
+        ),
+        (
+            [job("j", "q", labels={"kueue.x-k8s.io/priority-class": "missing"})],
+            'bad.yaml[0] Job/default/j: metadata.labels[kueue.x-k8s.io/priority-class]: WorkloadPriorityClass "missing" not found',
+        ),
+    ],
+    ids=["invalid quantity", "unknown priority class"],
+)
+def test_bad_input_exits_1_with_a_located_message_and_no_traceback(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, docs: list[dict[str, Any]], expected: str
+) -> None:
+    path = write(tmp_path, "bad.yaml", docs)
+    code, _, err = simulate(capsys, path, output="table")
+    assert code == 1
+    assert expected in err.replace(str(tmp_path) + "/", "")
+    assert "Traceback" not in err
+
+
+def test_bad_container_resources_are_located(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    broken = job("j", "user-queue")
+    broken["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "lots"
+    code, _, err = simulate(capsys, EXAMPLE["single-clusterqueue"], write(tmp_path, "bad.yaml", [broken]), output="table")
+    assert code == 1
+    assert "Traceback" not in err
+    assert "Job/default/j" in err and "cpu" in err
+
+
+def test_negative_cycles_is_rejected(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = simulate(capsys, EXAMPLE["single-clusterqueue"], output="table", extra=("--cycles", "-1"))
+    assert code == 1 and "--cycles" in err
