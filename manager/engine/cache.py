@@ -49,6 +49,13 @@ class ClusterQueueInfo:
     inactive_message: str = ""
     workloads: dict[str, WorkloadInfo] = field(default_factory=dict)
     generation: int = 0
+    _sorted: list[WorkloadInfo] | None = None
+
+    def sorted_workloads(self) -> list[WorkloadInfo]:
+        """Quota-holding workloads in preemption-candidate order, cached until they change."""
+        if self._sorted is None:
+            self._sorted = sorted(self.workloads.values(), key=WorkloadInfo.candidate_key)
+        return self._sorted
 
     @property
     def covers_pods(self) -> bool:
@@ -250,8 +257,10 @@ class Cache:
     def reserve(self, cq: ClusterQueueInfo, wl: WorkloadInfo) -> None:
         """Charge a workload's usage to its ClusterQueue (and up the tree)."""
         cq.workloads[wl.key] = wl
+        cq._sorted = None
         cq.node.add_usages(wl.usage)
 
     def release(self, cq: ClusterQueueInfo, wl: WorkloadInfo) -> None:
         if cq.workloads.pop(wl.key, None) is not None:
+            cq._sorted = None
             cq.node.remove_usages(wl.usage)

@@ -8,6 +8,7 @@ live quota tree by removing and re-adding usage, and always leave it as they fou
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -73,11 +74,60 @@ def satisfies_policy(preemptor: WorkloadInfo, candidate: WorkloadInfo, policy: s
 
 
 def uses_resources(wl: WorkloadInfo, frs: set[FlavorResource]) -> bool:
-    return any(fr in frs for fr in wl.usage)
+    return not frs.isdisjoint(wl.usage)
 
 
 def is_evicted(wl: WorkloadInfo) -> bool:
-    return wl.condition_true(c.EVICTED)
+    return wl.evicted
+
+
+class _Lazy:
+    """Candidates merged from per-queue streams, materialised only as far as they are read.
+
+    Several runs read the same candidates, and most runs stop after a few, so nothing is
+    classified or sorted past the point where the preemptor fits.
+    """
+
+    def __init__(
+        self,
+        streams: list[Iterator[tuple[tuple[bool, int, float, str], _Candidate]]],
+        resort: Callable[[_Candidate], object] | None = None,
+    ) -> None:
+        if resort is not None:
+            everything = sorted((cand for stream in streams for _, cand in stream), key=resort)
+            self._source: Iterator[_Candidate] = iter(everything)
+        elif len(streams) == 1:
+            self._source = (cand for _, cand in streams[0])
+        else:
+            self._source = (cand for _, cand in heapq.merge(*streams, key=lambda item: item[0]))
+        self._seen: list[_Candidate] = []
+        self._done = False
+
+    def _pull(self) -> bool:
+        if self._done:
+            return False
+        nxt = next(self._source, None)
+        if nxt is None:
+            self._done = True
+            return False
+        self._seen.append(nxt)
+        return True
+
+    def __bool__(self) -> bool:
+        return bool(self._seen) or self._pull()
+
+    def items(self, evicted: bool) -> Iterator[_Candidate]:
+        """The evicted candidates (a prefix, as they sort first) or the rest."""
+        i = 0
+        while True:
+            if i >= len(self._seen) and not self._pull():
+                return
+            cand = self._seen[i]
+            i += 1
+            if cand.wl.evicted == evicted:
+                yield cand
+            elif evicted:
+                return
 
 
 class Preemptor:
@@ -138,13 +188,12 @@ class Preemptor:
     def _order_key(self, preemptor_cq: ClusterQueueInfo) -> Callable[[WorkloadInfo], tuple[object, ...]]:
         """Kueue's CandidatesOrdering as a sort key."""
         afs = self.lq_usage if preemptor_cq.admission_fair_sharing else None
-        now_ts = self.now.timestamp()
 
         def key(wl: WorkloadInfo) -> tuple[object, ...]:
             same = wl.admission_cq == preemptor_cq.name
             lq = -afs(wl) if afs is not None and same else 0.0
-            reserved = wl.reserved_at.timestamp() if wl.reserved_at is not None else now_ts
-            return (not is_evicted(wl), same, lq, wl.priority, -reserved, wl.uid)
+            evicted, priority, reserved, uid = wl.candidate_key()
+            return (evicted, same, lq, priority, reserved, uid)
 
         return key
 
@@ -176,7 +225,7 @@ class Preemptor:
 
     # --- classic ---------------------------------------------------------------------------------
     def _classify(self, wl: WorkloadInfo, cq: ClusterQueueInfo, candidate: WorkloadInfo, frs: set[FlavorResource], advantage: bool) -> int:
-        if not uses_resources(candidate, frs):
+        if frs.isdisjoint(candidate.usage):
             return 0
         same = candidate.admission_cq == cq.name
         policy = cq.within_cluster_queue if same else cq.reclaim_within_cohort
@@ -193,23 +242,26 @@ class Preemptor:
             return _WITHOUT_BORROWING
         return _WHILE_BORROWING
 
-    def _from_cq(
-        self,
-        wl: WorkloadInfo,
-        cq: ClusterQueueInfo,
-        source: ClusterQueueInfo,
-        lca: QuotaNode | None,
-        frs: set[FlavorResource],
-        advantage: bool,
-    ) -> list[_Candidate]:
-        out = []
-        for candidate in source.workloads.values():
+    def _stream(
+        self, wl: WorkloadInfo, cq: ClusterQueueInfo, source: ClusterQueueInfo, lca: QuotaNode | None, frs: set[FlavorResource], advantage: bool
+    ) -> Iterator[tuple[tuple[bool, int, float, str], _Candidate]]:
+        """One ClusterQueue's candidates, lazily, in candidate order.
+
+        The cached list is sorted by priority after the evicted ones, so under the priority
+        policies the scan stops at the first workload the policy protects.
+        """
+        policy = cq.within_cluster_queue if source is cq else cq.reclaim_within_cohort
+        for candidate in source.sorted_workloads():
             if candidate is wl:
                 continue
+            if not candidate.evicted:
+                if policy == "LowerPriority" and candidate.priority >= wl.priority:
+                    return
+                if policy == "LowerOrNewerEqualPriority" and candidate.priority > wl.priority:
+                    return
             variant = self._classify(wl, cq, candidate, frs, advantage)
             if variant:
-                out.append(_Candidate(candidate, source, lca, variant))
-        return out
+                yield candidate.candidate_key(), _Candidate(candidate, source, lca, variant)
 
     def _collect_in_subtree(
         self,
@@ -220,7 +272,7 @@ class Preemptor:
         skip: QuotaNode | None,
         frs: set[FlavorResource],
         advantage: bool,
-        into: list[_Candidate],
+        into: list[Iterator[tuple[tuple[bool, int, float, str], _Candidate]]],
     ) -> None:
         for child in current.children:
             if child.is_cohort:
@@ -232,44 +284,34 @@ class Preemptor:
                 continue
             if not child.within_nominal(frs):
                 source = self.cache.cluster_queues.get(child.name)
-                if source is not None:
-                    into += self._from_cq(wl, cq, source, subtree_root, frs, advantage)
+                if source is not None and source.workloads:
+                    into.append(self._stream(wl, cq, source, subtree_root, frs, advantage))
 
-    def _classical(
-        self, wl: WorkloadInfo, cq: ClusterQueueInfo, frs: set[FlavorResource], requests: dict[FlavorResource, int]
-    ) -> list[Target]:
-        same: list[_Candidate] = []
+    def _classical(self, wl: WorkloadInfo, cq: ClusterQueueInfo, frs: set[FlavorResource], requests: dict[FlavorResource, int]) -> list[Target]:
+        same_streams = []
         if cq.within_cluster_queue != "Never":
-            same = self._from_cq(wl, cq, cq, None, frs, False)
-        hierarchy: list[_Candidate] = []
-        priority: list[_Candidate] = []
+            same_streams.append(self._stream(wl, cq, cq, None, frs, False))
+        hierarchy_streams: list[Iterator[tuple[tuple[bool, int, float, str], _Candidate]]] = []
+        priority_streams: list[Iterator[tuple[tuple[bool, int, float, str], _Candidate]]] = []
         if cq.node.parent is not None and cq.reclaim_within_cohort != "Never":
             advantage, remaining = cq.node.fits_in_subtree(requests)
             previous: QuotaNode | None = None
             node: QuotaNode | None = cq.node.parent
             while node is not None:
-                self._collect_in_subtree(wl, cq, node, node, previous, frs, advantage, hierarchy if advantage else priority)
+                self._collect_in_subtree(wl, cq, node, node, previous, frs, advantage, hierarchy_streams if advantage else priority_streams)
                 fits, remaining = node.fits_in_subtree(remaining)
                 advantage = advantage or fits
                 previous = node
                 node = node.parent
+        same = _Lazy(same_streams, self._afs_key(cq))
+        hierarchy = _Lazy(hierarchy_streams)
+        priority = _Lazy(priority_streams)
         if not same and not hierarchy and not priority:
             return []
-        key = self._order_key(cq)
-        ordered: list[_Candidate] = []
-        groups = []
-        for group in (hierarchy, priority, same):
-            group.sort(key=lambda cand: key(cand.wl))
-            groups.append(group)
-        for group in groups:
-            ordered += [cand for cand in group if is_evicted(cand.wl)]
-        for group in groups:
-            ordered += [cand for cand in group if not is_evicted(cand.wl)]
-
         forbidden = cq.borrow_within_cohort == "Never"
         node = cq.node
-        runs: tuple[bool, ...]
         under_nominal = all(node.nominal(fr) > node.usage.get(fr, 0) for fr in frs)
+        runs: tuple[bool, ...]
         if (not hierarchy and not priority) or (forbidden and not under_nominal):
             runs = (True,)
         elif forbidden and not hierarchy:
@@ -278,17 +320,27 @@ class Preemptor:
             runs = (True, False)
         for allow_borrowing in runs:
             targets: list[Target] = []
-            for cand in ordered:
-                if not self._valid(cq, cand, frs, allow_borrowing):
-                    continue
-                self._remove(cand.cq, cand.wl)
-                targets.append(Target(cand.wl, cand.cq, _VARIANT_REASON[cand.variant]))
-                if self.fits(cq, requests, allow_borrowing):
-                    targets = self._fill_back(cq, requests, targets, allow_borrowing)
-                    self._restore(targets)
-                    return targets
+            # Kueue's order: evicted (hierarchy, priority, same queue), then the others likewise.
+            for evicted in (True, False):
+                for group in (hierarchy, priority, same):
+                    for cand in group.items(evicted):
+                        if not self._valid(cq, cand, frs, allow_borrowing):
+                            continue
+                        self._remove(cand.cq, cand.wl)
+                        targets.append(Target(cand.wl, cand.cq, _VARIANT_REASON[cand.variant]))
+                        if self.fits(cq, requests, allow_borrowing):
+                            targets = self._fill_back(cq, requests, targets, allow_borrowing)
+                            self._restore(targets)
+                            return targets
             self._restore(targets)
         return []
+
+    def _afs_key(self, cq: ClusterQueueInfo) -> Callable[[_Candidate], object] | None:
+        """With admission fair sharing, same-queue candidates from busier LocalQueues go first."""
+        if self.lq_usage is None or not cq.admission_fair_sharing:
+            return None
+        usage = self.lq_usage
+        return lambda cand: (not cand.wl.evicted, -usage(cand.wl), *cand.wl.candidate_key()[1:])
 
     @staticmethod
     def _valid(cq: ClusterQueueInfo, cand: _Candidate, frs: set[FlavorResource], allow_borrowing: bool) -> bool:

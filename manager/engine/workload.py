@@ -101,6 +101,13 @@ class WorkloadInfo:
     conditions: dict[str, Cond] = field(default_factory=dict)
     last_assignment: Any = None
     resource_requests: list[tuple[str, Requests]] | None = None
+    evicted: bool = False
+
+    def candidate_key(self) -> tuple[bool, int, float, str]:
+        """Kueue's CandidatesOrdering within one group: evicted first, lower priority, newest
+        reservation, then UID."""
+        reserved = self.reserved_at.timestamp() if self.reserved_at is not None else float("inf")
+        return (not self.evicted, self.priority, -reserved, self.uid)
 
     @property
     def reserved(self) -> bool:
@@ -116,6 +123,8 @@ class WorkloadInfo:
         old = self.conditions.get(kind)
         when = old.time if old is not None and old.status == status else now
         self.conditions[kind] = Cond(status, reason, message[:32768], when)
+        if kind == c.EVICTED:
+            self.evicted = status == "True"
 
     def condition_true(self, kind: str) -> bool:
         cond = self.conditions.get(kind)
@@ -192,6 +201,7 @@ def build_info(
         for cond in status.conditions or []:
             info.conditions[cond.type] = Cond(cond.status, cond.reason, cond.message, cond.last_transition_time or created)
         info.checks = {check.name: check.state for check in status.admission_checks or []}
+        info.evicted = info.condition_true(c.EVICTED)
         evicted = info.conditions.get(c.EVICTED)
         if evicted is not None and evicted.status == "True" and evicted.reason in ("PodsReadyTimeout", "AdmissionCheck"):
             info.order_time = evicted.time
