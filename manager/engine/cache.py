@@ -257,6 +257,7 @@ class Cache:
     def reserve(self, cq: ClusterQueueInfo, wl: WorkloadInfo) -> None:
         """Charge a workload's usage to its ClusterQueue (and up the tree)."""
         cq.workloads[wl.key] = wl
+        wl.forget_key()
         cq._sorted = None
         cq.node.add_usages(wl.usage)
 

@@ -274,18 +274,17 @@ class Preemptor:
         advantage: bool,
         into: list[Iterator[tuple[tuple[bool, int, float, str], _Candidate]]],
     ) -> None:
-        for child in current.children:
-            if child.is_cohort:
-                if child is skip or child.within_nominal(frs):
-                    continue
+        # Only children over their quota hold candidates (Kueue skips the ones within nominal).
+        over = current.children_over(frs)
+        for child in over:
+            if child.is_cohort and child is not skip:
                 self._collect_in_subtree(wl, cq, child, subtree_root, skip, frs, advantage, into)
-        for child in current.children:
+        for child in over:
             if child.is_cohort or child is cq.node:
                 continue
-            if not child.within_nominal(frs):
-                source = self.cache.cluster_queues.get(child.name)
-                if source is not None and source.workloads:
-                    into.append(self._stream(wl, cq, source, subtree_root, frs, advantage))
+            source = self.cache.cluster_queues.get(child.name)
+            if source is not None and source.workloads:
+                into.append(self._stream(wl, cq, source, subtree_root, frs, advantage))
 
     def _classical(self, wl: WorkloadInfo, cq: ClusterQueueInfo, frs: set[FlavorResource], requests: dict[FlavorResource, int]) -> list[Target]:
         same_streams = []

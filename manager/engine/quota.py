@@ -24,7 +24,7 @@ class Quota:
 class QuotaNode:
     """A ClusterQueue (leaf) or a Cohort in the quota tree."""
 
-    __slots__ = ("name", "is_cohort", "parent", "children", "quota", "subtree", "usage", "weight_milli")
+    __slots__ = ("name", "is_cohort", "parent", "children", "quota", "subtree", "usage", "weight_milli", "over")
 
     def __init__(self, name: str, *, is_cohort: bool, quota: dict[FlavorResource, Quota] | None = None, weight_milli: int = 1000):
         self.name = name
@@ -35,6 +35,9 @@ class QuotaNode:
         self.subtree: dict[FlavorResource, int] = {}
         self.usage: dict[FlavorResource, int] = {}
         self.weight_milli = weight_milli
+        # For a cohort: per fr, the children using more than their subtree quota. Kept up to
+        # date on every usage change, so preemption finds the borrowers without a scan.
+        self.over: dict[FlavorResource, set[QuotaNode]] = {}
 
     def __repr__(self) -> str:
         return f"QuotaNode({'cohort' if self.is_cohort else 'cq'} {self.name})"
@@ -123,11 +126,26 @@ class QuotaNode:
         return all(usage.get(fr, 0) <= subtree.get(fr, 0) for fr in frs)
 
     # --- usage propagation ------------------------------------------------------------------
+    def _track(self, fr: FlavorResource) -> None:
+        parent = self.parent
+        if parent is None:
+            return
+        over = self.usage.get(fr, 0) > self.subtree.get(fr, 0)
+        members = parent.over.get(fr)
+        if over:
+            if members is None:
+                parent.over[fr] = {self}
+            else:
+                members.add(self)
+        elif members is not None:
+            members.discard(self)
+
     def add_usage(self, fr: FlavorResource, value: int) -> None:
         node: QuotaNode | None = self
         while node is not None and value:
             local_available = node.local_available(fr)
             node.usage[fr] = node.usage.get(fr, 0) + value
+            node._track(fr)
             if value <= local_available:
                 return
             value -= local_available
@@ -138,10 +156,22 @@ class QuotaNode:
         while node is not None and value:
             stored = node.usage.get(fr, 0) - node.local_quota(fr)
             node.usage[fr] = node.usage.get(fr, 0) - value
+            node._track(fr)
             if stored <= 0:
                 return
             value = min(value, stored)
             node = node.parent
+
+    def children_over(self, frs: Iterable[FlavorResource]) -> list[QuotaNode]:
+        """Children not within their subtree quota for some fr (Kueue's !IsWithinNominal), in order."""
+        found: set[QuotaNode] = set()
+        for fr in frs:
+            members = self.over.get(fr)
+            if members:
+                found |= members
+        if not found:
+            return []
+        return [child for child in self.children if child in found]
 
     def add_usages(self, usage: dict[FlavorResource, int]) -> None:
         for fr, value in usage.items():
@@ -204,6 +234,15 @@ def recompute_tree(root: QuotaNode, cq_usage: dict[str, dict[FlavorResource, int
                 node.usage = dict(cq_usage.get(node.name, {}))
 
     visit(root)
+
+    def track(node: QuotaNode) -> None:
+        node.over = {}
+        for child in node.children:
+            track(child)
+            for fr in set(child.usage) | set(child.subtree):
+                child._track(fr)
+
+    track(root)
 
     # The root's subtree holds every fr present anywhere in the tree, zeros included.
     def collect(node: QuotaNode, into: set[FlavorResource]) -> None:

@@ -102,12 +102,19 @@ class WorkloadInfo:
     last_assignment: Any = None
     resource_requests: list[tuple[str, Requests]] | None = None
     evicted: bool = False
+    _candidate_key: tuple[bool, int, float, str] | None = None
 
     def candidate_key(self) -> tuple[bool, int, float, str]:
         """Kueue's CandidatesOrdering within one group: evicted first, lower priority, newest
-        reservation, then UID."""
-        reserved = self.reserved_at.timestamp() if self.reserved_at is not None else float("inf")
-        return (not self.evicted, self.priority, -reserved, self.uid)
+        reservation, then UID. Cached; `forget_key` drops it when the parts change."""
+        key = self._candidate_key
+        if key is None:
+            reserved = self.reserved_at.timestamp() if self.reserved_at is not None else float("inf")
+            key = self._candidate_key = (not self.evicted, self.priority, -reserved, self.uid)
+        return key
+
+    def forget_key(self) -> None:
+        self._candidate_key = None
 
     @property
     def reserved(self) -> bool:
@@ -125,6 +132,7 @@ class WorkloadInfo:
         self.conditions[kind] = Cond(status, reason, message[:32768], when)
         if kind == c.EVICTED:
             self.evicted = status == "True"
+            self._candidate_key = None
 
     def condition_true(self, kind: str) -> bool:
         cond = self.conditions.get(kind)
