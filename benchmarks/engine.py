@@ -25,8 +25,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from manager.api import kueue  # noqa: E402
-from manager.engine.simulate import Simulation, Source  # noqa: E402
+from manager.api import kueue
+from manager.engine.simulate import Simulation, Source
 
 SIZES = (("500m", "1Gi"), ("2", "4Gi"), ("4", "16Gi"))
 PRIORITIES = (0, 100, 1000)
@@ -91,7 +91,9 @@ def scenario(cohorts: int, queues: int, workloads: int) -> list[Source]:
                                         "name": "main",
                                         "count": 1,
                                         "template": {
-                                            "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "4", "memory": "16Gi"}}}]}
+                                            "spec": {
+                                                "containers": [{"name": "c", "resources": {"requests": {"cpu": "4", "memory": "16Gi"}}}]
+                                            }
                                         },
                                     }
                                 ],
@@ -109,8 +111,20 @@ def scenario(cohorts: int, queues: int, workloads: int) -> list[Source]:
                                     ],
                                 },
                                 "conditions": [
-                                    {"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved", "message": "", "lastTransitionTime": T0.isoformat()},
-                                    {"type": "Admitted", "status": "True", "reason": "Admitted", "message": "", "lastTransitionTime": T0.isoformat()},
+                                    {
+                                        "type": "QuotaReserved",
+                                        "status": "True",
+                                        "reason": "QuotaReserved",
+                                        "message": "",
+                                        "lastTransitionTime": T0.isoformat(),
+                                    },
+                                    {
+                                        "type": "Admitted",
+                                        "status": "True",
+                                        "reason": "Admitted",
+                                        "message": "",
+                                        "lastTransitionTime": T0.isoformat(),
+                                    },
                                 ],
                             },
                         }
@@ -135,7 +149,9 @@ def scenario(cohorts: int, queues: int, workloads: int) -> list[Source]:
                             {
                                 "name": "main",
                                 "count": 1,
-                                "template": {"spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu, "memory": memory}}}]}},
+                                "template": {
+                                    "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu, "memory": memory}}}]}
+                                },
                             }
                         ],
                     },
@@ -194,7 +210,9 @@ def main() -> int:
     print(f"scenario: {args.cohorts} cohorts x {args.queues} ClusterQueues, {args.workloads} pending Workloads (3 sizes, 3 priorities)")
     print(f"generate objects:            {generated:8.2f} s")
     print(f"build engine state:          {built:8.2f} s")
-    print(f"simulate: {simulation.cycles} cycles, {simulation.decisions} decisions, {simulation.admitted} admitted, {simulation.preemptions} preemptions")
+    print(
+        f"simulate: {simulation.cycles} cycles, {simulation.decisions} decisions, {simulation.admitted} admitted, {simulation.preemptions} preemptions"
+    )
     print(f"  run time:                  {ran:8.2f} s")
     print(f"  decisions per second:      {simulation.decisions / ran:8.0f}")
     print(f"  decisions per second (incl. build): {simulation.decisions / (ran + built):8.0f}")

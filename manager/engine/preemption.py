@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 
-from manager.api import constants as c
 from manager.engine import fairshare
 from manager.engine.cache import Cache, ClusterQueueInfo
 from manager.engine.flavors import NO_CANDIDATES, PREEMPT, PREEMPT_POSSIBLE, RECLAIM_POSSIBLE, Assignment
@@ -243,7 +242,13 @@ class Preemptor:
         return _WHILE_BORROWING
 
     def _stream(
-        self, wl: WorkloadInfo, cq: ClusterQueueInfo, source: ClusterQueueInfo, lca: QuotaNode | None, frs: set[FlavorResource], advantage: bool
+        self,
+        wl: WorkloadInfo,
+        cq: ClusterQueueInfo,
+        source: ClusterQueueInfo,
+        lca: QuotaNode | None,
+        frs: set[FlavorResource],
+        advantage: bool,
     ) -> Iterator[tuple[tuple[bool, int, float, str], _Candidate]]:
         """One ClusterQueue's candidates, lazily, in candidate order.
 
@@ -286,7 +291,9 @@ class Preemptor:
             if source is not None and source.workloads:
                 into.append(self._stream(wl, cq, source, subtree_root, frs, advantage))
 
-    def _classical(self, wl: WorkloadInfo, cq: ClusterQueueInfo, frs: set[FlavorResource], requests: dict[FlavorResource, int]) -> list[Target]:
+    def _classical(
+        self, wl: WorkloadInfo, cq: ClusterQueueInfo, frs: set[FlavorResource], requests: dict[FlavorResource, int]
+    ) -> list[Target]:
         same_streams = []
         if cq.within_cluster_queue != "Never":
             same_streams.append(self._stream(wl, cq, cq, None, frs, False))

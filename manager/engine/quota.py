@@ -24,7 +24,7 @@ class Quota:
 class QuotaNode:
     """A ClusterQueue (leaf) or a Cohort in the quota tree."""
 
-    __slots__ = ("name", "is_cohort", "parent", "children", "quota", "subtree", "usage", "weight_milli", "over")
+    __slots__ = ("children", "is_cohort", "name", "over", "parent", "quota", "subtree", "usage", "weight_milli")
 
     def __init__(self, name: str, *, is_cohort: bool, quota: dict[FlavorResource, Quota] | None = None, weight_milli: int = 1000):
         self.name = name

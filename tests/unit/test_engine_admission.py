@@ -418,3 +418,70 @@ def test_cluster_queue_status_reports_reservation_and_borrowing() -> None:
     assert usage is not None
     assert (str(usage[0].total), str(usage[0].borrowed)) == ("12", "3")
     assert (cq.status.reserving_workloads, cq.status.admitted_workloads, cq.status.pending_workloads) == (12, 12, 0)
+
+
+def fungibility_setup(fungibility: dict[str, str] | None, *, preemption: dict[str, str] | None = None) -> list[dict[str, object]]:
+    # "first" can only be had by borrowing from the lender; "second" has room of its own.
+    return [
+        flavor("first"),
+        flavor("second"),
+        cluster_queue("cq", {"first": {"cpu": 0}, "second": {"cpu": 4}}, cohort="co", fungibility=fungibility, preemption=preemption),
+        cluster_queue("lender", {"first": {"cpu": 4}, "second": {"cpu": 0}}, cohort="co"),
+        local_queue("q", "cq"),
+    ]
+
+
+def test_default_fungibility_stops_at_the_first_flavor_that_fits_even_by_borrowing() -> None:
+    outcome = run([*fungibility_setup(None), workload("w", "q", {"cpu": "2"})])
+    assert outcome.flavors("w")["cpu"] == "first"
+
+
+def test_when_can_borrow_try_next_flavor_prefers_a_flavor_without_borrowing() -> None:
+    outcome = run([*fungibility_setup({"whenCanBorrow": "TryNextFlavor"}), workload("w", "q", {"cpu": "2"})])
+    assert outcome.flavors("w")["cpu"] == "second"
+
+
+def test_when_can_preempt_may_stop_search_preempts_in_the_first_flavor() -> None:
+    objs = [
+        flavor("first"),
+        flavor("second"),
+        cluster_queue(
+            "cq",
+            {"first": {"cpu": 2}, "second": {"cpu": 2}},
+            fungibility={"whenCanPreempt": "MayStopSearch"},
+            preemption={"withinClusterQueue": "LowerPriority"},
+        ),
+        local_queue("q", "cq"),
+        workload("low", "q", {"cpu": "2"}, admitted=("cq", {"cpu": "first"}), priority=0, created=0),
+        workload("high", "q", {"cpu": "2"}, priority=10, created=1),
+    ]
+    stop = run(objs)
+    assert stop.flavors("high")["cpu"] == "first"
+    assert stop.result.preemptions == 1
+    assert stop.flavors("low")["cpu"] == "second", "the victim comes back in the other flavor"
+    objs[2]["spec"]["flavorFungibility"] = {"whenCanPreempt": "TryNextFlavor"}  # type: ignore[index]
+    cont = run(objs)
+    assert cont.flavors("high")["cpu"] == "second"
+    assert cont.result.preemptions == 0
+
+
+def test_flavor_scan_resumes_after_the_last_tried_flavor() -> None:
+    from manager.engine.flavors import FlavorAssigner, LastAssignment
+
+    outcome = run([*fungibility_setup(None), workload("w", "q", {"cpu": "2"})], cycles=0)
+    cache = outcome.simulation.cache
+    cq = cache.cluster_queues["cq"]
+    (wl,) = outcome.simulation.workloads
+    fresh = FlavorAssigner(cache, cq, wl, oracle=lambda *a: ("NoCandidates", 0), fair_sharing=False).assign()
+    assert fresh.pod_sets[0].flavors["cpu"].name == "first"
+    assert fresh.last.pending_flavors(), "the scan stopped before the last flavor"
+    resumed = FlavorAssigner(
+        cache,
+        cq,
+        wl,
+        oracle=lambda *a: ("NoCandidates", 0),
+        fair_sharing=False,
+        last=LastAssignment([{"cpu": 0}], cq.generation, 0, wl.scheduling_hash),
+    ).assign()
+    assert resumed.pod_sets[0].flavors["cpu"].name == "second"
+    assert not resumed.last.pending_flavors()
