@@ -33,6 +33,15 @@ PRIORITIES = (0, 100, 1000)
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
+def pod_sets(cpu: str, memory: str) -> list[dict[str, Any]]:
+    requests = {"cpu": cpu, "memory": memory}
+    return [{"name": "main", "count": 1, "template": {"spec": {"containers": [{"name": "c", "resources": {"requests": requests}}]}}}]
+
+
+def condition(kind: str) -> dict[str, str]:
+    return {"type": kind, "status": "True", "reason": kind, "message": "", "lastTransitionTime": T0.isoformat()}
+
+
 def scenario(cohorts: int, queues: int, workloads: int) -> list[Source]:
     objs: list[Any] = [kueue.ResourceFlavor.model_validate({"metadata": {"name": "default"}})]
     names = []
@@ -210,9 +219,8 @@ def main() -> int:
     print(f"scenario: {args.cohorts} cohorts x {args.queues} ClusterQueues, {args.workloads} pending Workloads (3 sizes, 3 priorities)")
     print(f"generate objects:            {generated:8.2f} s")
     print(f"build engine state:          {built:8.2f} s")
-    print(
-        f"simulate: {simulation.cycles} cycles, {simulation.decisions} decisions, {simulation.admitted} admitted, {simulation.preemptions} preemptions"
-    )
+    counts = f"{simulation.decisions} decisions, {simulation.admitted} admitted, {simulation.preemptions} preemptions"
+    print(f"simulate: {simulation.cycles} cycles, {counts}")
     print(f"  run time:                  {ran:8.2f} s")
     print(f"  decisions per second:      {simulation.decisions / ran:8.0f}")
     print(f"  decisions per second (incl. build): {simulation.decisions / (ran + built):8.0f}")
