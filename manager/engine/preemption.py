@@ -12,6 +12,7 @@ import heapq
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from manager.engine import fairshare
 from manager.engine.cache import Cache, ClusterQueueInfo
@@ -90,7 +91,7 @@ class _Lazy:
     def __init__(
         self,
         streams: list[Iterator[tuple[tuple[bool, int, float, str], _Candidate]]],
-        resort: Callable[[_Candidate], object] | None = None,
+        resort: Callable[[_Candidate], tuple[Any, ...]] | None = None,
     ) -> None:
         if resort is not None:
             everything = sorted((cand for stream in streams for _, cand in stream), key=resort)
@@ -341,7 +342,7 @@ class Preemptor:
             self._restore(targets)
         return []
 
-    def _afs_key(self, cq: ClusterQueueInfo) -> Callable[[_Candidate], object] | None:
+    def _afs_key(self, cq: ClusterQueueInfo) -> Callable[[_Candidate], tuple[Any, ...]] | None:
         """With admission fair sharing, same-queue candidates from busier LocalQueues go first."""
         if self.lq_usage is None or not cq.admission_fair_sharing:
             return None

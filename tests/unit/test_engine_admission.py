@@ -459,7 +459,7 @@ def test_when_can_preempt_may_stop_search_preempts_in_the_first_flavor() -> None
     assert stop.flavors("high")["cpu"] == "first"
     assert stop.result.preemptions == 1
     assert stop.flavors("low")["cpu"] == "second", "the victim comes back in the other flavor"
-    objs[2]["spec"]["flavorFungibility"] = {"whenCanPreempt": "TryNextFlavor"}  # type: ignore[index]
+    objs[2]["spec"]["flavorFungibility"] = {"whenCanPreempt": "TryNextFlavor"}
     cont = run(objs)
     assert cont.flavors("high")["cpu"] == "second"
     assert cont.result.preemptions == 0
