@@ -176,6 +176,7 @@ def main() -> int:
     parser.add_argument("--queues", type=int, default=100, help="ClusterQueues per cohort")
     parser.add_argument("--workloads", type=int, default=50_000)
     parser.add_argument("--profile", action="store_true", help="print the hottest functions (cProfile)")
+    parser.add_argument("--max-cycles", type=int, default=10_000, help="stop after this many cycles")
     args = parser.parse_args()
 
     start = time.perf_counter()
@@ -195,7 +196,7 @@ def main() -> int:
     cycle_times: list[float] = []
     heads_per_cycle: list[int] = []
     start = time.perf_counter()
-    while simulation.cycles < 10_000:
+    while simulation.cycles < args.max_cycles:
         simulation.cycles += 1
         t = time.perf_counter()
         outcome = simulation.scheduler.cycle(simulation.now())
@@ -211,7 +212,7 @@ def main() -> int:
         import pstats
 
         profiler.disable()
-        pstats.Stats(profiler).sort_stats("tottime").print_stats(15)
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
 
     full = [t for t, heads in zip(cycle_times, heads_per_cycle, strict=True) if heads >= args.cohorts * args.queues]
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -330,6 +330,11 @@ class Preemptor:
             # Kueue's order: evicted (hierarchy, priority, same queue), then the others likewise.
             for evicted in (True, False):
                 for group in (hierarchy, priority, same):
+                    if group is not same and self._others_cannot_help(cq, requests, allow_borrowing):
+                        # Kueue would remove these and add every one back in fill-back: freeing
+                        # quota in other queues cannot make this workload fit, so skip the round
+                        # trip. (Only same-queue removals change the preemptor's own usage.)
+                        continue
                     for cand in group.items(evicted):
                         if not self._valid(cq, cand, frs, allow_borrowing):
                             continue
@@ -348,6 +353,27 @@ class Preemptor:
             return None
         usage = self.lq_usage
         return lambda cand: (not cand.wl.evicted, -usage(cand.wl), *cand.wl.candidate_key()[1:])
+
+    @staticmethod
+    def _others_cannot_help(cq: ClusterQueueInfo, requests: dict[FlavorResource, int], allow_borrowing: bool) -> bool:
+        """True when the preemptor's own queue caps it below its request whatever others use.
+
+        Without borrowing the queue must stay within nominal; with a borrowingLimit it can
+        never get more than its guaranteed part plus what it lends plus the limit.
+        """
+        node = cq.node
+        for fr, value in requests.items():
+            usage = node.usage.get(fr, 0)
+            if not allow_borrowing and node.nominal(fr) < usage + value:
+                return True
+            quota = node.quota.get(fr)
+            if quota is not None and quota.borrowing_limit is not None and node.parent is not None:
+                local = node.local_quota(fr)
+                own = local - usage if local > usage else 0
+                lent = node.subtree.get(fr, 0) - local - (usage - local if usage > local else 0)
+                if value > own + lent + quota.borrowing_limit:
+                    return True
+        return False
 
     @staticmethod
     def _valid(cq: ClusterQueueInfo, cand: _Candidate, frs: set[FlavorResource], allow_borrowing: bool) -> bool:
