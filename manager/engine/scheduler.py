@@ -18,7 +18,7 @@ from manager.api import constants as c
 from manager.api.config import Configuration, parse_duration
 from manager.engine import fairshare
 from manager.engine.cache import Cache, ClusterQueueInfo
-from manager.engine.flavors import FIT, NO_FIT, PREEMPT, Assignment, FlavorAssigner
+from manager.engine.flavors import FIT, NO_CANDIDATES, NO_FIT, PREEMPT, Assignment, FlavorAssigner
 from manager.engine.preemption import HUMAN_REASONS, Preemptor, Target
 from manager.engine.queues import (
     FAILED_AFTER_NOMINATION,
@@ -51,6 +51,10 @@ from manager.engine.workload import (
 NO_LONGER_FITS = "Workload no longer fits after processing another workload"
 OVERLAPPING_TARGETS = "Workload has overlapping preemption targets with another workload"
 BYPASSED = "Bypassed scheduling evaluation because an equivalent workload recently failed"
+
+
+def _no_preemption(cq: ClusterQueueInfo, wl: WorkloadInfo, fr: FlavorResource, quantity: int) -> tuple[str, int]:
+    return NO_CANDIDATES, 0
 
 
 @dataclass(slots=True, eq=False)
@@ -399,10 +403,13 @@ class Scheduler:
         overlap = any(t.wl.key in preempted for t in entry.targets)
         if overlap:
             # Kueue recomputes the assignment with the earlier victims gone; a fit then waits for them.
-            removed = [t for t in preempted.values()]
+            removed = self._same_tree(cq, preempted)
             for t in removed:
                 t.cq.node.remove_usages(t.wl.usage)
-            retry = self._assigner(wl, cq, preemptor).assign([psa.count for psa in assignment.pod_sets])
+            # Only "does it fit now" matters here, so the preemption oracle is never consulted.
+            retry = FlavorAssigner(self.cache, cq, wl, oracle=_no_preemption, fair_sharing=self.fair_sharing).assign(
+                [psa.count for psa in assignment.pod_sets]
+            )
             for t in removed:
                 t.cq.node.add_usages(t.wl.usage)
             if retry.representative_mode() == FIT:
@@ -418,7 +425,8 @@ class Scheduler:
             entry.skip_reason, entry.skip_message = REASON_WAITING_FOR_QUOTA, OVERLAPPING_TARGETS
             entry.requeue_reason = FAILED_AFTER_NOMINATION
             return
-        if not self._fits_after_removal(cq, usage, list(preempted.values()) + entry.targets):
+        # Victims in other cohort trees cannot change this queue's availability.
+        if not self._fits_after_removal(cq, usage, self._same_tree(cq, preempted) + entry.targets):
             entry.skip_reason, entry.skip_message = REASON_WAITING_FOR_QUOTA, NO_LONGER_FITS
             entry.requeue_reason = FAILED_AFTER_NOMINATION
             return
@@ -438,6 +446,11 @@ class Scheduler:
         entry.status = "assumed"
         self._admit(entry, now)
         result.admitted.append(wl)
+
+    @staticmethod
+    def _same_tree(cq: ClusterQueueInfo, preempted: dict[str, Target]) -> list[Target]:
+        root = cq.node.root()
+        return [t for t in preempted.values() if t.cq.node.root() is root]
 
     @staticmethod
     def _fits_after_removal(cq: ClusterQueueInfo, usage: dict[FlavorResource, int], removed: list[Target]) -> bool:

@@ -188,3 +188,26 @@ def test_capacity_is_reserved_when_preemption_finds_no_candidates() -> None:
     ]
     outcome = run(objs, cycles=1)
     assert "late-borrower" not in outcome.admitted()
+
+
+def test_overlapping_targets_wait_for_the_same_preemption() -> None:
+    # Both a1 and a2 reclaim their nominal quota from the one workload b borrows it with.
+    objs = [
+        F,
+        cluster_queue("a1", {"default-flavor": {"cpu": 2}}, cohort="co", preemption={"reclaimWithinCohort": "Any"}),
+        cluster_queue("a2", {"default-flavor": {"cpu": 2}}, cohort="co", preemption={"reclaimWithinCohort": "Any"}),
+        cluster_queue("b", {"default-flavor": {"cpu": 0}}, cohort="co"),
+        local_queue("q1", "a1"),
+        local_queue("q2", "a2"),
+        local_queue("qb", "b"),
+        running("borrower", "b", "qb", "4", created=0),
+        workload("mine-1", "q1", {"cpu": "2"}, created=1),
+        workload("mine-2", "q2", {"cpu": "2"}, created=2),
+    ]
+    first = run(objs, cycles=1)
+    assert first.result.preemptions == 1
+    for name in ("mine-1", "mine-2"):
+        status, reason, message = first.condition(name)
+        assert (status, reason) == ("False", "WaitingForPreemptedWorkloads")
+        assert message.endswith("Pending the preemption of 1 workload(s)")
+    assert run(objs).admitted() == ["mine-1", "mine-2"]
