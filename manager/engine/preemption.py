@@ -441,17 +441,11 @@ class Preemptor:
         retry: list[tuple[WorkloadInfo, ClusterQueueInfo]] = []
         within_nominal = not any(cq.node.is_borrowing(fr) for fr in frs)
         for target_cq in ordering.iterate():
-            if target_cq is cq:
+            if target_cq is cq or within_nominal:
+                # In-queue preemption, or Kueue's nominal-first rule: no share test.
                 cand = ordering.pop(target_cq)
                 self._remove(target_cq, cand)
-                targets.append(Target(cand, target_cq, IN_CLUSTER_QUEUE))
-                if self._fits_fair(cq, requests):
-                    return True, targets, []
-                continue
-            if within_nominal:
-                cand = ordering.pop(target_cq)
-                self._remove(target_cq, cand)
-                targets.append(Target(cand, target_cq, IN_COHORT_RECLAMATION))
+                targets.append(Target(cand, target_cq, IN_CLUSTER_QUEUE if target_cq is cq else IN_COHORT_RECLAMATION))
                 if self._fits_fair(cq, requests):
                     return True, targets, []
                 continue

@@ -187,31 +187,21 @@ def test_zero_request_for_undeclared_resource_is_ignored() -> None:
     assert outcome.admitted() == ["w"]
 
 
-def test_strict_fifo_head_blocks_newer_workloads() -> None:
-    objs = [F, cluster_queue("cq", {"default-flavor": {"cpu": 4}}, strategy="StrictFIFO"), local_queue("q", "cq")]
-    outcome = run(
-        objs
-        + [
-            workload("running", "q", {"cpu": "2"}, created=0),
-            workload("big", "q", {"cpu": "3"}, created=1),
-            workload("small", "q", {"cpu": "1"}, created=2),
-        ]
-    )
-    assert outcome.admitted() == ["running"]
-    assert outcome.pending() == ["big", "small"]
-
-
-def test_best_effort_fifo_lets_smaller_newer_workloads_through() -> None:
-    objs = [F, cluster_queue("cq", {"default-flavor": {"cpu": 4}}), local_queue("q", "cq")]
-    outcome = run(
-        objs
-        + [
-            workload("running", "q", {"cpu": "2"}, created=0),
-            workload("big", "q", {"cpu": "3"}, created=1),
-            workload("small", "q", {"cpu": "1"}, created=2),
-        ]
-    )
-    assert outcome.admitted() == ["running", "small"]
+@pytest.mark.parametrize(
+    ("strategy", "admitted"),
+    [
+        pytest.param("StrictFIFO", ["running"], id="StrictFIFO: the head that does not fit blocks newer workloads"),
+        pytest.param("BestEffortFIFO", ["running", "small"], id="BestEffortFIFO: smaller newer workloads get through"),
+    ],
+)
+def test_queueing_strategy(strategy: str, admitted: list[str]) -> None:
+    objs = [F, cluster_queue("cq", {"default-flavor": {"cpu": 4}}, strategy=strategy), local_queue("q", "cq")]
+    objs += [
+        workload("running", "q", {"cpu": "2"}, created=0),
+        workload("big", "q", {"cpu": "3"}, created=1),
+        workload("small", "q", {"cpu": "1"}, created=2),
+    ]
+    assert run(objs).admitted() == admitted
 
 
 def test_higher_priority_is_admitted_before_older_workloads() -> None:
