@@ -16,7 +16,7 @@ from typing import Any
 from manager.api import constants as c
 from manager.api import kueue
 from manager.api.meta import LabelSelector, Resource, Toleration
-from manager.api.quantity import Quantity
+from manager.api.quantity import Quantity, QuantityError
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -305,6 +305,44 @@ def resource_flavor_errors(flavor: kueue.ResourceFlavor) -> list[FieldError]:
     return errors
 
 
+def _pod_spec_errors(spec: Any, path: str) -> list[FieldError]:
+    """The shape of a pod spec's containers and resources (the API server's schema would refuse it)."""
+    if not isinstance(spec, dict):
+        return [invalid(path, type(spec).__name__, "must be an object")]
+    errors: list[FieldError] = []
+    for container_list in ("initContainers", "containers"):
+        containers = spec.get(container_list)
+        if containers is None:
+            continue
+        if not isinstance(containers, list):
+            errors.append(invalid(f"{path}.{container_list}", type(containers).__name__, "must be a list of containers"))
+            continue
+        for j, container in enumerate(containers):
+            where = f"{path}.{container_list}[{j}]"
+            if not isinstance(container, dict):
+                errors.append(invalid(where, type(container).__name__, "must be a container object"))
+                continue
+            resources = container.get("resources")
+            if resources is None:
+                continue
+            if not isinstance(resources, dict):
+                errors.append(invalid(f"{where}.resources", type(resources).__name__, "must be an object"))
+                continue
+            for kind in ("requests", "limits"):
+                values = resources.get(kind)
+                if values is None:
+                    continue
+                if not isinstance(values, dict):
+                    errors.append(invalid(f"{where}.resources.{kind}", type(values).__name__, "must be a map of resource name to quantity"))
+                    continue
+                for name, raw in values.items():
+                    try:
+                        Quantity.parse(raw)
+                    except (QuantityError, TypeError, ValueError):
+                        errors.append(FieldError(f"{where}.resources.{kind}.{name}", f'invalid quantity "{raw}"'))
+    return errors
+
+
 def workload_errors(workload: kueue.Workload) -> list[FieldError]:
     errors: list[FieldError] = []
     names: set[str] = set()
@@ -318,9 +356,14 @@ def workload_errors(workload: kueue.Workload) -> list[FieldError]:
             with_min_count += 1
             if pod_set.min_count > pod_set.count:
                 errors.append(invalid(f"{path}.minCount", pod_set.min_count, f"must be less than or equal to count ({pod_set.count})"))
+        spec = pod_set.template.get("spec", {})
+        shape = _pod_spec_errors(spec, f"{path}.template.spec")
+        if shape:
+            errors += shape
+            continue
         for container_list in ("initContainers", "containers"):
-            for j, container in enumerate(pod_set.template.get("spec", {}).get(container_list) or []):
-                requests = ((container or {}).get("resources") or {}).get("requests") or {}
+            for j, container in enumerate(spec.get(container_list) or []):
+                requests = (container.get("resources") or {}).get("requests") or {}
                 if c.PODS_RESOURCE in requests:
                     errors.append(
                         invalid(

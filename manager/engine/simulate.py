@@ -209,7 +209,11 @@ class Simulation:
             try:
                 info = build_info(wl, priority=self._priority(wl), created=created, config=self.config, defaults=defaults)
             except RequestError as err:
-                raise SimulationError(f"{source.where}: {err}") from None
+                message = str(err)
+                if isinstance(source.obj, Job):
+                    # Name the Job's own field, not the Workload built from it.
+                    message = message.replace("spec.podSets[0].template.", "spec.template.", 1)
+                raise SimulationError(f"{source.where}: {message}") from None
             out.append(info)
         return out
 

@@ -264,6 +264,12 @@ def test_table_golden_borrowing_and_waiting(capsys: pytest.CaptureFixture[str], 
     golden("cohort-borrowing", text)
 
 
+def over_limit_job() -> dict[str, Any]:
+    broken = job("j", "q", cpu="2")
+    broken["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] = {"cpu": "1"}
+    return broken
+
+
 @pytest.mark.parametrize(
     ("docs", "expected"),
     [
@@ -286,8 +292,24 @@ def test_table_golden_borrowing_and_waiting(capsys: pytest.CaptureFixture[str], 
             [job("j", "q", labels={"kueue.x-k8s.io/priority-class": "missing"})],
             'bad.yaml[0] Job/default/j: metadata.labels[kueue.x-k8s.io/priority-class]: WorkloadPriorityClass "missing" not found',
         ),
+        (
+            [
+                {
+                    "apiVersion": "kueue.x-k8s.io/v1beta2",
+                    "kind": "Workload",
+                    "metadata": {"name": "w", "namespace": "default"},
+                    "spec": {"queueName": "q", "podSets": [{"name": "main", "count": 1, "template": {"spec": {"containers": "nope"}}}]},
+                }
+            ],
+            'bad.yaml[0] Workload/default/w: spec.podSets[0].template.spec.containers: Invalid value: "str": must be a list of containers',
+        ),
+        (
+            [over_limit_job()],
+            "bad.yaml[0] Job/default/j: spec.template.spec.containers[0].resources.requests.cpu: "
+            "must be less than or equal to the cpu limit",
+        ),
     ],
-    ids=["invalid quantity", "unknown priority class"],
+    ids=["invalid quantity", "unknown priority class", "containers not a list", "request above limit"],
 )
 def test_bad_input_exits_1_with_a_located_message_and_no_traceback(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, docs: list[dict[str, Any]], expected: str
