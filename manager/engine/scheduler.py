@@ -107,6 +107,7 @@ class Scheduler:
         afs = self.config.admission_fair_sharing
         self.afs_enabled = afs is not None
         self.lq_consumed: dict[str, float] = {}
+        self._last_cycle_at: datetime | None = None
         self._afs_half_life = parse_duration(afs.usage_half_life_time).total_seconds() if afs and afs.usage_half_life_time else 0.0
         self._afs_sampling = parse_duration(afs.usage_sampling_interval).total_seconds() if afs and afs.usage_sampling_interval else 300.0
         self._afs_weights = dict(afs.resource_weights or {}) if afs else {}
@@ -168,8 +169,17 @@ class Scheduler:
         return queue.pending() if queue else 0
 
     # --- the cycle ---------------------------------------------------------------------------------
+    def _decay_lq_usage(self, now: datetime) -> None:
+        """Admission fair sharing: consumed usage halves every usageHalfLifeTime."""
+        if self._last_cycle_at is not None and self._afs_half_life > 0 and self.lq_consumed:
+            factor = 0.5 ** ((now - self._last_cycle_at).total_seconds() / self._afs_half_life)
+            self.lq_consumed = {key: value * factor for key, value in self.lq_consumed.items()}
+        self._last_cycle_at = now
+
     def cycle(self, now: datetime) -> CycleResult:
         self.cycle_number += 1
+        if self.afs_enabled:
+            self._decay_lq_usage(now)
         result = CycleResult()
         preemptor = Preemptor(
             self.cache,
