@@ -12,7 +12,6 @@ import yaml
 from manager.api import constants as c
 from manager.cli.files import load_paths
 from manager.engine.simulate import SIMULATED_KINDS, Simulation, SimulationError, SimulationResult, Source, group_of
-from manager.engine.units import format_amount
 from manager.engine.workload import WorkloadInfo
 
 
@@ -154,6 +153,3 @@ def render_table(result: SimulationResult) -> str:
     out += f"\n{result.cycles} cycle(s): {admitted} admitted, {reserved} quota reserved, {pending} pending, "
     out += f"{result.preemptions} preemption(s)\n"
     return out
-
-
-__all__ = ["add_command", "format_amount"]

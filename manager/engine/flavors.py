@@ -25,7 +25,6 @@ from manager.engine.workload import (
 
 # Public assignment modes, worst to best (FlavorAssignmentMode).
 NO_FIT, PREEMPT, DEFERRED_FIT, FIT = 0, 1, 2, 3
-MODE_NAMES = {NO_FIT: "NoFit", PREEMPT: "Preempt", DEFERRED_FIT: "DeferredFit", FIT: "Fit"}
 
 # Internal preemption modes, worst to best (preemptionMode).
 P_NO_FIT, P_NO_CANDIDATES, P_PREEMPT, P_RECLAIM, P_FIT = 0, 1, 2, 3, 4

@@ -77,10 +77,6 @@ def uses_resources(wl: WorkloadInfo, frs: set[FlavorResource]) -> bool:
     return not frs.isdisjoint(wl.usage)
 
 
-def is_evicted(wl: WorkloadInfo) -> bool:
-    return wl.evicted
-
-
 class _Lazy:
     """Candidates merged from per-queue streams, materialised only as far as they are read.
 

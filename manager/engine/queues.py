@@ -34,7 +34,6 @@ class ClusterQueueQueue:
     lq_usage: Callable[[WorkloadInfo], float] | None = None
     active: dict[str, WorkloadInfo] = field(default_factory=dict)
     inadmissible: dict[str, WorkloadInfo] = field(default_factory=dict)
-    inadmissible_reason: dict[str, str] = field(default_factory=dict)
     bulk_hashes: dict[str, str] = field(default_factory=dict)
     sticky: str | None = None
     pop_cycle: int = -1
@@ -58,7 +57,6 @@ class ClusterQueueQueue:
         self.inadmissible.pop(wl.key, None)
         if self.best_effort and wl.scheduling_hash in self.bulk_hashes and wl.key not in self.active:
             self.inadmissible[wl.key] = wl
-            self.inadmissible_reason[wl.key] = self.bulk_hashes[wl.scheduling_hash]
             return
         self._push_active(wl)
 
@@ -66,13 +64,11 @@ class ClusterQueueQueue:
         self._counter += 1
         self._version[wl.key] = self._counter
         self.active[wl.key] = wl
-        self.inadmissible_reason.pop(wl.key, None)
         heapq.heappush(self._heaps.setdefault(self._lq(wl), []), (order_key(wl), self._counter, wl.key))
 
     def delete(self, key: str) -> None:
         self.active.pop(key, None)
         self.inadmissible.pop(key, None)
-        self.inadmissible_reason.pop(key, None)
         if self.sticky == key:
             self.sticky = None
 
@@ -119,7 +115,6 @@ class ClusterQueueQueue:
             for key in [k for k, other in self.active.items() if other.scheduling_hash == wl.scheduling_hash]:
                 other = self.active.pop(key)
                 self.inadmissible[key] = other
-                self.inadmissible_reason[key] = self.bulk_hashes[wl.scheduling_hash]
                 moved.append(other)
         return moved
 
@@ -135,6 +130,3 @@ class ClusterQueueQueue:
             self._push_active(wl)
             moved += 1
         return moved
-
-    def was_bulk_moved(self, key: str) -> str | None:
-        return self.inadmissible_reason.get(key)

@@ -10,7 +10,7 @@ are undone at its end and only its decisions are applied, so the state stays inc
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -606,15 +606,9 @@ class Scheduler:
             if queue is not None:
                 queue.requeue_inadmissible(self.cycle_number, self._namespace_still_matches(cq))
 
-    def _namespace_still_matches(self, cq: ClusterQueueInfo):  # type: ignore[no-untyped-def]
+    def _namespace_still_matches(self, cq: ClusterQueueInfo) -> Callable[[WorkloadInfo], bool]:
         def check(wl: WorkloadInfo) -> bool:
             labels = self.namespaces.get(wl.namespace)
             return labels is not None and selector_matches(cq.namespace_selector, labels)
 
         return check
-
-    def bypassed_message(self, wl: WorkloadInfo) -> str | None:
-        queue = self.queues.get(wl.cluster_queue)
-        if queue is None:
-            return None
-        return queue.was_bulk_moved(wl.key)

@@ -38,7 +38,15 @@ from manager.engine.jobs import JobConversionError, workload_for_job
 from manager.engine.requests import RequestError, limit_range_defaults
 from manager.engine.scheduler import Scheduler
 from manager.engine.units import to_quantity
-from manager.engine.workload import REASON_PENDING_EVALUATION, WorkloadInfo, build_info, stable_uid, to_condition
+from manager.engine.workload import (
+    REASON_CQ_STOPPED,
+    REASON_LQ_STOPPED,
+    REASON_PENDING_EVALUATION,
+    WorkloadInfo,
+    build_info,
+    stable_uid,
+    to_condition,
+)
 
 DEFAULT_MAX_CYCLES = 10_000
 DEFAULT_EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
@@ -266,8 +274,8 @@ class Simulation:
         lq_policy = (lq.spec.stop_policy if lq else None) or "None"
         admitted = wl.condition_true(c.ADMITTED)
         for policy, reason, message in (
-            (cq.stop_policy if cq else "None", "ClusterQueueStopped", "The ClusterQueue is stopped"),
-            (lq_policy, "LocalQueueStopped", "The LocalQueue is stopped"),
+            (cq.stop_policy if cq else "None", REASON_CQ_STOPPED, "The ClusterQueue is stopped"),
+            (lq_policy, REASON_LQ_STOPPED, "The LocalQueue is stopped"),
         ):
             # Hold keeps admitted workloads running but drops reservations still waiting for checks;
             # HoldAndDrain evicts everything.
@@ -410,8 +418,3 @@ class Simulation:
             status.fair_sharing = FairSharingStatus(weighted_share=dominant_resource_share(cq.node).rounded())
         obj.status = status
         return obj
-
-
-def simulate(sources: Sequence[Source], *, cycles: int | None = None, max_cycles: int = DEFAULT_MAX_CYCLES) -> SimulationResult:
-    """Run Kueue's scheduling over the objects; `cycles=None` runs until a cycle changes nothing."""
-    return Simulation(sources).run(cycles, max_cycles=max_cycles)

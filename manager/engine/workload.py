@@ -34,7 +34,6 @@ REASON_MISCONFIGURED = "Misconfigured"
 REASON_SUSPENDED = "Suspended"
 REASON_CQ_STOPPED = "ClusterQueueStopped"
 REASON_LQ_STOPPED = "LocalQueueStopped"
-REASON_INACTIVE = "Inactive"
 
 
 @dataclass(slots=True, frozen=True)
