@@ -235,3 +235,21 @@ def load_text(text: str, source: str) -> Loaded:
     for document in documents:
         result.extend(load_document(document))
     return result
+
+
+def validate_object(data: dict[str, Any]) -> tuple[BaseModel | None, list[FieldError]]:
+    """An object as an apiserver sends it (any served version): the v1beta2 model, or every
+    error with its field path. Unknown fields are not reported: the apiserver prunes them."""
+    model = model_for(data)
+    if model is None:
+        return None, [FieldError("kind", f'no kind "{data.get("kind")}" is registered for version "{data.get("apiVersion")}"')]
+    try:
+        model.model_validate(data)
+    except ValidationError as err:
+        return None, _pydantic_errors(err)
+    hub_data = conversion.convert(data, "v1beta2") if data.get("apiVersion") in KUEUE_VERSIONS else data
+    hub_model = model_for(hub_data)
+    assert hub_model is not None
+    obj = hub_model.model_validate(hub_data)
+    errors = object_errors(obj) if isinstance(obj, Resource) else []
+    return (None, errors) if errors else (obj, [])

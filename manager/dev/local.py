@@ -29,8 +29,8 @@ from typing import Any
 
 import yaml
 
-from manager.dev import pki
 from manager.dev.binaries import binary_dir
+from manager.runtime import pki
 
 LOOPBACK = "127.0.0.1"
 FAKE_NODE_ANNOTATION = "kwok.x-k8s.io/node"

@@ -9,7 +9,7 @@ from typing import Any
 
 from manager.api import constants as c
 from manager.api.core import Job, PriorityClass
-from manager.api.kueue import PodSet, PriorityClassRef, Workload, WorkloadPriorityClass, WorkloadSpec
+from manager.api.kueue import PodSet, PriorityClassRef, ResourceFlavor, Workload, WorkloadPriorityClass, WorkloadSpec
 from manager.api.meta import ObjectMeta, OwnerReference
 
 JOB_MIN_PARALLELISM_ANNOTATION = "kueue.x-k8s.io/job-min-parallelism"
@@ -117,3 +117,61 @@ def workload_for_job(
             priority_class_ref=ref,
         ),
     )
+
+
+def job_queue_name(job: Job) -> str:
+    return (job.metadata.labels or {}).get(c.QUEUE_NAME_LABEL) or (job.metadata.annotations or {}).get(c.QUEUE_NAME_ANNOTATION) or ""
+
+
+def job_finished(job: Job) -> tuple[bool, bool, str]:
+    """(finished, succeeded, message) from the Job's Complete and Failed conditions."""
+    for cond in (job.status.conditions if job.status else None) or []:
+        if cond.status == "True" and cond.type in ("Complete", "Failed"):
+            return True, cond.type == "Complete", cond.message or ("Job finished successfully" if cond.type == "Complete" else "Job failed")
+    return False, False, ""
+
+
+def _original_pod_spec(wl: Workload) -> dict[str, Any]:
+    template = wl.spec.pod_sets[0].template if wl.spec.pod_sets else None
+    spec = (template or {}).get("spec") if isinstance(template, dict) else None
+    return spec if isinstance(spec, dict) else {}
+
+
+def start_job_patch(job: Job, wl: Workload, flavors: Mapping[str, ResourceFlavor]) -> dict[str, Any]:
+    """Kueue's RunWithPodSetsInfo: unsuspend, and add the assigned flavors' nodeLabels to the
+    nodeSelector and their tolerations; a partially admitted Job runs with the admitted count."""
+    original = _original_pod_spec(wl)
+    node_selector = dict(original.get("nodeSelector") or {})
+    tolerations = list(original.get("tolerations") or [])
+    admission = wl.status.admission if wl.status else None
+    count: int | None = None
+    if admission is not None and admission.pod_set_assignments:
+        assignment = admission.pod_set_assignments[0]
+        count = assignment.count
+        for flavor_name in sorted(set((assignment.flavors or {}).values())):
+            flavor = flavors.get(flavor_name)
+            if flavor is None:
+                continue
+            node_selector.update(flavor.spec.node_labels or {})
+            for toleration in flavor.spec.tolerations or []:
+                as_dict = toleration.to_dict()
+                if as_dict not in tolerations:
+                    tolerations.append(as_dict)
+    spec: dict[str, Any] = {
+        "suspend": False,
+        "template": {"spec": {"nodeSelector": node_selector or None, "tolerations": tolerations or None}},
+    }
+    if count is not None and job.spec.parallelism is not None and count < pods_count(job):
+        spec["parallelism"] = count
+    return {"spec": spec}
+
+
+def stop_job_patch(job: Job, wl: Workload | None) -> dict[str, Any]:
+    """Kueue's RestorePodSetsInfo: suspend, and put the pod template back as the Workload recorded it."""
+    spec: dict[str, Any] = {"suspend": True}
+    if wl is not None:
+        original = _original_pod_spec(wl)
+        spec["template"] = {"spec": {"nodeSelector": original.get("nodeSelector"), "tolerations": original.get("tolerations")}}
+        if wl.spec.pod_sets and job.spec.parallelism is not None and job.spec.parallelism < wl.spec.pod_sets[0].count:
+            spec["parallelism"] = wl.spec.pod_sets[0].count
+    return {"spec": spec}

@@ -81,6 +81,7 @@ class Preemption:
 @dataclass
 class CycleResult:
     heads: int = 0
+    touched: list[str] = field(default_factory=list)  # keys whose status the cycle may have changed
     admitted: list[WorkloadInfo] = field(default_factory=list)
     preemptions: list[Preemption] = field(default_factory=list)
     changed: bool = False
@@ -95,8 +96,12 @@ class Scheduler:
         *,
         config: Configuration | None = None,
         namespaces: dict[str, dict[str, str]] | None = None,
+        evict_immediately: bool = True,
     ) -> None:
         self.cache = cache
+        # The simulator completes an eviction at once; on a cluster the victim keeps its quota
+        # until its job has stopped (the job integration then releases it).
+        self.evict_immediately = evict_immediately
         self.config = config or Configuration()
         self.namespaces = namespaces if namespaces is not None else {}
         fair = self.config.fair_sharing
@@ -197,6 +202,7 @@ class Scheduler:
             if wl is not None:
                 heads.append(Entry(wl, cq))
         result.heads = len(heads)
+        result.touched = [entry.wl.key for entry in heads]
         if not heads:
             return result
         before = {entry.wl.key: self._observed(entry.wl) for entry in heads}
@@ -450,7 +456,8 @@ class Scheduler:
             entry.skip_message = f"{assignment.message()}. Pending the preemption of {len(entry.targets)} workload(s)"
             entry.requeue_reason = PENDING_PREEMPTION
             for target in entry.targets:
-                result.preemptions.append(Preemption(target.wl, target.cq, wl, cq, target.reason))
+                if not target.wl.evicted:  # an eviction already under way is not issued again
+                    result.preemptions.append(Preemption(target.wl, target.cq, wl, cq, target.reason))
             wl.last_assignment = None
             return
         entry.status = "assumed"
@@ -547,6 +554,7 @@ class Scheduler:
         moved = queue.requeue(wl, entry.requeue_reason, pending_flavors=pending, status_reason=entry.skip_reason)
         if entry.skip_reason:
             wl.resource_requests = [(ps.name, ps.total()) for ps in wl.pod_sets]
+        result.touched.extend(other.key for other in moved)
         for other in moved:
             # Same as Kueue's workload controller for an equivalence class that just failed.
             self._not_admitted(other, entry.skip_reason or REASON_PENDING_EVALUATION, BYPASSED, now)
@@ -567,6 +575,8 @@ class Scheduler:
             )
             victim.set_condition(c.EVICTED, "True", REASON_PREEMPTED, message, now)
             victim.set_condition(c.PREEMPTED, "True", preemption.reason, message, now)
+            if not self.evict_immediately:
+                continue
             self.release(victim, now, reason=REASON_PENDING_EVALUATION, message=message)
             victim.set_condition(c.REQUEUED, "True", REASON_PREEMPTED, message, now)
             root = preemption.victim_cq.node.root()

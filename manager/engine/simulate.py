@@ -20,32 +20,19 @@ from manager.api import kueue
 from manager.api.config import Configuration
 from manager.api.core import Job, LimitRange, Namespace, PriorityClass
 from manager.api.kueue import (
-    Admission,
-    AdmissionCheckState,
     ClusterQueue,
-    ClusterQueueStatus,
-    FlavorUsage,
-    PodSetAssignment,
-    PodSetRequest,
-    ResourceUsage,
     Workload,
-    WorkloadStatus,
 )
-from manager.api.meta import Condition
 from manager.engine.cache import Cache, ClusterQueueInfo
-from manager.engine.fairshare import dominant_resource_share
 from manager.engine.jobs import JobConversionError, workload_for_job
 from manager.engine.requests import RequestError, limit_range_defaults
 from manager.engine.scheduler import Scheduler
-from manager.engine.units import to_quantity
+from manager.engine.state import cluster_queue_status, stop_policy_eviction, workload_priority, workload_status
 from manager.engine.workload import (
-    REASON_CQ_STOPPED,
-    REASON_LQ_STOPPED,
     REASON_PENDING_EVALUATION,
     WorkloadInfo,
     build_info,
     stable_uid,
-    to_condition,
 )
 
 DEFAULT_MAX_CYCLES = 10_000
@@ -242,16 +229,7 @@ class Simulation:
             raise SimulationError(f"{source.where}: {err}") from None
 
     def _priority(self, wl: Workload) -> int:
-        if wl.spec.priority is not None:
-            return wl.spec.priority
-        ref = wl.spec.priority_class_ref
-        if ref is None:
-            return 0
-        if ref.kind == "WorkloadPriorityClass":
-            wpc = self.wpcs.get(ref.name)
-            return wpc.value if wpc else 0
-        pc = self.pcs.get(ref.name)
-        return pc.value if pc else 0
+        return workload_priority(wl, self.wpcs, self.pcs)
 
     def _place(self, now: datetime) -> None:
         """Running workloads hold quota; the rest are queued (stop policies applied first)."""
@@ -269,20 +247,11 @@ class Simulation:
                 self.scheduler.enqueue(wl, now)
 
     def _apply_stop_policies(self, wl: WorkloadInfo, now: datetime) -> None:
-        cq = self.cache.cluster_queues.get(wl.admission_cq)
-        lq = self.cache.local_queues.get(f"{wl.namespace}/{wl.queue_name}")
-        lq_policy = (lq.spec.stop_policy if lq else None) or "None"
-        admitted = wl.condition_true(c.ADMITTED)
-        for policy, reason, message in (
-            (cq.stop_policy if cq else "None", REASON_CQ_STOPPED, "The ClusterQueue is stopped"),
-            (lq_policy, REASON_LQ_STOPPED, "The LocalQueue is stopped"),
-        ):
-            # Hold keeps admitted workloads running but drops reservations still waiting for checks;
-            # HoldAndDrain evicts everything.
-            if policy == "HoldAndDrain" or (policy == "Hold" and not admitted):
-                wl.set_condition(c.EVICTED, "True", reason, message, now)
-                self.scheduler.release(wl, now, reason=REASON_PENDING_EVALUATION, message=message)
-                return
+        eviction = stop_policy_eviction(wl, self.cache)
+        if eviction is not None:
+            reason, message = eviction
+            wl.set_condition(c.EVICTED, "True", reason, message, now)
+            self.scheduler.release(wl, now, reason=REASON_PENDING_EVALUATION, message=message)
 
     # --- running --------------------------------------------------------------------------------------
     def now(self) -> datetime:
@@ -330,91 +299,11 @@ class Simulation:
         wl.api_version = f"{c.GROUP}/{c.STORAGE_VERSION}"
         if wl.metadata.uid is None:
             wl.metadata.uid = info.uid
-        status = wl.status.model_copy(deep=True) if wl.status else WorkloadStatus()
-        order = {kind: i for i, kind in enumerate(CONDITION_ORDER)}
-        kinds = sorted(info.conditions, key=lambda k: (order.get(k, len(order)), k))
-        status.conditions = [to_condition(kind, info.conditions[kind]) for kind in kinds] or None
-        if info.admission is not None:
-            status.admission = Admission(
-                cluster_queue=info.admission_cq,
-                pod_set_assignments=[
-                    PodSetAssignment(
-                        name=a.name,
-                        flavors=dict(sorted(a.flavors.items())),
-                        resource_usage={r: to_quantity(r, v) for r, v in sorted(a.usage.items())},
-                        count=a.count,
-                    )
-                    for a in info.admission
-                ],
-            )
-        else:
-            status.admission = None
-        if info.checks:
-            existing = {check.name: check for check in status.admission_checks or []}
-            status.admission_checks = [
-                existing.get(name) or AdmissionCheckState(name=name, state=state, last_transition_time=self.now(), message="")
-                for name, state in sorted(info.checks.items())
-            ]
-        if info.admission is None and info.resource_requests is not None:
-            status.resource_requests = [
-                PodSetRequest(name=name, resources={r: to_quantity(r, v) for r, v in sorted(req.items())})
-                for name, req in info.resource_requests
-            ]
-        elif info.admission is not None:
-            status.resource_requests = None
-        wl.status = status
+        wl.status = workload_status(info, now=self.now())
         return wl
 
     def _cluster_queue_out(self, cq: ClusterQueueInfo) -> ClusterQueue:
         obj = cq.obj.model_copy(deep=True)
         obj.api_version = f"{c.GROUP}/{c.STORAGE_VERSION}"
-        reservation: dict[tuple[str, str], int] = {}
-        admitted_usage: dict[tuple[str, str], int] = {}
-        reserving = admitted = 0
-        for wl in cq.workloads.values():
-            reserving += 1
-            is_admitted = wl.condition_true(c.ADMITTED)
-            admitted += is_admitted
-            for fr, value in wl.usage.items():
-                reservation[fr] = reservation.get(fr, 0) + value
-                if is_admitted:
-                    admitted_usage[fr] = admitted_usage.get(fr, 0) + value
-
-        def usage_list(totals: dict[tuple[str, str], int]) -> list[FlavorUsage]:
-            out = []
-            for group in cq.groups:
-                for flavor in group.flavors:
-                    resources = []
-                    for resource in group.covered:
-                        total = totals.get((flavor, resource), 0)
-                        nominal = cq.node.nominal((flavor, resource))
-                        resources.append(
-                            ResourceUsage(
-                                name=resource, total=to_quantity(resource, total), borrowed=to_quantity(resource, max(0, total - nominal))
-                            )
-                        )
-                    out.append(FlavorUsage(name=flavor, resources=resources))
-            return out
-
-        status = ClusterQueueStatus(
-            flavors_reservation=usage_list(reservation),
-            flavors_usage=usage_list(admitted_usage),
-            pending_workloads=self.scheduler.pending_count(cq.name),
-            reserving_workloads=reserving,
-            admitted_workloads=admitted,
-            conditions=[
-                Condition(
-                    type=c.ACTIVE,
-                    status="True" if cq.active else "False",
-                    reason=cq.inactive_reason,
-                    message=cq.inactive_message,
-                    last_transition_time=self.start,
-                )
-            ],
-        )
-        if self.scheduler.fair_sharing:
-            from manager.api.kueue import FairSharingStatus
-
-            status.fair_sharing = FairSharingStatus(weighted_share=dominant_resource_share(cq.node).rounded())
-        obj.status = status
+        obj.status = cluster_queue_status(cq, self.scheduler, since=self.start)
         return obj

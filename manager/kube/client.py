@@ -1,15 +1,414 @@
-"""Building one kubernetes_asyncio ApiClient per cluster, never from the global configuration."""
+"""The I/O gateway: one kubernetes_asyncio ApiClient per cluster, typed calls, typed errors.
+
+Every call is rate limited by the cluster's own token bucket and bounded by a timeout.
+Reads (get, list) are retried with tenacity on transient failures and 429s, honouring
+Retry-After; writes are never retried here: the controller decides, from a fresh read.
+"""
 
 from __future__ import annotations
 
+import builtins
 import copy
-from typing import Any
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+from urllib.parse import quote
 
+import aiohttp
 from kubernetes_asyncio import client, config
+from kubernetes_asyncio.client.exceptions import ApiException
+from pydantic import ValidationError
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, stop_after_delay
+from tenacity.wait import wait_base, wait_exponential_jitter
+
+from manager.api.meta import Resource
+from manager.kube.errors import GoneError, KubeError, TransientError, error_from_response
+from manager.kube.ratelimit import TokenBucket
+
+log = logging.getLogger("kfed.kube")
+
+R = TypeVar("R", bound=Resource)
+
+DEFAULT_QPS = 300.0
+DEFAULT_BURST = 500
+DEFAULT_TIMEOUT = 30.0
+MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+
+
+class KubeconfigError(ValueError):
+    """A kubeconfig that cannot be used; the message names the field, never a credential."""
+
+
+def check_kubeconfig(kubeconfig: Any, *, where: str = "kubeconfig", context: str | None = None) -> None:
+    """Structural validation before kubernetes_asyncio sees it, so errors name the field."""
+    if not isinstance(kubeconfig, dict):
+        raise KubeconfigError(f"{where}: expected a kubeconfig mapping, got {type(kubeconfig).__name__}")
+    for section in ("clusters", "users", "contexts"):
+        entries = kubeconfig.get(section)
+        if not isinstance(entries, list) or not entries:
+            raise KubeconfigError(f"{where}: {section}: Required value: at least one entry")
+        for i, entry in enumerate(entries):
+            if not isinstance(entry, dict) or not entry.get("name"):
+                raise KubeconfigError(f"{where}: {section}[{i}].name: Required value")
+    chosen = context or kubeconfig.get("current-context")
+    contexts = {e["name"]: e.get("context") or {} for e in kubeconfig["contexts"]}
+    if not chosen:
+        raise KubeconfigError(f"{where}: current-context: Required value")
+    if chosen not in contexts:
+        raise KubeconfigError(f"{where}: current-context: Not found: context {chosen!r}")
+    ctx = contexts[chosen]
+    clusters = {e["name"]: e.get("cluster") or {} for e in kubeconfig["clusters"]}
+    users = {e["name"]: e.get("user") or {} for e in kubeconfig["users"]}
+    if ctx.get("cluster") not in clusters:
+        raise KubeconfigError(f"{where}: contexts[{chosen}].cluster: Not found: cluster {ctx.get('cluster')!r}")
+    if ctx.get("user") not in users:
+        raise KubeconfigError(f"{where}: contexts[{chosen}].user: Not found: user {ctx.get('user')!r}")
+    server = clusters[ctx["cluster"]].get("server")
+    if not isinstance(server, str) or not server.startswith(("https://", "http://")):
+        raise KubeconfigError(f"{where}: clusters[{ctx['cluster']}].server: Invalid value: expected an https:// URL")
+    user = users[ctx["user"]]
+    if isinstance(user, dict) and ("exec" in user or "auth-provider" in user):
+        # A worker's credentials must not run programs inside the manager's pod.
+        raise KubeconfigError(f"{where}: users[{ctx['user']}]: Forbidden: exec and auth-provider credentials are not allowed")
+
+
+def api_path(model: type[Resource], *, namespace: str | None = None, name: str | None = None, subresource: str | None = None) -> str:
+    base = f"/apis/{model.GROUP}/{model.VERSION}" if model.GROUP else f"/api/{model.VERSION}"
+    if model.NAMESPACED and namespace:
+        base += f"/namespaces/{quote(namespace, safe='')}"
+    base += f"/{model.PLURAL}"
+    if name:
+        base += f"/{quote(name, safe='')}"
+    if subresource:
+        base += f"/{subresource}"
+    return base
+
+
+def _describe(model: type[Resource], namespace: str | None, name: str | None) -> str:
+    key = f"{namespace}/{name}" if namespace and name else (name or (namespace or ""))
+    return f"{model.KIND} {key}".strip()
+
+
+@dataclass
+class ObjectList(Generic[R]):
+    items: list[R]
+    resource_version: str
+
+
+@dataclass
+class WatchEvent:
+    type: str  # ADDED, MODIFIED, DELETED, BOOKMARK
+    object: dict[str, Any]
+
+
+class _WaitRetryAfter(wait_base):
+    """Retry-After when the server gave one, exponential jitter otherwise."""
+
+    def __init__(self) -> None:
+        self.fallback = wait_exponential_jitter(initial=0.2, max=5.0)
+
+    def __call__(self, retry_state: Any) -> float:
+        outcome = retry_state.outcome
+        err = outcome.exception() if outcome is not None else None
+        after = getattr(err, "retry_after", None)
+        if isinstance(after, (int, float)) and after > 0:
+            return float(min(after, 30.0))
+        return float(self.fallback(retry_state))
+
+
+@dataclass
+class CallStats:
+    """What this client did, for metrics and benchmarks."""
+
+    requests: int = 0
+    by_verb: dict[str, int] = field(default_factory=dict)
+
+
+class KubeClient:
+    """Typed access to one cluster. Close it with `await close()`."""
+
+    def __init__(
+        self,
+        api: client.ApiClient,
+        *,
+        name: str = "cluster",
+        qps: float = DEFAULT_QPS,
+        burst: int = DEFAULT_BURST,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> None:
+        self.api = api
+        self.name = name
+        self.limiter = TokenBucket(qps, burst)
+        self.timeout = timeout
+        self.stats = CallStats()
+        self.retry_attempts = 5
+
+    # --- construction ---------------------------------------------------------------------------
+    @classmethod
+    async def from_kubeconfig(
+        cls,
+        kubeconfig: dict[str, Any],
+        *,
+        name: str = "cluster",
+        context: str | None = None,
+        qps: float = DEFAULT_QPS,
+        burst: int = DEFAULT_BURST,
+        where: str = "kubeconfig",
+    ) -> KubeClient:
+        check_kubeconfig(kubeconfig, where=where, context=context)
+        configuration = client.Configuration()
+        try:
+            await config.load_kube_config_from_dict(
+                config_dict=copy.deepcopy(kubeconfig), context=context, client_configuration=configuration
+            )
+        except Exception as err:  # noqa: BLE001 - the loader raises many kinds; report them as one
+            # The loader's messages can quote file contents; keep only the exception type.
+            raise KubeconfigError(f"{where}: cannot load credentials ({type(err).__name__})") from None
+        return cls(client.ApiClient(configuration=configuration), name=name, qps=qps, burst=burst)
+
+    @classmethod
+    async def in_cluster(cls, *, name: str = "in-cluster", qps: float = DEFAULT_QPS, burst: int = DEFAULT_BURST) -> KubeClient:
+        """The pod's service account; kubernetes_asyncio re-reads the projected token when it rotates."""
+        configuration = client.Configuration()
+        config.load_incluster_config(client_configuration=configuration, try_refresh_token=True)  # type: ignore[no-untyped-call]  # noqa: TID251 - into our own Configuration
+        return cls(client.ApiClient(configuration=configuration), name=name, qps=qps, burst=burst)
+
+    async def close(self) -> None:
+        await self.api.close()
+
+    # --- raw requests ------------------------------------------------------------------------------
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: list[tuple[str, str]] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        timeout: float | aiohttp.ClientTimeout | None = None,
+        what: str = "",
+    ) -> aiohttp.ClientResponse:
+        await self.limiter.acquire()
+        self.stats.requests += 1
+        self.stats.by_verb[method] = self.stats.by_verb.get(method, 0) + 1
+        request_timeout = timeout if timeout is not None else self.timeout
+        try:
+            response: aiohttp.ClientResponse = await self.api.call_api(
+                path,
+                method,
+                query_params=query or [],
+                header_params={"Content-Type": content_type, "Accept": "application/json"},
+                body=body,
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _request_timeout=request_timeout,
+            )
+        except ApiException as err:
+            raise error_from_response(err.status or 0, err.body or b"", what=what) from None
+        except (TimeoutError, aiohttp.ClientError, OSError) as err:
+            raise TransientError(f"{what}: {type(err).__name__}: {err}".rstrip(": ")) from None
+        if response.status >= 300:
+            try:
+                raw = await response.read()
+            finally:
+                response.release()
+            raise error_from_response(response.status, raw, retry_after=response.headers.get("Retry-After"), what=what)
+        return response
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: list[tuple[str, str]] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        what: str = "",
+    ) -> dict[str, Any]:
+        """One call, the JSON answer as a dict. Raises a KubeError subclass."""
+        response = await self._send(method, path, query=query, body=body, content_type=content_type, what=what or f"{method} {path}")
+        try:
+            raw = await response.read()
+        except (TimeoutError, aiohttp.ClientError) as err:
+            raise TransientError(f"{what or path}: reading the answer: {type(err).__name__}") from None
+        finally:
+            response.release()
+        try:
+            parsed = json.loads(raw) if raw else {}
+        except ValueError:
+            raise TransientError(f"{what or path}: the answer is not JSON") from None
+        return parsed if isinstance(parsed, dict) else {"value": parsed}
+
+    async def _retrying(self, call: Callable[[], Awaitable[Any]]) -> Any:
+        retrying = AsyncRetrying(
+            retry=retry_if_exception(lambda err: isinstance(err, KubeError) and err.retryable),
+            wait=_WaitRetryAfter(),
+            stop=stop_after_attempt(self.retry_attempts) | stop_after_delay(60),
+            reraise=True,
+        )
+        async for attempt in retrying:
+            with attempt:
+                return await call()
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    # --- typed calls -------------------------------------------------------------------------------
+    @staticmethod
+    def _parse(model: type[R], data: dict[str, Any], what: str) -> R:
+        try:
+            return model.model_validate(data)
+        except ValidationError as err:
+            raise KubeError(f"{what}: the apiserver's answer does not match the {model.KIND} schema: {err.errors()[:1]}") from None
+
+    async def get(self, model: type[R], name: str, *, namespace: str | None = None) -> R:
+        what = f"get {_describe(model, namespace, name)}"
+        data = await self._retrying(lambda: self.request("GET", api_path(model, namespace=namespace, name=name), what=what))
+        return self._parse(model, data, what)
+
+    async def list(
+        self,
+        model: type[R],
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        limit: int = 500,
+    ) -> ObjectList[R]:
+        """Every object, page by page (limit/continue), and the list's resourceVersion."""
+        what = f"list {model.KIND}"
+        items: list[R] = []
+        token = ""
+        resource_version = ""
+        while True:
+            query = [("limit", str(limit))]
+            if label_selector:
+                query.append(("labelSelector", label_selector))
+            if field_selector:
+                query.append(("fieldSelector", field_selector))
+            if token:
+                query.append(("continue", token))
+            page_query = list(query)
+            data = await self._retrying(lambda q=page_query: self.request("GET", api_path(model, namespace=namespace), query=q, what=what))  # type: ignore[misc]
+            for raw in data.get("items") or []:
+                raw.setdefault("apiVersion", f"{model.GROUP}/{model.VERSION}" if model.GROUP else model.VERSION)
+                raw.setdefault("kind", model.KIND)
+                items.append(self._parse(model, raw, what))
+            meta = data.get("metadata") or {}
+            resource_version = str(meta.get("resourceVersion") or resource_version)
+            token = str(meta.get("continue") or "")
+            if not token:
+                return ObjectList(items, resource_version)
+
+    async def create(self, model: type[R], obj: R | dict[str, Any], *, namespace: str | None = None) -> R:
+        body = obj.to_dict() if isinstance(obj, Resource) else obj
+        ns = namespace or (body.get("metadata") or {}).get("namespace")
+        what = f"create {_describe(model, ns, (body.get('metadata') or {}).get('name'))}"
+        data = await self.request("POST", api_path(model, namespace=ns), body=body, what=what)
+        return self._parse(model, data, what)
+
+    async def replace(self, model: type[R], obj: R) -> R:
+        """PUT: the object's resourceVersion is the precondition."""
+        what = f"update {_describe(model, obj.namespace, obj.name)}"
+        data = await self.request("PUT", api_path(model, namespace=obj.namespace, name=obj.name), body=obj.to_dict(), what=what)
+        return self._parse(model, data, what)
+
+    async def patch(
+        self,
+        model: type[R],
+        name: str,
+        patch: dict[str, Any] | builtins.list[dict[str, Any]],
+        *,
+        namespace: str | None = None,
+        subresource: str | None = None,
+        content_type: str = MERGE_PATCH,
+    ) -> R:
+        """A merge patch (or JSON patch); put `metadata.resourceVersion` in it for a precondition."""
+        what = f"patch {_describe(model, namespace, name)}{'/' + subresource if subresource else ''}"
+        path = api_path(model, namespace=namespace, name=name, subresource=subresource)
+        data = await self.request("PATCH", path, body=patch, content_type=content_type, what=what)
+        return self._parse(model, data, what)
+
+    async def delete(
+        self,
+        model: type[R],
+        name: str,
+        *,
+        namespace: str | None = None,
+        propagation: str = "Background",
+        uid: str | None = None,
+        resource_version: str | None = None,
+    ) -> None:
+        """Delete; `uid`/`resource_version` make it conditional. NotFound is raised, not swallowed."""
+        body: dict[str, Any] = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation}
+        preconditions = {k: v for k, v in (("uid", uid), ("resourceVersion", resource_version)) if v}
+        if preconditions:
+            body["preconditions"] = preconditions
+        what = f"delete {_describe(model, namespace, name)}"
+        await self.request("DELETE", api_path(model, namespace=namespace, name=name), body=body, what=what)
+
+    async def watch(
+        self,
+        model: type[R],
+        *,
+        resource_version: str,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        timeout_seconds: int = 300,
+        read_timeout: float = 60.0,
+    ) -> AsyncIterator[WatchEvent]:
+        """One watch request: events until the server ends it. Raises GoneError on 410.
+
+        Bookmarks are asked for, so an idle watch still advances its resourceVersion; the
+        socket read timeout turns a silently dead connection into a TransientError.
+        """
+        query = [
+            ("watch", "1"),
+            ("allowWatchBookmarks", "true"),
+            ("resourceVersion", resource_version),
+            ("timeoutSeconds", str(timeout_seconds)),
+        ]
+        if label_selector:
+            query.append(("labelSelector", label_selector))
+        what = f"watch {model.KIND}"
+        response = await self._send(
+            "GET",
+            api_path(model, namespace=namespace),
+            query=query,
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.timeout, sock_read=read_timeout),
+            what=what,
+        )
+        buffer = b""
+        try:
+            while True:
+                try:
+                    chunk = await response.content.readany()
+                except (TimeoutError, aiohttp.ClientError) as err:
+                    raise TransientError(f"{what}: {type(err).__name__}") from None
+                if not chunk:
+                    return
+                buffer += chunk
+                # Split by hand: objects can be longer than aiohttp's readline limit.
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    if not line.strip():
+                        continue
+                    event = json.loads(line)
+                    kind = event.get("type", "")
+                    obj = event.get("object") or {}
+                    if kind == "ERROR":
+                        code = int(obj.get("code") or 0)
+                        if code == 410:
+                            raise GoneError(f"{what}: {obj.get('message', 'too old resource version')}", status=410)
+                        raise error_from_response(code or 500, json.dumps(obj), what=what)
+                    yield WatchEvent(kind, obj)
+        finally:
+            response.release()
 
 
 async def api_client_from_kubeconfig(kubeconfig: dict[str, Any], *, context: str | None = None) -> client.ApiClient:
-    """An ApiClient for one cluster. The caller closes it (`await api.close()`)."""
+    """A bare ApiClient for one cluster (used by the test harness). The caller closes it."""
     configuration = client.Configuration()
     await config.load_kube_config_from_dict(config_dict=copy.deepcopy(kubeconfig), context=context, client_configuration=configuration)
     return client.ApiClient(configuration=configuration)

@@ -1,4 +1,4 @@
-"""Certificates for a local cluster: a CA, the apiserver's serving certificate, client certificates."""
+"""Certificates: a CA, serving certificates (apiserver, webhooks) and client certificates."""
 
 from __future__ import annotations
 

@@ -1,0 +1,1 @@
+"""Single-cluster controllers: queues and admission, Job integration, webhooks, events."""

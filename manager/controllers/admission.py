@@ -1,0 +1,219 @@
+"""Queues and admission on a live cluster: Kueue's queue manager, cache, scheduler and
+workload controller, run over the engine's AdmissionState.
+
+Informer events are applied to the state as they arrive (one event loop, no locks). The
+loop then runs scheduling cycles until one changes nothing, and writes what the engine
+decided: Workload status patches with a resourceVersion precondition (a conflict undoes the
+assumed decision; the next observed object decides), Events, and ClusterQueue and
+LocalQueue status. Only the leader runs cycles and writes; a standby keeps its state
+current so that it can take over at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from manager.api import constants as c
+from manager.api import kueue
+from manager.api.config import Configuration
+from manager.api.core import LimitRange, Namespace, PriorityClass
+from manager.controllers.caches import Caches
+from manager.controllers.events import EventRecorder, InvolvedObject
+from manager.engine.state import AdmissionState, StatusWrite
+from manager.kube.client import KubeClient
+from manager.kube.errors import ConflictError, KubeError, NotFoundError
+from manager.runtime.metrics import REGISTRY
+
+log = logging.getLogger("kfed.admission")
+
+TICK = 1.0  # the longest the loop waits without an event (time-based requeues)
+CYCLES_PER_ROUND = 200
+STATUS_INTERVAL = 0.5  # queue status writes at most this often
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def status_patch(write: StatusWrite, current: kueue.WorkloadStatus | None) -> dict[str, Any]:
+    """A merge patch that sets the owned status fields and clears those the engine dropped."""
+    body = write.status.to_dict()
+    for name in ("admission", "resourceRequests"):
+        if name not in body and current is not None and current.to_dict().get(name) is not None:
+            body[name] = None
+    return {"metadata": {"resourceVersion": write.resource_version}, "status": body}
+
+
+class AdmissionController:
+    def __init__(
+        self,
+        client: KubeClient,
+        caches: Caches,
+        *,
+        config: Configuration | None = None,
+        recorder: EventRecorder | None = None,
+        write_concurrency: int = 32,
+    ) -> None:
+        self.client = client
+        self.caches = caches
+        self.state = AdmissionState(config)
+        self.recorder = recorder
+        self.is_leader = False
+        self._wake = asyncio.Event()
+        self._inflight: set[str] = set()
+        self._writes = asyncio.Semaphore(write_concurrency)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._queue_status: dict[str, dict[str, Any]] = {}
+        self._queue_status_due = 0.0
+        self._admitted = REGISTRY.counter("kfed_admitted_workloads_total", "Workloads admitted, by ClusterQueue.", ("cluster_queue",))
+        self._preempted = REGISTRY.counter("kfed_preempted_workloads_total", "Workloads preempted, by ClusterQueue.", ("cluster_queue",))
+        self._cycle_seconds = REGISTRY.histogram("kfed_admission_attempt_duration_seconds", "Scheduling cycle duration.")
+        self._pending = REGISTRY.gauge("kfed_pending_workloads", "Pending workloads, by ClusterQueue.", ("cluster_queue",))
+        self._wire()
+
+    # --- events from the caches --------------------------------------------------------------------
+    def _wire(self) -> None:
+        s, caches = self.state, self.caches
+
+        def on(informer: Any, upsert: Any, delete: Any) -> None:
+            def handler(kind: str, old: Any, new: Any) -> None:
+                if new is None:
+                    delete(old)
+                else:
+                    upsert(new)
+                self._wake.set()
+
+            informer.add_handler(handler)
+
+        on(caches.flavors, s.upsert_flavor, lambda o: s.delete_flavor(o.name))
+        on(caches.cohorts, s.upsert_cohort, lambda o: s.delete_cohort(o.name))
+        on(caches.cluster_queues, s.upsert_cluster_queue, lambda o: s.delete_cluster_queue(o.name))
+        on(caches.local_queues, s.upsert_local_queue, lambda o: s.delete_local_queue(o.key))
+        on(caches.workload_priority_classes, s.upsert_priority_class, lambda o: s.delete_priority_class("WorkloadPriorityClass", o.name))
+        on(caches.priority_classes, s.upsert_priority_class, lambda o: s.delete_priority_class("PriorityClass", o.name))
+        on(caches.namespaces, self._namespace, lambda o: s.delete_namespace(o.name))
+        on(caches.limit_ranges, s.upsert_limit_range, lambda o: s.delete_limit_range(o.namespace, o.name))
+        on(caches.workloads, lambda wl: s.upsert_workload(wl, utcnow()), lambda wl: s.delete_workload(wl.key, utcnow()))
+
+    def _namespace(self, ns: Namespace) -> None:
+        self.state.upsert_namespace(ns.name, dict(ns.metadata.labels or {}))
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    # --- the loop ------------------------------------------------------------------------------------
+    async def run(self) -> None:
+        await self.caches.wait_synced()
+        log.info("admission caches synced", extra={"workloads": len(self.caches.workloads.store)})
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=TICK)
+            self._wake.clear()
+            if not self.is_leader:
+                continue
+            try:
+                await self._round()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("admission round failed; continuing")
+
+    async def _round(self) -> None:
+        now = utcnow()
+        self.state.rebuild_if_needed(now)
+        for i in range(CYCLES_PER_ROUND):
+            started = time.perf_counter()
+            result = self.state.cycle(now)
+            self._cycle_seconds.observe(time.perf_counter() - started)
+            for wl in result.admitted:
+                self._admitted.inc(wl.admission_cq)
+            for preemption in result.preemptions:
+                self._preempted.inc(preemption.victim_cq.name)
+            if not result.changed:
+                break
+            if i % 20 == 19:
+                await asyncio.sleep(0)  # let watches and writes make progress during a long round
+            now = utcnow()
+        self._issue(self.state.flush(now))
+        await self._write_queue_status(now)
+
+    def _issue(self, flush: Any) -> None:
+        for write in flush.writes:
+            if write.key in self._inflight:
+                self.state.dirty.add(write.key)  # one write per workload at a time; redo after it
+                continue
+            self._inflight.add(write.key)
+            task = asyncio.create_task(self._write(write))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        if self.recorder is not None:
+            for event in flush.events:
+                self.recorder.emit(
+                    InvolvedObject(f"{c.GROUP}/{c.STORAGE_VERSION}", "Workload", event.namespace, event.name, event.uid),
+                    type=event.type,
+                    reason=event.reason,
+                    message=event.message,
+                )
+
+    async def _write(self, write: StatusWrite) -> None:
+        try:
+            async with self._writes:
+                current = self.state.infos.get(write.key)
+                patch = status_patch(write, current.obj.status if current is not None else None)
+                stored = await self.client.patch(kueue.Workload, write.name, patch, namespace=write.namespace, subresource="status")
+            self.state.write_succeeded(write, stored)
+        except (ConflictError, NotFoundError) as err:
+            log.debug("workload write lost a race", extra={"key": write.key, "error": str(err)})
+            self.state.write_failed(write, utcnow(), self.caches.workloads.get(write.key))
+        except KubeError as err:
+            log.warning("workload status write failed", extra={"key": write.key, "error": str(err)})
+            self.state.write_failed(write, utcnow(), self.caches.workloads.get(write.key))
+        finally:
+            self._inflight.discard(write.key)
+            self._wake.set()
+
+    async def _write_queue_status(self, now: datetime) -> None:
+        if time.monotonic() < self._queue_status_due:
+            return
+        self._queue_status_due = time.monotonic() + STATUS_INTERVAL
+        writes: list[tuple[Any, str, str | None, Any, Any]] = []
+        for cq in self.caches.cluster_queues.items():
+            status = self.state.cluster_queue_status(cq.name, now)
+            if status is None:
+                continue
+            self._pending.set(status.pending_workloads or 0, cq.name)
+            writes.append((kueue.ClusterQueue, cq.name, None, status, cq.status))
+        for lq in self.caches.local_queues.items():
+            lq_status = self.state.local_queue_status(lq.key, now)
+            if lq_status is not None:
+                writes.append((kueue.LocalQueue, lq.name, lq.namespace, lq_status, lq.status))
+        for model, name, namespace, status, current in writes:
+            body = status.to_dict()
+            key = f"{model.KIND}/{namespace or ''}/{name}"
+            if self._queue_status.get(key) == body:
+                continue
+            if current is not None and _same_queue_status(current.to_dict(), body):
+                self._queue_status[key] = body
+                continue
+            try:
+                await self.client.patch(model, name, {"status": body}, namespace=namespace, subresource="status")
+                self._queue_status[key] = body
+            except KubeError as err:
+                log.warning("queue status write failed", extra={"key": key, "error": str(err)})
+
+
+def _same_queue_status(current: dict[str, Any], desired: dict[str, Any]) -> bool:
+    def strip(status: dict[str, Any]) -> dict[str, Any]:
+        out = dict(status)
+        out["conditions"] = [{k: v for k, v in cond.items() if k != "lastTransitionTime"} for cond in status.get("conditions") or []]
+        return out
+
+    return strip(current) == strip(desired)
+
+
+__all__ = ["AdmissionController", "LimitRange", "PriorityClass"]

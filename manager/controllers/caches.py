@@ -1,0 +1,92 @@
+"""The informers every controller of one cluster reads from, created and started together."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from manager.api import constants as c
+from manager.api import kueue
+from manager.api.core import Job, LimitRange, Namespace, PriorityClass
+from manager.kube.client import KubeClient
+from manager.kube.informer import Informer
+
+
+def _owner_uids(obj: Any) -> Iterable[str]:
+    return [ref.uid for ref in obj.metadata.owner_references or [] if ref.controller]
+
+
+def _queue_of_workload(wl: kueue.Workload) -> Iterable[str]:
+    return [f"{wl.namespace}/{wl.spec.queue_name}"] if wl.spec.queue_name else []
+
+
+def _prebuilt_of_job(job: Job) -> Iterable[str]:
+    name = (job.metadata.labels or {}).get(c.PREBUILT_WORKLOAD_LABEL)
+    return [f"{job.namespace}/{name}"] if name else []
+
+
+@dataclass
+class Caches:
+    client: KubeClient
+    flavors: Informer[kueue.ResourceFlavor]
+    cohorts: Informer[kueue.Cohort]
+    cluster_queues: Informer[kueue.ClusterQueue]
+    local_queues: Informer[kueue.LocalQueue]
+    workloads: Informer[kueue.Workload]
+    workload_priority_classes: Informer[kueue.WorkloadPriorityClass]
+    priority_classes: Informer[PriorityClass]
+    namespaces: Informer[Namespace]
+    limit_ranges: Informer[LimitRange]
+    admission_checks: Informer[kueue.AdmissionCheck]
+    jobs: Informer[Job]
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    @classmethod
+    def create(cls, client: KubeClient) -> Caches:
+        return cls(
+            client=client,
+            flavors=Informer(client, kueue.ResourceFlavor),
+            cohorts=Informer(client, kueue.Cohort),
+            cluster_queues=Informer(client, kueue.ClusterQueue),
+            local_queues=Informer(client, kueue.LocalQueue, indexes={"clusterQueue": lambda lq: [lq.spec.cluster_queue or ""]}),
+            workloads=Informer(client, kueue.Workload, indexes={"owner": _owner_uids, "queue": _queue_of_workload}),
+            workload_priority_classes=Informer(client, kueue.WorkloadPriorityClass),
+            priority_classes=Informer(client, PriorityClass),
+            namespaces=Informer(client, Namespace),
+            limit_ranges=Informer(client, LimitRange),
+            admission_checks=Informer(client, kueue.AdmissionCheck),
+            jobs=Informer(client, Job, indexes={"prebuilt": _prebuilt_of_job}),
+        )
+
+    def all(self) -> list[Informer[Any]]:
+        return [
+            self.flavors,
+            self.cohorts,
+            self.cluster_queues,
+            self.local_queues,
+            self.workload_priority_classes,
+            self.priority_classes,
+            self.namespaces,
+            self.limit_ranges,
+            self.admission_checks,
+            self.workloads,
+            self.jobs,
+        ]
+
+    def start(self) -> None:
+        for informer in self.all():
+            self.tasks.append(asyncio.create_task(informer.run(), name=f"informer-{informer.model.KIND}"))
+
+    async def wait_synced(self) -> None:
+        await asyncio.gather(*(informer.synced.wait() for informer in self.all()))
+
+    def synced(self) -> bool:
+        return all(informer.synced.is_set() for informer in self.all())
+
+    async def stop(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        self.tasks.clear()

@@ -1,0 +1,225 @@
+"""The composition root of one cluster's controllers, shared by `python -m manager` and
+`python -m worker_agent`: caches, admission, Job integration, webhooks, probes and metrics,
+leader election and graceful shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import tempfile
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import yaml
+from aiohttp import web
+
+from manager.api import constants as c
+from manager.api.config import Configuration
+from manager.controllers.admission import AdmissionController
+from manager.controllers.caches import Caches
+from manager.controllers.events import EventRecorder
+from manager.controllers.jobs import JobController
+from manager.controllers.webhooks import WebhookEndpoint, install, make_app, server_ssl_context
+from manager.kube.client import KubeClient
+from manager.kube.errors import KubeError
+from manager.kube.leader import LeaderConfig, LeaderElector
+from manager.runtime import logs
+from manager.runtime.certs import ensure_serving_cert
+from manager.runtime.metrics import REGISTRY
+from manager.runtime.options import Options
+from manager.runtime.server import make_probe_app, split_address
+
+log = logging.getLogger("kfed")
+
+EXIT_LOST_LEADERSHIP = 3
+
+
+def load_configuration(path: str | None) -> Configuration:
+    if not path:
+        return Configuration()
+    data = yaml.safe_load(Path(path).read_text())
+    return Configuration.model_validate(data or {})
+
+
+async def _client(opts: Options, component: str) -> KubeClient:
+    if opts.kubeconfig:
+        kubeconfig = yaml.safe_load(Path(opts.kubeconfig).read_text())
+        return await KubeClient.from_kubeconfig(
+            kubeconfig, name=component, context=opts.context, qps=opts.qps, burst=opts.burst, where=f"--kubeconfig {opts.kubeconfig}"
+        )
+    return await KubeClient.in_cluster(name=component, qps=opts.qps, burst=opts.burst)
+
+
+class Process:
+    """Everything one process runs; `run()` returns the exit code."""
+
+    def __init__(self, opts: Options, *, component: str) -> None:
+        self.opts = opts
+        self.component = component
+        self.stop = asyncio.Event()
+        self.runners: list[web.AppRunner] = []
+        self.tasks: list[asyncio.Task[None]] = []
+        self.webhook_endpoint: WebhookEndpoint | None = None
+        self.extra_on_leader: list[Callable[[], Awaitable[None]]] = []
+
+    def _ready(self) -> tuple[bool, str]:
+        if not self.caches.synced():
+            return False, "caches not synced"
+        return True, "ok"
+
+    async def _serve(self, app: web.Application, address: str, ssl_context: object = None) -> int:
+        host, port = split_address(address)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, host, port, ssl_context=ssl_context)  # type: ignore[arg-type]
+        await site.start()
+        self.runners.append(runner)
+        server = site._server
+        sockets = getattr(server, "sockets", None) or []
+        return int(sockets[0].getsockname()[1]) if sockets else port
+
+    async def _start_webhooks(self) -> None:
+        opts = self.opts
+        cert_dir = Path(opts.webhook_cert_dir) if opts.webhook_cert_dir else Path(tempfile.mkdtemp(prefix="kfed-webhook-"))
+        names: tuple[str, ...] = ("localhost",)
+        if opts.webhook_service:
+            namespace, _, name = opts.webhook_service.partition("/")
+            names = (f"{name}.{namespace}.svc", f"{name}.{namespace}.svc.cluster.local", *names)
+        cert = ensure_serving_cert(cert_dir, names=names, ips=("127.0.0.1",))
+        context = server_ssl_context(str(cert.cert_file), str(cert.key_file))
+
+        def uses_multikueue(namespace: str, queue: str) -> bool:
+            lq = self.caches.local_queues.get(f"{namespace}/{queue}")
+            cq = self.caches.cluster_queues.get(lq.spec.cluster_queue or "") if lq else None
+            if cq is None:
+                return False
+            names_ = [
+                check.name
+                for check in (cq.spec.admission_checks_strategy.admission_checks if cq.spec.admission_checks_strategy else None) or []
+            ]
+            checks = [self.caches.admission_checks.get(name) for name in names_]
+            return any(check is not None and check.spec.controller_name == c.MULTIKUEUE_CONTROLLER_NAME for check in checks)
+
+        port = await self._serve(make_app(uses_multikueue=uses_multikueue), opts.webhook_address, context)
+        if opts.webhook_service:
+            namespace, _, name = opts.webhook_service.partition("/")
+            self.webhook_endpoint = WebhookEndpoint(cert.ca_pem, service_namespace=namespace, service_name=name)
+        else:
+            url = opts.webhook_url or f"https://127.0.0.1:{port}"
+            self.webhook_endpoint = WebhookEndpoint(cert.ca_pem, url=url)
+        log.info("webhooks serving", extra={"port": port})
+
+    async def _on_leader(self) -> None:
+        self.admission.is_leader = True
+        self.jobs.is_leader = True
+        self.jobs.resync()
+        self.admission.wake()
+        if self.webhook_endpoint is not None:
+            try:
+                await install(self.client, self.webhook_endpoint)
+            except KubeError as err:
+                log.error("cannot install the webhook configurations", extra={"error": str(err)})
+        for hook in self.extra_on_leader:
+            await hook()
+
+    async def run(self) -> int:
+        opts = self.opts
+        self.client = await _client(opts, self.component)
+        self.caches = Caches.create(self.client)
+        recorder = EventRecorder(self.client, component=f"kfed-{self.component.replace('_', '-')}")
+        self.admission = AdmissionController(self.client, self.caches, config=load_configuration(opts.config), recorder=recorder)
+        self.jobs = JobController(self.client, self.caches, recorder=recorder)
+        REGISTRY.collectors.append(self._collect)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.stop.set)
+        code = 0
+        try:
+            await self._serve(make_probe_app(ready=self._ready), opts.health_address)
+            if opts.metrics_address != opts.health_address:
+                await self._serve(make_probe_app(ready=self._ready), opts.metrics_address)
+            if opts.webhooks:
+                await self._start_webhooks()
+            self.caches.start()
+            self.tasks += [
+                asyncio.create_task(recorder.run(), name="events"),
+                asyncio.create_task(self.admission.run(), name="admission"),
+                asyncio.create_task(self.jobs.controller.run(), name="jobs"),
+            ]
+            code = await self._lead()
+        finally:
+            await self._shutdown()
+        return code
+
+    async def _lead(self) -> int:
+        opts = self.opts
+        if not opts.leader_elect:
+            await self.caches.wait_synced()
+            await self._on_leader()
+            await self.stop.wait()
+            return 0
+        elector = LeaderElector(
+            self.client,
+            LeaderConfig(
+                namespace=opts.namespace,
+                name=opts.leader_election_id,
+                identity=opts.identity,
+                lease_duration=opts.lease_duration,
+                renew_deadline=opts.renew_deadline,
+                retry_period=opts.retry_period,
+            ),
+        )
+        self.elector = elector
+        if not await elector.acquire(self.stop):
+            return 0
+        await self.caches.wait_synced()
+        await self._on_leader()
+        await elector.hold(self.stop)
+        if self.stop.is_set():
+            await elector.release()
+            return 0
+        # Same as client-go's OnStoppedLeading in Kueue: stop at once, so that a process that
+        # lost the lease never writes again; the Deployment restarts it as a standby.
+        self.admission.is_leader = False
+        self.jobs.is_leader = False
+        return EXIT_LOST_LEADERSHIP
+
+    def _collect(self) -> None:
+        stats = self.client.stats
+        gauge = REGISTRY.gauge("kfed_kube_requests_total", "Requests sent to the apiserver, by verb.", ("verb",))
+        for verb, count in stats.by_verb.items():
+            gauge.set(count, verb)
+
+    async def _shutdown(self) -> None:
+        """Stop within the budget: controllers first, then caches, servers and the client."""
+        budget = self.opts.shutdown_timeout
+
+        async def stop_all() -> None:
+            self.jobs.controller.stop()
+            for task in self.tasks:
+                task.cancel()
+            await asyncio.gather(*self.tasks, return_exceptions=True)
+            await self.caches.stop()
+            for runner in self.runners:
+                await runner.cleanup()
+            await self.client.close()
+
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop_all(), timeout=budget)
+        log.info("stopped", extra={"component": self.component})
+
+
+def main(argv: list[str] | None, *, component: str) -> int:
+    from manager.runtime.options import parse
+
+    opts = parse(argv, component=component)
+    logs.configure(opts.log_level)
+    try:
+        return asyncio.run(Process(opts, component=component).run())
+    except KeyboardInterrupt:
+        return 0
+    except (OSError, ValueError) as err:
+        log.error("cannot start", extra={"error": str(err)})
+        return 2

@@ -1,0 +1,261 @@
+"""Admission and conversion webhooks, served by aiohttp over TLS.
+
+- Job defaulting: a Job with the queue-name label is created suspended (and marked
+  `managedBy: kueue.x-k8s.io/multikueue` when its ClusterQueue dispatches through a
+  MultiKueue admission check), as Kueue's Job webhook does.
+- Validation of the kueue.x-k8s.io kinds with the foundation's rules; a denial names each
+  field path, as the apiserver's own validation does.
+- Conversion between v1beta1 and v1beta2 with the one pure conversion module.
+
+The handlers are pure functions of the review (plus a read of the caches); `serve` wraps them.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import ssl
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from manager.api import constants as c
+from manager.api import conversion
+from manager.api.manifest import validate_object
+from manager.kube.client import KubeClient
+from manager.kube.errors import KubeError, NotFoundError
+
+log = logging.getLogger("kfed.webhooks")
+
+MUTATE_JOB_PATH = "/mutate-batch-v1-job"
+VALIDATE_PATH = "/validate-kueue-x-k8s-io"
+CONVERT_PATH = "/convert"
+MUTATING_CONFIGURATION = "kfed-mutating-webhook-configuration"
+VALIDATING_CONFIGURATION = "kfed-validating-webhook-configuration"
+VALIDATED_RESOURCES = [
+    "resourceflavors",
+    "clusterqueues",
+    "cohorts",
+    "localqueues",
+    "workloads",
+    "admissionchecks",
+    "multikueueclusters",
+    "multikueueconfigs",
+    "workloadpriorityclasses",
+]
+CONVERTED_CRDS = [
+    "clusterqueues",
+    "cohorts",
+    "localqueues",
+    "workloads",
+    "admissionchecks",
+    "multikueueclusters",
+    "multikueueconfigs",
+    "resourceflavors",
+    "workloadpriorityclasses",
+]
+
+
+def _review(
+    request: dict[str, Any], *, allowed: bool, message: str = "", patch: list[dict[str, Any]] | None = None, code: int = 0
+) -> dict[str, Any]:
+    response: dict[str, Any] = {"uid": request.get("uid", ""), "allowed": allowed}
+    if not allowed:
+        response["status"] = {"code": code or 422, "reason": "Invalid", "message": message}
+    if patch:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(json.dumps(patch).encode()).decode()
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
+
+
+def default_job(review: dict[str, Any], *, uses_multikueue: Callable[[str, str], bool]) -> dict[str, Any]:
+    """Suspend a queued Job at creation; `uses_multikueue(namespace, queue)` says whether its
+    ClusterQueue dispatches to worker clusters."""
+    request = review.get("request") or {}
+    job = request.get("object") or {}
+    if request.get("operation") != "CREATE":
+        return _review(request, allowed=True)
+    meta = job.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    queue = labels.get(c.QUEUE_NAME_LABEL) or (meta.get("annotations") or {}).get(c.QUEUE_NAME_ANNOTATION)
+    if not queue:
+        return _review(request, allowed=True)
+    spec = job.get("spec") or {}
+    patch: list[dict[str, Any]] = []
+    if spec.get("suspend") is not True:
+        patch.append({"op": "add", "path": "/spec/suspend", "value": True})
+    namespace = meta.get("namespace") or request.get("namespace") or ""
+    if not spec.get("managedBy") and not labels.get(c.PREBUILT_WORKLOAD_LABEL) and uses_multikueue(namespace, queue):
+        patch.append({"op": "add", "path": "/spec/managedBy", "value": c.MULTIKUEUE_MANAGED_BY})
+    return _review(request, allowed=True, patch=patch)
+
+
+def validate(review: dict[str, Any]) -> dict[str, Any]:
+    """Kueue's validating webhooks, with the field path of every problem in the denial."""
+    request = review.get("request") or {}
+    if request.get("operation") not in ("CREATE", "UPDATE"):
+        return _review(request, allowed=True)
+    obj = request.get("object") or {}
+    _, errors = validate_object(obj)
+    if not errors:
+        return _review(request, allowed=True)
+    meta = obj.get("metadata") or {}
+    kind = obj.get("kind", "object")
+    name = meta.get("name") or meta.get("generateName") or ""
+    details = "; ".join(str(err) for err in errors)
+    message = f'{kind}.{c.GROUP} "{name}" is invalid: {details}'
+    return _review(request, allowed=False, message=message)
+
+
+def convert_review(review: dict[str, Any]) -> dict[str, Any]:
+    request = review.get("request") or {}
+    desired = str(request.get("desiredAPIVersion", ""))
+    _, _, version = desired.rpartition("/")
+    out: dict[str, Any] = {"uid": request.get("uid", "")}
+    try:
+        out["convertedObjects"] = [conversion.convert(obj, version) for obj in request.get("objects") or []]
+        out["result"] = {"status": "Success"}
+    except conversion.ConversionError as err:
+        out["convertedObjects"] = []
+        out["result"] = {"status": "Failure", "message": str(err)}
+    return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview", "response": out}
+
+
+# --- the server -----------------------------------------------------------------------------------
+def make_app(*, uses_multikueue: Callable[[str, str], bool]) -> web.Application:
+    async def handle(request: web.Request, handler: Callable[[dict[str, Any]], dict[str, Any]]) -> web.Response:
+        try:
+            review = await request.json()
+        except ValueError:
+            return web.json_response({"error": "the body is not JSON"}, status=400)
+        return web.json_response(handler(review))
+
+    async def mutate_job(request: web.Request) -> web.Response:
+        return await handle(request, lambda r: default_job(r, uses_multikueue=uses_multikueue))
+
+    async def validate_kueue(request: web.Request) -> web.Response:
+        return await handle(request, validate)
+
+    async def convert(request: web.Request) -> web.Response:
+        return await handle(request, convert_review)
+
+    app = web.Application(client_max_size=8 * 1024 * 1024)
+    app.router.add_post(MUTATE_JOB_PATH, mutate_job)
+    app.router.add_post(VALIDATE_PATH, validate_kueue)
+    app.router.add_post(CONVERT_PATH, convert)
+    return app
+
+
+@dataclass
+class WebhookEndpoint:
+    """Where the apiserver reaches the webhooks: a URL (loopback, for local clusters) or a Service."""
+
+    ca_bundle: bytes
+    url: str | None = None
+    service_namespace: str | None = None
+    service_name: str | None = None
+    service_port: int = 443
+
+    def client_config(self, path: str) -> dict[str, Any]:
+        config: dict[str, Any] = {"caBundle": base64.b64encode(self.ca_bundle).decode()}
+        if self.url:
+            config["url"] = self.url.rstrip("/") + path
+        else:
+            config["service"] = {"namespace": self.service_namespace, "name": self.service_name, "path": path, "port": self.service_port}
+        return config
+
+
+def webhook_configurations(endpoint: WebhookEndpoint) -> list[dict[str, Any]]:
+    mutating = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": MUTATING_CONFIGURATION},
+        "webhooks": [
+            {
+                "name": "mjob.kfed.x-k8s.io",
+                "clientConfig": endpoint.client_config(MUTATE_JOB_PATH),
+                "rules": [{"apiGroups": ["batch"], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["jobs"]}],
+                # Only queued Jobs reach us: a manager that is down never blocks anyone else's Jobs.
+                "objectSelector": {"matchExpressions": [{"key": c.QUEUE_NAME_LABEL, "operator": "Exists"}]},
+                "failurePolicy": "Fail",
+                "sideEffects": "None",
+                "admissionReviewVersions": ["v1"],
+                "timeoutSeconds": 10,
+            }
+        ],
+    }
+    validating = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": VALIDATING_CONFIGURATION},
+        "webhooks": [
+            {
+                "name": "vkueue.kfed.x-k8s.io",
+                "clientConfig": endpoint.client_config(VALIDATE_PATH),
+                "rules": [
+                    {
+                        "apiGroups": [c.GROUP],
+                        "apiVersions": ["v1beta2"],
+                        "operations": ["CREATE", "UPDATE"],
+                        "resources": VALIDATED_RESOURCES,
+                    }
+                ],
+                "matchPolicy": "Equivalent",
+                "failurePolicy": "Fail",
+                "sideEffects": "None",
+                "admissionReviewVersions": ["v1"],
+                "timeoutSeconds": 10,
+            }
+        ],
+    }
+    return [mutating, validating]
+
+
+async def install(client: KubeClient, endpoint: WebhookEndpoint) -> None:
+    """Create or update the webhook configurations, and point the CRDs' conversion at us."""
+    for obj in webhook_configurations(endpoint):
+        plural = "mutatingwebhookconfigurations" if obj["kind"].startswith("Mutating") else "validatingwebhookconfigurations"
+        base = f"/apis/admissionregistration.k8s.io/v1/{plural}"
+        name = obj["metadata"]["name"]
+        try:
+            await client.request(
+                "PATCH",
+                f"{base}/{name}",
+                body={"webhooks": obj["webhooks"]},
+                content_type="application/merge-patch+json",
+                what=f"patch {obj['kind']} {name}",
+            )
+        except NotFoundError:
+            await client.request("POST", base, body=obj, what=f"create {obj['kind']} {name}")
+    conversion_spec = {
+        "spec": {
+            "conversion": {
+                "strategy": "Webhook",
+                "webhook": {"clientConfig": endpoint.client_config(CONVERT_PATH), "conversionReviewVersions": ["v1"]},
+            }
+        }
+    }
+    for plural in CONVERTED_CRDS:
+        name = f"{plural}.{c.GROUP}"
+        try:
+            await client.request(
+                "PATCH",
+                f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}",
+                body=conversion_spec,
+                content_type="application/merge-patch+json",
+                what=f"patch CustomResourceDefinition {name}",
+            )
+        except NotFoundError:
+            log.warning("CRD not installed; conversion not configured", extra={"key": name})
+        except KubeError:
+            raise
+
+
+def server_ssl_context(cert_file: str, key_file: str) -> ssl.SSLContext:
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(cert_file, key_file)
+    return context

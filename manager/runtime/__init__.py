@@ -1,0 +1,1 @@
+"""The asyncio runtime: work queues, the controller loop, probes, metrics, logs and shutdown."""
