@@ -23,8 +23,9 @@ from manager.engine.jobs import (
     JobConversionError,
     job_finished,
     job_queue_name,
+    restore_job_patch,
     start_job_patch,
-    stop_job_patch,
+    suspend_job_patch,
     workload_for_job,
 )
 from manager.kube.client import KubeClient
@@ -153,6 +154,20 @@ class JobController:
             active = (job.status.active if job.status else 0) or 0
             if active > 0:
                 return Result(requeue_after=1.0)  # its pods are still going; the Job's update wakes us too
+            restore = restore_job_patch(job, wl)
+            if restore is not None:
+                if job.status is not None and job.status.start_time is not None:
+                    # Same as Kueue: Kubernetes lets a suspended Job's template change only while
+                    # it has no startTime, so clear it (the Job controller sets it again on resume).
+                    await self.client.patch(
+                        Job,
+                        job.name,
+                        {"metadata": {"resourceVersion": job.metadata.resource_version}, "status": {"startTime": None}},
+                        namespace=job.namespace,
+                        subresource="status",
+                    )
+                    return None  # the update wakes us with the new Job
+                await self.client.patch(Job, job.name, restore, namespace=job.namespace)
             await self._release(wl)
         return None
 
@@ -183,7 +198,7 @@ class JobController:
 
     async def _ensure_suspended(self, job: Job, wl: kueue.Workload | None) -> None:
         if job.spec.suspend is not True:
-            await self.client.patch(Job, job.name, stop_job_patch(job, wl), namespace=job.namespace)
+            await self.client.patch(Job, job.name, suspend_job_patch(), namespace=job.namespace)
 
     async def _adopt(self, job: Job, wl: kueue.Workload) -> None:
         """A prebuilt Workload becomes the Job's: owned by it, so it goes when the Job goes."""
@@ -209,7 +224,7 @@ class JobController:
         self._event(job, "Normal", "Started", f"Admitted by clusterQueue {cq}")
 
     async def _stop(self, job: Job, wl: kueue.Workload, evicted: bool) -> None:
-        await self.client.patch(Job, job.name, stop_job_patch(job, wl), namespace=job.namespace)
+        await self.client.patch(Job, job.name, suspend_job_patch(), namespace=job.namespace)
         if evicted:
             cond = find_condition(wl.status.conditions if wl.status else None, c.EVICTED)
             self._event(job, "Normal", "Stopped", cond.message if cond else "Evicted")

@@ -215,7 +215,28 @@ def webhook_configurations(endpoint: WebhookEndpoint) -> list[dict[str, Any]]:
 
 
 async def install(client: KubeClient, endpoint: WebhookEndpoint) -> None:
-    """Create or update the webhook configurations, and point the CRDs' conversion at us."""
+    """Point the CRDs' conversion at us, then create or update the webhook configurations.
+
+    A CRD is patched only when its conversion settings differ: each change makes the
+    apiserver rebuild that kind's storage, which drops every watch on it."""
+    conversion_spec = {
+        "strategy": "Webhook",
+        "webhook": {"clientConfig": endpoint.client_config(CONVERT_PATH), "conversionReviewVersions": ["v1"]},
+    }
+    for plural in CONVERTED_CRDS:
+        name = f"{plural}.{c.GROUP}"
+        path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
+        try:
+            current = await client.request("GET", path, what=f"get CustomResourceDefinition {name}")
+        except NotFoundError:
+            log.warning("CRD not installed; conversion not configured", extra={"key": name})
+            continue
+        if (current.get("spec") or {}).get("conversion") == conversion_spec:
+            continue
+        body = {"spec": {"conversion": conversion_spec}}
+        await client.request(
+            "PATCH", path, body=body, content_type="application/merge-patch+json", what=f"patch CustomResourceDefinition {name}"
+        )
     for obj in webhook_configurations(endpoint):
         plural = "mutatingwebhookconfigurations" if obj["kind"].startswith("Mutating") else "validatingwebhookconfigurations"
         base = f"/apis/admissionregistration.k8s.io/v1/{plural}"
@@ -230,28 +251,6 @@ async def install(client: KubeClient, endpoint: WebhookEndpoint) -> None:
             )
         except NotFoundError:
             await client.request("POST", base, body=obj, what=f"create {obj['kind']} {name}")
-    conversion_spec = {
-        "spec": {
-            "conversion": {
-                "strategy": "Webhook",
-                "webhook": {"clientConfig": endpoint.client_config(CONVERT_PATH), "conversionReviewVersions": ["v1"]},
-            }
-        }
-    }
-    for plural in CONVERTED_CRDS:
-        name = f"{plural}.{c.GROUP}"
-        try:
-            await client.request(
-                "PATCH",
-                f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}",
-                body=conversion_spec,
-                content_type="application/merge-patch+json",
-                what=f"patch CustomResourceDefinition {name}",
-            )
-        except NotFoundError:
-            log.warning("CRD not installed; conversion not configured", extra={"key": name})
-        except KubeError:
-            raise
 
 
 def server_ssl_context(cert_file: str, key_file: str) -> ssl.SSLContext:

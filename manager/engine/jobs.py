@@ -166,12 +166,22 @@ def start_job_patch(job: Job, wl: Workload, flavors: Mapping[str, ResourceFlavor
     return {"spec": spec}
 
 
-def stop_job_patch(job: Job, wl: Workload | None) -> dict[str, Any]:
-    """Kueue's RestorePodSetsInfo: suspend, and put the pod template back as the Workload recorded it."""
-    spec: dict[str, Any] = {"suspend": True}
-    if wl is not None:
-        original = _original_pod_spec(wl)
-        spec["template"] = {"spec": {"nodeSelector": original.get("nodeSelector"), "tolerations": original.get("tolerations")}}
-        if wl.spec.pod_sets and job.spec.parallelism is not None and job.spec.parallelism < wl.spec.pod_sets[0].count:
-            spec["parallelism"] = wl.spec.pod_sets[0].count
-    return {"spec": spec}
+def suspend_job_patch() -> dict[str, Any]:
+    """Suspend only: Kubernetes lets the pod template change only once the Job is suspended."""
+    return {"spec": {"suspend": True}}
+
+
+def restore_job_patch(job: Job, wl: Workload) -> dict[str, Any] | None:
+    """Kueue's RestorePodSetsInfo for a suspended Job: the nodeSelector, tolerations and
+    parallelism the Workload recorded; None when the Job already has them."""
+    original = _original_pod_spec(wl)
+    current = job.spec.template.spec
+    spec: dict[str, Any] = {}
+    want_selector = original.get("nodeSelector") or None
+    want_tolerations = original.get("tolerations") or None
+    have_tolerations = [t.to_dict() for t in current.tolerations] if current.tolerations else None
+    if (current.node_selector or None) != want_selector or have_tolerations != want_tolerations:
+        spec["template"] = {"spec": {"nodeSelector": want_selector, "tolerations": want_tolerations}}
+    if wl.spec.pod_sets and job.spec.parallelism is not None and job.spec.parallelism < wl.spec.pod_sets[0].count:
+        spec["parallelism"] = wl.spec.pod_sets[0].count
+    return {"spec": spec} if spec else None

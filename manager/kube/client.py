@@ -21,7 +21,7 @@ from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 from pydantic import ValidationError
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, stop_after_delay
-from tenacity.wait import wait_base, wait_exponential_jitter
+from tenacity.wait import wait_base, wait_exponential, wait_random
 
 from manager.api.meta import Resource
 from manager.kube.errors import GoneError, KubeError, TransientError, error_from_response
@@ -108,7 +108,7 @@ class _WaitRetryAfter(wait_base):
     """Retry-After when the server gave one, exponential jitter otherwise."""
 
     def __init__(self) -> None:
-        self.fallback = wait_exponential_jitter(initial=0.2, max=5.0)
+        self.fallback = wait_exponential(multiplier=0.2, max=5.0) + wait_random(0, 0.2)
 
     def __call__(self, retry_state: Any) -> float:
         outcome = retry_state.outcome

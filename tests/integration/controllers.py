@@ -1,0 +1,145 @@
+"""Running `python -m manager` / `python -m worker_agent` against a harness cluster, as a user would."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from manager.dev.local import LocalCluster, free_port, wait_for
+from tests.conftest import REPO_ROOT
+
+SYSTEM_NAMESPACE = "kfed-system"
+
+
+class ControllerProcess:
+    """One controller process with its own ports and log file."""
+
+    def __init__(
+        self,
+        cluster: LocalCluster,
+        directory: Path,
+        *,
+        component: str = "manager",
+        identity: str = "replica-0",
+        extra: list[str] | None = None,
+    ) -> None:
+        self.cluster = cluster
+        self.component = component
+        self.identity = identity
+        self.directory = directory
+        self.health_port = free_port()
+        self.webhook_port = free_port()
+        self.log = directory / f"{component}-{identity}.log"
+        self.extra = extra or []
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def argv(self) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            self.component,
+            f"--kubeconfig={self.cluster.kubeconfig_path}",
+            f"--namespace={SYSTEM_NAMESPACE}",
+            f"--identity={self.identity}",
+            f"--health-probe-bind-address=127.0.0.1:{self.health_port}",
+            f"--metrics-bind-address=127.0.0.1:{self.health_port}",
+            f"--webhook-bind-address=127.0.0.1:{self.webhook_port}",
+            f"--webhook-cert-dir={self.directory / ('certs-' + self.identity)}",
+            "--lease-duration=4",
+            "--renew-deadline=3",
+            "--retry-period=0.5",
+            "--log-level=debug",
+            *self.extra,
+        ]
+
+    def start(self) -> ControllerProcess:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        with self.log.open("ab") as log:
+            self.process = subprocess.Popen(
+                self.argv(), stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"}
+            )
+        return self
+
+    def get(self, path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}{path}", timeout=2) as response:
+                return response.status, response.read().decode()
+        except urllib.error.HTTPError as err:
+            return err.code, err.read().decode()
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        def ready() -> bool:
+            if self.process is not None and self.process.poll() is not None:
+                raise AssertionError(f"{self.component} exited with {self.process.returncode}; log:\n{self.tail()}")
+            return self.get("/readyz")[0] == 200
+
+        wait_for(ready, timeout=timeout, what=f"{self.component} {self.identity} /readyz (log: {self.log})")
+
+    def is_leader_log(self) -> bool:
+        return "became leader" in self.log.read_text(errors="replace")
+
+    def tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:]) if self.log.exists() else ""
+
+    def records(self) -> list[dict[str, Any]]:
+        out = []
+        for line in self.log.read_text(errors="replace").splitlines():
+            with contextlib.suppress(ValueError):
+                out.append(json.loads(line))
+        return out
+
+    def terminate(self, timeout: float = 30.0) -> int:
+        if self.process is None:
+            return 0
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout=timeout)
+        finally:
+            self.process = None
+
+    def kill(self) -> None:
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait()
+            self.process = None
+
+    def exit_code(self) -> int | None:
+        return self.process.poll() if self.process is not None else None
+
+
+def wait_webhooks(cluster: LocalCluster, process: ControllerProcess, timeout: float = 60.0) -> None:
+    """The configurations point at this process (the leader installs them)."""
+    url = f"https://127.0.0.1:{process.webhook_port}"
+
+    def installed() -> bool:
+        status, body = cluster.request(
+            "GET", "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/kfed-mutating-webhook-configuration"
+        )
+        return status == 200 and body["webhooks"][0]["clientConfig"].get("url", "").startswith(url)
+
+    wait_for(installed, timeout=timeout, what=f"webhooks pointing at {url}")
+    # Each CRD's storage is rebuilt when its conversion changes; wait until v1beta1 reads
+    # (which go through the conversion webhook) answer for every kind.
+    for plural in ("resourceflavors", "clusterqueues", "cohorts", "localqueues", "workloads", "workloadpriorityclasses", "admissionchecks"):
+        wait_for(
+            lambda p=plural: cluster.request("GET", f"/apis/kueue.x-k8s.io/v1beta1/{p}")[0] == 200,
+            timeout=timeout,
+            what=f"v1beta1 {plural} served",
+        )
+
+
+def ensure_namespace(cluster: LocalCluster, name: str) -> None:
+    status, body = cluster.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    assert status in (201, 409), body
+
+
+def now() -> float:
+    return time.monotonic()

@@ -1,0 +1,429 @@
+"""Kueue's admission loop on a real cluster: `python -m manager` against the local harness."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from manager.api import constants as c
+from manager.api import kueue
+from manager.api.core import Job
+from manager.api.meta import find_condition, is_condition_true
+from manager.dev import federation
+from manager.dev.local import LocalCluster
+from manager.kube.client import KubeClient
+from manager.kube.errors import InvalidError, NotFoundError
+from tests.conftest import REPO_ROOT
+from tests.harness import Provider, eventually
+from tests.integration.controllers import SYSTEM_NAMESPACE, ControllerProcess, ensure_namespace, wait_webhooks
+
+RUNS = {"type": "kwok"}  # the fake nodes' label: pods with it schedule and complete
+PARKED = {"kfed-test/pool": "parked"}  # no node has it: pods stay Pending, the Job stays active
+
+
+@pytest.fixture(scope="module")
+def cluster(provider: Provider) -> LocalCluster:
+    created: LocalCluster = provider.create([f"ctl{uuid.uuid4().hex[:4]}"], jobs=True)[0]
+    federation.install_crds(created, federation.crd_manifests(REPO_ROOT / "crds"))
+    ensure_namespace(created, SYSTEM_NAMESPACE)
+    return created
+
+
+@pytest.fixture(scope="module")
+def manager(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControllerProcess]:
+    process = ControllerProcess(cluster, tmp_path_factory.mktemp("manager")).start()
+    try:
+        process.wait_ready()
+        wait_webhooks(cluster, process)
+        yield process
+    finally:
+        process.terminate()
+
+
+@pytest.fixture
+async def kube(cluster: LocalCluster) -> AsyncIterator[KubeClient]:
+    client = await KubeClient.from_kubeconfig(cluster.kubeconfig(), name="test")
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
+@pytest.fixture
+def names() -> Any:
+    suffix = uuid.uuid4().hex[:6]
+    return lambda base: f"{base}-{suffix}"
+
+
+async def make_queues(
+    kube: KubeClient,
+    namespace: str,
+    *,
+    cq: str,
+    cpu: int | str,
+    flavor: str,
+    node_labels: dict[str, str],
+    cohort: str | None = None,
+    borrowing_limit: int | None = None,
+    lending_limit: int | None = None,
+    preemption: dict[str, Any] | None = None,
+    lq: str = "user-queue",
+) -> None:
+    await kube.request("POST", "/api/v1/namespaces", body={"metadata": {"name": namespace}})
+    try:
+        await kube.create(
+            kueue.ResourceFlavor,
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta2",
+                "kind": "ResourceFlavor",
+                "metadata": {"name": flavor},
+                "spec": {"nodeLabels": node_labels},
+            },
+        )
+    except Exception as err:  # noqa: BLE001 - shared flavors may exist already
+        if "already exists" not in str(err):
+            raise
+    resource: dict[str, Any] = {"name": "cpu", "nominalQuota": cpu}
+    if borrowing_limit is not None:
+        resource["borrowingLimit"] = borrowing_limit
+    if lending_limit is not None:
+        resource["lendingLimit"] = lending_limit
+    spec: dict[str, Any] = {
+        "namespaceSelector": {},
+        "resourceGroups": [{"coveredResources": ["cpu"], "flavors": [{"name": flavor, "resources": [resource]}]}],
+    }
+    if cohort:
+        spec["cohortName"] = cohort
+    if preemption:
+        spec["preemption"] = preemption
+    await kube.create(
+        kueue.ClusterQueue, {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": cq}, "spec": spec}
+    )
+    await kube.create(
+        kueue.LocalQueue,
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "LocalQueue",
+            "metadata": {"name": lq, "namespace": namespace},
+            "spec": {"clusterQueue": cq},
+        },
+    )
+
+
+def job_manifest(
+    name: str,
+    namespace: str,
+    *,
+    queue: str = "user-queue",
+    cpu: str = "1",
+    parallelism: int = 1,
+    priority_class: str | None = None,
+    labels: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    all_labels = {c.QUEUE_NAME_LABEL: queue, **(labels or {})}
+    if priority_class:
+        all_labels[c.PRIORITY_CLASS_LABEL] = priority_class
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": namespace, "labels": all_labels},
+        "spec": {
+            "parallelism": parallelism,
+            "completions": parallelism,
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{"name": "main", "image": "busybox", "resources": {"requests": {"cpu": cpu}}}],
+                }
+            },
+        },
+    }
+
+
+async def workload_of(kube: KubeClient, job: Job) -> kueue.Workload | None:
+    listed = await kube.list(kueue.Workload, namespace=job.namespace)
+    for wl in listed.items:
+        if any(ref.uid == job.metadata.uid for ref in wl.metadata.owner_references or []):
+            return wl
+    return None
+
+
+def condition(wl: kueue.Workload | None, kind: str) -> tuple[str, str, str] | None:
+    cond = find_condition(wl.status.conditions if wl and wl.status else None, kind)
+    return (cond.status, cond.reason, cond.message) if cond else None
+
+
+async def cq_usage(kube: KubeClient, name: str) -> str:
+    cq = await kube.get(kueue.ClusterQueue, name)
+    if cq.status is None or not cq.status.flavors_reservation:
+        return ""
+    return str(cq.status.flavors_reservation[0].resources[0].total)
+
+
+# --- the Job lifecycle -------------------------------------------------------------------------------
+async def test_a_queued_job_is_suspended_admitted_run_and_finished(manager: ControllerProcess, kube: KubeClient, names: Any) -> None:
+    ns, cq, flavor = names("life"), names("life-cq"), names("runs")
+    await make_queues(kube, ns, cq=cq, cpu=4, flavor=flavor, node_labels=RUNS)
+    created = await kube.create(Job, job_manifest("train", ns, parallelism=2))
+    # The webhook suspended it before any pod could start.
+    assert created.spec.suspend is True
+
+    async def admitted_and_started() -> Any:
+        job = await kube.get(Job, "train", namespace=ns)
+        wl = await workload_of(kube, job)
+        if wl is None or not is_condition_true(wl.status.conditions if wl.status else None, c.ADMITTED) or job.spec.suspend:
+            return None
+        return job, wl
+
+    job, wl = await eventually(admitted_and_started, timeout=60, what="the Job admitted and unsuspended")
+    assert wl.name.startswith("job-train-")
+    assert wl.spec.pod_sets[0].count == 2
+    assert str(wl.spec.pod_sets[0].template["spec"]["containers"][0]["resources"]["requests"]["cpu"]) == "1"
+    assert wl.status is not None and wl.status.admission is not None
+    assert wl.status.admission.cluster_queue == cq
+    assert wl.status.admission.pod_set_assignments[0].flavors == {"cpu": flavor}
+    assert job.spec.template.spec.node_selector == RUNS
+
+    async def finished() -> Any:
+        current = await kube.get(kueue.Workload, wl.name, namespace=ns)
+        return current if is_condition_true(current.status.conditions if current.status else None, c.FINISHED) else None
+
+    done = await eventually(finished, timeout=120, what="the Workload Finished")
+    assert condition(done, c.FINISHED)[:2] == ("True", "Succeeded")  # type: ignore[index]
+    assert await eventually(lambda: _usage_is(kube, cq, "0"), timeout=30, what="the ClusterQueue's usage back to 0")
+    final = await kube.get(kueue.ClusterQueue, cq)
+    assert final.status is not None and final.status.admitted_workloads == 0 and final.status.pending_workloads == 0
+    active = find_condition(final.status.conditions, c.ACTIVE)
+    assert active is not None and active.status == "True"
+
+
+async def _usage_is(kube: KubeClient, cq: str, value: str) -> bool:
+    return await cq_usage(kube, cq) == value
+
+
+# --- quota between ClusterQueues -----------------------------------------------------------------------
+async def test_borrowing_between_cluster_queues_stops_at_the_lenders_lending_limit(
+    manager: ControllerProcess, kube: KubeClient, names: Any
+) -> None:
+    cohort, flavor = names("co"), names("parked")
+    lender, borrower = names("lender"), names("borrower")
+    ns_lender, ns_borrower = names("ns-lender"), names("ns-borrower")
+    # The lender keeps 1 of its 3 cpu for itself; the borrower may take 2 more than its 1.
+    await make_queues(kube, ns_lender, cq=lender, cpu=3, flavor=flavor, node_labels=PARKED, cohort=cohort, lending_limit=2)
+    await make_queues(kube, ns_borrower, cq=borrower, cpu=1, flavor=flavor, node_labels=PARKED, cohort=cohort)
+    for i in range(4):
+        await kube.create(Job, job_manifest(f"b{i}", ns_borrower))
+
+    async def three_admitted() -> Any:
+        wls = (await kube.list(kueue.Workload, namespace=ns_borrower)).items
+        admitted = [w for w in wls if is_condition_true(w.status.conditions if w.status else None, c.ADMITTED)]
+        pending = [w for w in wls if w not in admitted and condition(w, c.QUOTA_RESERVED) and condition(w, c.QUOTA_RESERVED)[0] == "False"]  # type: ignore[index]
+        return (admitted, pending) if len(admitted) == 3 and len(pending) == 1 else None
+
+    admitted, pending = await eventually(three_admitted, timeout=60, what="3 of 4 borrower Jobs admitted (1 own + 2 borrowed)")
+    assert condition(pending[0], c.QUOTA_RESERVED)[1] == "WaitingForQuota"  # type: ignore[index]
+    assert "insufficient unused quota" in condition(pending[0], c.QUOTA_RESERVED)[2]  # type: ignore[index]
+
+    async def borrowed() -> Any:
+        cq = await kube.get(kueue.ClusterQueue, borrower)
+        usage = cq.status.flavors_reservation[0].resources[0] if cq.status and cq.status.flavors_reservation else None
+        return usage if usage is not None and str(usage.total) == "3" else None
+
+    usage = await eventually(borrowed, timeout=30, what="the borrower's status showing 3 cpu, 2 borrowed")
+    assert str(usage.borrowed) == "2"
+    # The lender can still use what it did not lend.
+    await kube.create(Job, job_manifest("own", ns_lender))
+
+    async def lender_runs() -> Any:
+        job = await kube.get(Job, "own", namespace=ns_lender)
+        return job.spec.suspend is False
+
+    await eventually(lender_runs, timeout=60, what="the lender's own Job admitted within its kept quota")
+
+
+async def test_a_lower_priority_job_is_preempted_suspended_requeued_and_readmitted(
+    manager: ControllerProcess, kube: KubeClient, names: Any
+) -> None:
+    ns, cq, flavor = names("pre"), names("pre-cq"), names("parked")
+    await make_queues(kube, ns, cq=cq, cpu=2, flavor=flavor, node_labels=PARKED, preemption={"withinClusterQueue": "LowerPriority"})
+    low, high = names("low"), names("high")
+    for name, value in ((low, 10), (high, 1000)):
+        await kube.create(
+            kueue.WorkloadPriorityClass,
+            {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass", "metadata": {"name": name}, "value": value},
+        )
+    await kube.create(Job, job_manifest("victim", ns, cpu="2", priority_class=low))
+
+    async def running(name: str) -> Any:
+        job = await kube.get(Job, name, namespace=ns)
+        return job if job.spec.suspend is False and job.status is not None and (job.status.active or 0) > 0 else None
+
+    await eventually(lambda: running("victim"), timeout=60, what="the low-priority Job running (pods Pending on parked nodes)")
+    await kube.create(Job, job_manifest("urgent", ns, cpu="2", priority_class=high))
+
+    async def preempted() -> Any:
+        victim = await kube.get(Job, "victim", namespace=ns)
+        wl = await workload_of(kube, victim)
+        requeued = condition(wl, c.REQUEUED)
+        return (victim, wl) if victim.spec.suspend is True and requeued is not None and requeued[0] == "True" else None
+
+    victim, wl = await eventually(preempted, timeout=60, what="the victim suspended and requeued")
+    evicted = condition(wl, c.EVICTED)
+    assert evicted is not None and evicted[:2] == ("True", "Preempted")
+    assert "Preempted to accommodate a workload" in evicted[2] and "due to prioritization in the ClusterQueue" in evicted[2]
+    assert condition(wl, c.PREEMPTED)[:2] == ("True", "InClusterQueue")  # type: ignore[index]
+    assert condition(wl, c.QUOTA_RESERVED)[0] == "False"  # type: ignore[index]
+    assert victim.spec.template.spec.node_selector in (None, {})  # restored to what the user wrote
+    await eventually(lambda: running("urgent"), timeout=60, what="the preemptor running")
+    events = await kube.request("GET", f"/api/v1/namespaces/{ns}/events")
+    assert any(e["reason"] == "Preempted" and e["involvedObject"]["name"] == wl.name for e in events["items"])
+    # Quota frees up: the victim comes back.
+    await kube.delete(Job, "urgent", namespace=ns)
+    await eventually(lambda: running("victim"), timeout=60, what="the victim readmitted once the preemptor is gone")
+
+
+async def test_stop_policy_hold_stops_admission_and_hold_and_drain_evicts(manager: ControllerProcess, kube: KubeClient, names: Any) -> None:
+    ns, cq, flavor = names("stop"), names("stop-cq"), names("parked")
+    await make_queues(kube, ns, cq=cq, cpu=4, flavor=flavor, node_labels=PARKED)
+    await kube.create(Job, job_manifest("first", ns))
+
+    async def unsuspended(name: str) -> bool:
+        return (await kube.get(Job, name, namespace=ns)).spec.suspend is False
+
+    await eventually(lambda: unsuspended("first"), timeout=60, what="the first Job admitted")
+    await kube.patch(kueue.ClusterQueue, cq, {"spec": {"stopPolicy": "Hold"}})
+
+    async def inactive() -> Any:
+        got = await kube.get(kueue.ClusterQueue, cq)
+        active = find_condition(got.status.conditions if got.status else None, c.ACTIVE)
+        return active if active is not None and active.status == "False" else None
+
+    active = await eventually(inactive, timeout=30, what="the ClusterQueue inactive")
+    assert active.reason == "Stopped"
+    await kube.create(Job, job_manifest("second", ns))
+
+    async def second_pending() -> Any:
+        job = await kube.get(Job, "second", namespace=ns)
+        wl = await workload_of(kube, job)
+        return wl if condition(wl, c.QUOTA_RESERVED) is not None else None
+
+    wl = await eventually(second_pending, timeout=30, what="the second Job's Workload with a QuotaReserved condition")
+    assert condition(wl, c.QUOTA_RESERVED)[0] == "False"  # type: ignore[index]
+    assert "is stopped" in condition(wl, c.QUOTA_RESERVED)[2]  # type: ignore[index]
+    assert await unsuspended("first")  # Hold keeps what runs
+    await kube.patch(kueue.ClusterQueue, cq, {"spec": {"stopPolicy": "HoldAndDrain"}})
+
+    async def drained() -> Any:
+        job = await kube.get(Job, "first", namespace=ns)
+        wl = await workload_of(kube, job)
+        return wl if job.spec.suspend is True and condition(wl, c.EVICTED) is not None else None
+
+    wl = await eventually(drained, timeout=60, what="the running Job evicted by HoldAndDrain")
+    assert condition(wl, c.EVICTED)[:2] == ("True", "ClusterQueueStopped")  # type: ignore[index]
+    await kube.patch(kueue.ClusterQueue, cq, {"spec": {"stopPolicy": "None"}})
+    await eventually(lambda: unsuspended("second"), timeout=60, what="admission resumed once the ClusterQueue runs again")
+
+
+# --- handing work to a worker ----------------------------------------------------------------------------
+async def test_a_prebuilt_workload_is_adopted_and_a_multikueue_job_is_not_run(
+    manager: ControllerProcess, kube: KubeClient, names: Any
+) -> None:
+    ns, cq, flavor = names("pre-built"), names("pb-cq"), names("runs")
+    await make_queues(kube, ns, cq=cq, cpu=4, flavor=flavor, node_labels=RUNS)
+    template = job_manifest("x", ns)["spec"]["template"]
+    await kube.create(
+        kueue.Workload,
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "Workload",
+            "metadata": {"name": "handed-over", "namespace": ns, "labels": {c.MULTIKUEUE_ORIGIN_LABEL: "multikueue"}},
+            "spec": {"queueName": "user-queue", "podSets": [{"name": "main", "count": 1, "template": template}]},
+        },
+    )
+    await kube.create(Job, job_manifest("remote", ns, labels={c.PREBUILT_WORKLOAD_LABEL: "handed-over"}))
+
+    async def adopted_and_done() -> Any:
+        wl = await kube.get(kueue.Workload, "handed-over", namespace=ns)
+        return wl if is_condition_true(wl.status.conditions if wl.status else None, c.FINISHED) else None
+
+    wl = await eventually(adopted_and_done, timeout=120, what="the prebuilt Workload adopted, admitted and Finished")
+    job = await kube.get(Job, "remote", namespace=ns)
+    assert [ref.uid for ref in wl.metadata.owner_references or []] == [job.metadata.uid]
+    assert len((await kube.list(kueue.Workload, namespace=ns)).items) == 1  # no second Workload was made
+    # A Job handed to MultiKueue is admitted here, but its own controller must not run it.
+    managed = job_manifest("managed", ns)
+    managed["spec"]["managedBy"] = c.MULTIKUEUE_MANAGED_BY
+    await kube.create(Job, managed)
+    await eventually(lambda: unsuspended_job(kube, ns, "managed"), timeout=60, what="the managed Job admitted")
+    pods = await kube.request("GET", f"/api/v1/namespaces/{ns}/pods", query=[("labelSelector", "job-name=managed")])
+    assert pods["items"] == []
+    job = await kube.get(Job, "managed", namespace=ns)
+    assert job.status is None or not job.status.active
+
+
+async def unsuspended_job(kube: KubeClient, ns: str, name: str) -> bool:
+    return (await kube.get(Job, name, namespace=ns)).spec.suspend is False
+
+
+# --- bad input -------------------------------------------------------------------------------------------
+async def test_a_job_for_a_missing_queue_stays_suspended_with_a_clear_condition(
+    manager: ControllerProcess, kube: KubeClient, names: Any
+) -> None:
+    ns = names("noqueue")
+    await kube.request("POST", "/api/v1/namespaces", body={"metadata": {"name": ns}})
+    await kube.create(Job, job_manifest("lost", ns, queue="does-not-exist"))
+
+    async def explained() -> Any:
+        job = await kube.get(Job, "lost", namespace=ns)
+        wl = await workload_of(kube, job)
+        return (job, wl) if condition(wl, c.QUOTA_RESERVED) is not None else None
+
+    job, wl = await eventually(explained, timeout=30, what="the Workload's QuotaReserved condition")
+    assert job.spec.suspend is True
+    status, reason, message = condition(wl, c.QUOTA_RESERVED)  # type: ignore[misc]
+    assert (status, reason) == ("False", "Misconfigured")
+    assert message == "LocalQueue does-not-exist doesn't exist"
+
+
+async def test_an_invalid_cluster_queue_is_rejected_with_the_field_path(manager: ControllerProcess, kube: KubeClient, names: Any) -> None:
+    bad = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "ClusterQueue",
+        "metadata": {"name": names("bad")},
+        "spec": {
+            "resourceGroups": [
+                {"coveredResources": ["cpu"], "flavors": [{"name": "a", "resources": [{"name": "cpu", "nominalQuota": 1}]}]},
+                # The same resource in a second group: the CRD schema cannot see across groups.
+                {"coveredResources": ["cpu"], "flavors": [{"name": "b", "resources": [{"name": "cpu", "nominalQuota": 1}]}]},
+            ]
+        },
+    }
+    with pytest.raises(InvalidError) as caught:
+        await kube.create(kueue.ClusterQueue, bad)
+    assert 'spec.resourceGroups[1].coveredResources[0]: Duplicate value: "cpu"' in caught.value.message
+    assert "denied the request" in caught.value.message
+
+
+async def test_v1beta1_objects_are_converted_by_the_webhook(manager: ControllerProcess, kube: KubeClient, names: Any) -> None:
+    name, cohort = names("old"), names("old-cohort")
+    old = {
+        "apiVersion": "kueue.x-k8s.io/v1beta1",
+        "kind": "ClusterQueue",
+        "metadata": {"name": name},
+        "spec": {
+            "cohort": cohort,
+            "resourceGroups": [
+                {"coveredResources": ["cpu"], "flavors": [{"name": "f", "resources": [{"name": "cpu", "nominalQuota": 1}]}]}
+            ],
+        },
+    }
+    created = await kube.request("POST", "/apis/kueue.x-k8s.io/v1beta1/clusterqueues", body=old)
+    assert created["spec"]["cohort"] == cohort
+    stored = await kube.get(kueue.ClusterQueue, name)
+    assert stored.spec.cohort_name == cohort
+    with pytest.raises(NotFoundError):
+        await kube.get(kueue.ClusterQueue, names("never-made"))
