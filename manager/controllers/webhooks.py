@@ -26,7 +26,7 @@ from manager.api import constants as c
 from manager.api import conversion
 from manager.api.manifest import validate_object
 from manager.kube.client import KubeClient
-from manager.kube.errors import KubeError, NotFoundError
+from manager.kube.errors import NotFoundError
 
 log = logging.getLogger("kfed.webhooks")
 

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -134,6 +135,10 @@ def wait_webhooks(cluster: LocalCluster, process: ControllerProcess, timeout: fl
             timeout=timeout,
             what=f"v1beta1 {plural} served",
         )
+
+
+def _served(cluster: LocalCluster, plural: str) -> Callable[[], bool]:
+    return lambda: cluster.request("GET", f"/apis/kueue.x-k8s.io/v1beta1/{plural}")[0] == 200
 
 
 def ensure_namespace(cluster: LocalCluster, name: str) -> None:
