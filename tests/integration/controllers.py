@@ -138,7 +138,10 @@ def wait_webhooks(cluster: LocalCluster, process: ControllerProcess, timeout: fl
 
 
 def _served(cluster: LocalCluster, plural: str) -> Callable[[], bool]:
-    return lambda: cluster.request("GET", f"/apis/kueue.x-k8s.io/v1beta1/{plural}")[0] == 200
+    def served() -> bool:
+        return bool(cluster.request("GET", f"/apis/kueue.x-k8s.io/v1beta1/{plural}")[0] == 200)
+
+    return served
 
 
 def ensure_namespace(cluster: LocalCluster, name: str) -> None:
