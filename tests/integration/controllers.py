@@ -130,11 +130,7 @@ def wait_webhooks(cluster: LocalCluster, process: ControllerProcess, timeout: fl
     # Each CRD's storage is rebuilt when its conversion changes; wait until v1beta1 reads
     # (which go through the conversion webhook) answer for every kind.
     for plural in ("resourceflavors", "clusterqueues", "cohorts", "localqueues", "workloads", "workloadpriorityclasses", "admissionchecks"):
-        wait_for(
-            lambda p=plural: cluster.request("GET", f"/apis/kueue.x-k8s.io/v1beta1/{p}")[0] == 200,
-            timeout=timeout,
-            what=f"v1beta1 {plural} served",
-        )
+        wait_for(_served(cluster, plural), timeout=timeout, what=f"v1beta1 {plural} served")
 
 
 def _served(cluster: LocalCluster, plural: str) -> Callable[[], bool]:
