@@ -151,14 +151,6 @@ class AdmissionController:
             task = asyncio.create_task(self._write(write))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
-        if self.recorder is not None:
-            for event in flush.events:
-                self.recorder.emit(
-                    InvolvedObject(f"{c.GROUP}/{c.STORAGE_VERSION}", "Workload", event.namespace, event.name, event.uid),
-                    type=event.type,
-                    reason=event.reason,
-                    message=event.message,
-                )
 
     async def _write(self, write: StatusWrite) -> None:
         try:
@@ -167,6 +159,14 @@ class AdmissionController:
                 patch = status_patch(write, current.obj.status if current is not None else None)
                 stored = await self.client.patch(kueue.Workload, write.name, patch, namespace=write.namespace, subresource="status")
             self.state.write_succeeded(write, stored)
+            if self.recorder is not None:
+                for event in write.events:
+                    self.recorder.emit(
+                        InvolvedObject(f"{c.GROUP}/{c.STORAGE_VERSION}", "Workload", event.namespace, event.name, event.uid),
+                        type=event.type,
+                        reason=event.reason,
+                        message=event.message,
+                    )
         except (ConflictError, NotFoundError) as err:
             log.debug("workload write lost a race", extra={"key": write.key, "error": str(err)})
             self.state.write_failed(write, utcnow(), self.caches.workloads.get(write.key))

@@ -200,12 +200,12 @@ class StatusWrite:
     resource_version: str
     status: WorkloadStatus
     admits: bool = False
+    events: list[EventRecord] = field(default_factory=list)  # to emit once the write succeeds
 
 
 @dataclass
 class Flush:
     writes: list[StatusWrite] = field(default_factory=list)
-    events: list[EventRecord] = field(default_factory=list)
 
 
 def _check_states(status: WorkloadStatus) -> list[tuple[str, str]]:
@@ -544,8 +544,9 @@ class AdmissionState:
             if self._same(current, desired):
                 continue
             admits = key in self.assumed
-            out.writes.append(StatusWrite(key, info.namespace, info.name, info.obj.metadata.resource_version or "", desired, admits=admits))
-            out.events.extend(self._events(info, current, desired))
+            events = self._events(info, current, desired)
+            rv = info.obj.metadata.resource_version or ""
+            out.writes.append(StatusWrite(key, info.namespace, info.name, rv, desired, admits=admits, events=events))
         self.dirty.clear()
         return out
 
