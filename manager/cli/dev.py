@@ -8,13 +8,14 @@ import os
 import shutil
 import sys
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 from manager.cli.files import checkout_crds_dir
 from manager.dev import federation
 from manager.dev.binaries import BinariesError, binary_dir
-from manager.dev.local import ClusterError, Component, LocalCluster, LocalProvider, pid_alive
+from manager.dev.local import ClusterError, Component, LocalCluster, LocalProvider, free_port, pid_alive, wait_for
 
 DEFAULT_DIR = Path(os.environ.get("KFED_DEV_DIR", Path.home() / ".kfed" / "dev"))
 
@@ -66,6 +67,14 @@ def cmd_up(args: argparse.Namespace) -> int:
         provider.delete_all()
         print(f"kfed dev up: {err}", file=sys.stderr)
         return 1
+    try:
+        _progress("starting kfed's controllers: python -m manager on the manager, python -m worker_agent on each worker")
+        for cluster in clusters:
+            start_controller(cluster, "manager" if cluster is manager else "worker_agent")
+    except ClusterError as err:
+        provider.delete_all()
+        print(f"kfed dev up: {err}", file=sys.stderr)
+        return 1
     for cluster in clusters:
         shutil.copyfile(cluster.kubeconfig_path, directory / f"{cluster.name}.kubeconfig")
         (directory / f"{cluster.name}.kubeconfig").chmod(0o600)
@@ -87,6 +96,38 @@ The manager's ClusterQueue "cluster-queue" holds {federation.quota_summary(len(w
   kfed dev down --dir {directory}"""
     )
     return 0
+
+
+def start_controller(cluster: LocalCluster, component: str) -> Component:
+    """Run kfed's controller process for one cluster, with its log beside the cluster's others."""
+    federation.create(cluster, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": federation.SYSTEM_NAMESPACE}})
+    health, webhook = free_port(), free_port()
+    argv = [
+        sys.executable,
+        "-m",
+        component,
+        f"--kubeconfig={cluster.kubeconfig_path}",
+        f"--namespace={federation.SYSTEM_NAMESPACE}",
+        f"--health-probe-bind-address=127.0.0.1:{health}",
+        f"--metrics-bind-address=127.0.0.1:{health}",
+        f"--webhook-bind-address=127.0.0.1:{webhook}",
+        f"--webhook-cert-dir={cluster.directory / 'webhook-certs'}",
+    ]
+    process = Component(component, argv, cluster.directory / "logs" / f"{component}.log")
+    process.start()
+    cluster.components[component] = process
+
+    def ready() -> bool:
+        if not process.running():
+            raise ClusterError(f"{component} exited; see {process.log}")
+        with urllib.request.urlopen(f"http://127.0.0.1:{health}/readyz", timeout=2) as response:
+            return bool(response.status == 200)
+
+    try:
+        wait_for(ready, timeout=60, what=f"{cluster.name} {component} ready")
+    except ClusterError as err:
+        raise ClusterError(f"{err}; see {process.log}") from None
+    return process
 
 
 def _cluster_from_state(entry: dict[str, Any]) -> LocalCluster:

@@ -392,8 +392,10 @@ class LocalCluster:
         return self.request("GET", "/api/v1/namespaces/default/serviceaccounts/default")[0] == 200
 
     def stop(self) -> None:
-        # Controllers first, etcd last, so nothing logs a storm of connection errors on the way down.
-        for name in ("kwok", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"):
+        # Controllers first (kfed's own, then Kubernetes'), etcd last, so nothing logs a storm of
+        # connection errors on the way down.
+        order = ("kwok", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd")
+        for name in [n for n in self.components if n not in order] + list(order):
             if name in self.components:
                 self.components[name].stop()
 

@@ -13,7 +13,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from manager.dev import kind
 from tests.conftest import REPO_ROOT
-from tests.harness import KubeconfigFile, api_for, core_api, custom_api
+from tests.harness import KubeconfigFile, api_for, core_api, custom_api, eventually
 
 
 def kfed(*args: str) -> subprocess.CompletedProcess[str]:
@@ -28,6 +28,8 @@ async def test_dev_up_leaves_a_ready_federation_and_down_stops_it(tmp_path: Path
         status = kfed("dev", "status", "--dir", str(tmp_path))
         assert status.returncode == 0, status.stdout + status.stderr
         assert [line.split()[0] for line in status.stdout.splitlines()[1:]] == ["manager", "worker1", "worker2"]
+        assert "manager=up" in status.stdout.splitlines()[1]
+        assert all("worker_agent=up" in line for line in status.stdout.splitlines()[2:])
 
         async with api_for(KubeconfigFile(tmp_path / "manager.kubeconfig")) as api:
             custom = custom_api(api)
@@ -42,6 +44,14 @@ async def test_dev_up_leaves_a_ready_federation_and_down_stops_it(tmp_path: Path
         async with api_for(KubeconfigFile(tmp_path / "worker2.kubeconfig")) as api:
             lq = await custom_api(api).get_namespaced_custom_object("kueue.x-k8s.io", "v1beta2", "default", "localqueues", "user-queue")
             assert lq["spec"]["clusterQueue"] == "cluster-queue"
+
+            async def worker_queue_active() -> Any:
+                cq = await custom_api(api).get_cluster_custom_object("kueue.x-k8s.io", "v1beta2", "clusterqueues", "cluster-queue")
+                conditions = cq.get("status", {}).get("conditions", [])
+                return [c for c in conditions if c["type"] == "Active" and c["status"] == "True"]
+
+            # The worker agent runs: it writes the worker's ClusterQueue status.
+            await eventually(worker_queue_active, timeout=30, what="worker2's ClusterQueue Active, written by its worker_agent")
     finally:
         down = kfed("dev", "down", "--dir", str(tmp_path))
     assert down.returncode == 0
