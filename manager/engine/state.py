@@ -517,6 +517,8 @@ class AdmissionState:
             cq = self.cache.cluster_queues.get(info.admission_cq)
             if cq is not None:
                 self.cache.release(cq, info)
+                # What it held in the engine is free again for workloads parked as not fitting.
+                self.scheduler.requeue_inadmissible_in_tree(cq.node.root())
             info.admission = None
             info.admission_cq = ""
             info.usage = {}

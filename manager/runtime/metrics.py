@@ -126,9 +126,13 @@ class Registry:
         assert isinstance(metric, Gauge)
         return metric
 
-    def histogram(self, name: str, help_text: str, labels: tuple[str, ...] = ()) -> Histogram:
+    def histogram(
+        self, name: str, help_text: str, labels: tuple[str, ...] = (), *, buckets: tuple[float, ...] = DEFAULT_BUCKETS
+    ) -> Histogram:
         metric = self._get(Histogram, name, help_text, labels)
         assert isinstance(metric, Histogram)
+        if not metric.series:
+            metric.buckets = buckets
         return metric
 
     def render(self) -> str:

@@ -1,0 +1,190 @@
+"""The live admission state as the controllers drive it: objects in, status writes out."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from manager.api import constants as c
+from manager.api import kueue
+from manager.api.meta import is_condition_true
+from manager.engine.state import AdmissionState, StatusWrite
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def flavor(name: str = "default") -> kueue.ResourceFlavor:
+    return kueue.ResourceFlavor.model_validate({"metadata": {"name": name}})
+
+
+def cluster_queue(name: str = "cq", cpu: int = 2, **spec: Any) -> kueue.ClusterQueue:
+    return kueue.ClusterQueue.model_validate(
+        {
+            "metadata": {"name": name},
+            "spec": {
+                "namespaceSelector": {},
+                "resourceGroups": [
+                    {"coveredResources": ["cpu"], "flavors": [{"name": "default", "resources": [{"name": "cpu", "nominalQuota": cpu}]}]}
+                ],
+                **spec,
+            },
+        }
+    )
+
+
+def local_queue(name: str = "lq", cq: str = "cq") -> kueue.LocalQueue:
+    return kueue.LocalQueue.model_validate({"metadata": {"name": name, "namespace": "ns"}, "spec": {"clusterQueue": cq}})
+
+
+def workload(
+    name: str, *, cpu: str = "1", priority: int = 0, rv: str = "1", owned: bool = False, at: int = 0, **status: Any
+) -> kueue.Workload:
+    meta: dict[str, Any] = {
+        "name": name,
+        "namespace": "ns",
+        "resourceVersion": rv,
+        "uid": f"uid-{name}",
+        "creationTimestamp": (T0 + timedelta(seconds=at)).isoformat(),
+    }
+    if owned:
+        meta["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": f"job-{name}", "controller": True}]
+    pod = {"spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]}}
+    return kueue.Workload.model_validate(
+        {
+            "metadata": meta,
+            "spec": {"queueName": "lq", "priority": priority, "podSets": [{"name": "main", "count": 1, "template": pod}]},
+            "status": status or None,
+        }
+    )
+
+
+def ready_state(cpu: int = 2, **cq_spec: Any) -> AdmissionState:
+    state = AdmissionState()
+    state.upsert_namespace("ns", {})
+    state.upsert_flavor(flavor())
+    state.upsert_cluster_queue(cluster_queue(cpu=cpu, **cq_spec))
+    state.upsert_local_queue(local_queue())
+    state.rebuild_if_needed(T0)
+    return state
+
+
+def run(state: AdmissionState, now: datetime = T0) -> list[StatusWrite]:
+    while state.cycle(now).changed:
+        pass
+    return state.flush(now).writes
+
+
+def stored(write: StatusWrite, original: kueue.Workload, rv: str) -> kueue.Workload:
+    """The Workload as the apiserver would return it after the write."""
+    out = original.model_copy(deep=True)
+    out.metadata.resource_version = rv
+    out.status = write.status
+    return out
+
+
+def test_an_admission_is_written_with_the_resource_version_it_was_computed_from() -> None:
+    state = ready_state()
+    wl = workload("a", rv="7")
+    state.upsert_workload(wl, T0)
+    writes = run(state)
+    assert [(w.key, w.resource_version, w.admits) for w in writes] == [("ns/a", "7", True)]
+    status = writes[0].status
+    assert status.admission is not None and status.admission.cluster_queue == "cq"
+    assert is_condition_true(status.conditions, c.QUOTA_RESERVED) and is_condition_true(status.conditions, c.ADMITTED)
+    assert [e.reason for e in writes[0].events] == ["QuotaReserved", "Admitted"]
+
+
+def test_a_pending_workload_gets_one_write_with_its_reason_and_no_more_until_it_changes() -> None:
+    state = ready_state(cpu=1)
+    state.upsert_workload(workload("big", cpu="2"), T0)
+    writes = run(state)
+    assert len(writes) == 1 and writes[0].status.admission is None
+    cond = next(x for x in writes[0].status.conditions or [] if x.type == c.QUOTA_RESERVED)
+    assert (cond.status, cond.reason) == ("False", "ExceedsMaxQuota")
+    assert "couldn't assign flavors to pod set main" in cond.message
+    state.write_succeeded(writes[0], stored(writes[0], workload("big", cpu="2"), "2"))
+    state.upsert_workload(stored(writes[0], workload("big", cpu="2"), "2"), T0)
+    assert run(state) == []
+
+
+def test_a_lost_race_undoes_the_assumed_admission_and_frees_the_quota() -> None:
+    state = ready_state(cpu=1)
+    state.upsert_workload(workload("a", at=0), T0)
+    state.upsert_workload(workload("b", at=1), T0)
+    writes = {w.key: w for w in run(state)}
+    assert writes["ns/a"].admits and not writes["ns/b"].admits
+    # Someone else changed "a" (say, deactivated it): the admission write conflicts.
+    changed = workload("a", rv="5", at=0)
+    changed.spec.active = False
+    state.write_failed(writes["ns/a"], T0, changed)
+    later = {w.key: w for w in run(state, T0 + timedelta(seconds=1))}
+    assert later["ns/b"].admits  # the quota "a" held in the engine went to "b"
+
+
+def test_an_evicted_job_workload_keeps_its_quota_until_the_job_integration_releases_it() -> None:
+    state = ready_state(cpu=1, preemption={"withinClusterQueue": "LowerPriority"})
+    low = workload("low", priority=1, owned=True)
+    state.upsert_workload(low, T0)
+    first = run(state)[0]
+    state.write_succeeded(first, stored(first, low, "2"))
+    state.upsert_workload(workload("high", priority=100, owned=True, at=5), T0)
+    writes = {w.key: w for w in run(state)}
+    victim = writes["ns/low"].status
+    assert is_condition_true(victim.conditions, c.EVICTED) and victim.admission is not None  # still holds quota
+    assert not writes.get("ns/high") or not writes["ns/high"].admits
+    # The Job stopped; its integration cleared the reservation: the preemptor gets the quota.
+    released = stored(writes["ns/low"], low, "9")
+    assert released.status is not None
+    released.status.admission = None
+    for cond in released.status.conditions or []:
+        if cond.type == c.QUOTA_RESERVED:
+            cond.status = "False"
+    state.upsert_workload(released, T0 + timedelta(seconds=2))
+    admitted = {w.key for w in run(state, T0 + timedelta(seconds=2)) if w.admits}
+    assert admitted == {"ns/high"}
+
+
+def test_a_bare_workload_is_requeued_at_once_when_preempted() -> None:
+    state = ready_state(cpu=1, preemption={"withinClusterQueue": "LowerPriority"})
+    low = workload("low", priority=1)
+    state.upsert_workload(low, T0)
+    first = run(state)[0]
+    state.write_succeeded(first, stored(first, low, "2"))
+    state.upsert_workload(workload("high", priority=100, at=5), T0)
+    writes = {w.key: w for w in run(state)}
+    assert writes["ns/high"].admits
+    victim = writes["ns/low"].status
+    assert victim.admission is None and is_condition_true(victim.conditions, c.REQUEUED)
+
+
+def test_hold_and_drain_evicts_and_a_finished_workload_gives_its_quota_back() -> None:
+    state = ready_state(cpu=1)
+    wl = workload("a")
+    state.upsert_workload(wl, T0)
+    write = run(state)[0]
+    admitted = stored(write, wl, "2")
+    state.write_succeeded(write, admitted)
+    state.upsert_cluster_queue(cluster_queue(cpu=1, stopPolicy="HoldAndDrain"))
+    state.rebuild_if_needed(T0)
+    cq_status = state.cluster_queue_status("cq", T0)
+    assert cq_status is not None and cq_status.conditions is not None and cq_status.conditions[0].reason == "Stopped"
+    finished = admitted.model_copy(deep=True)
+    finished.metadata.resource_version = "3"
+    assert finished.status is not None and finished.status.conditions is not None
+    finished.status.conditions.append(
+        finished.status.conditions[0].model_copy(update={"type": c.FINISHED, "status": "True", "reason": "Succeeded"})
+    )
+    state.upsert_workload(finished, T0)
+    cq_status = state.cluster_queue_status("cq", T0)
+    assert cq_status is not None and cq_status.reserving_workloads == 0
+
+
+def test_local_queue_status_counts_its_own_workloads() -> None:
+    state = ready_state(cpu=1)
+    state.upsert_workload(workload("a", at=0), T0)
+    state.upsert_workload(workload("b", at=1), T0)
+    run(state)
+    status = state.local_queue_status("ns/lq", T0)
+    assert status is not None
+    assert (status.pending_workloads, status.reserving_workloads, status.admitted_workloads) == (1, 1, 1)
+    assert status.flavors_reservation is not None and str((status.flavors_reservation[0].resources or [])[0].total) == "1"

@@ -1,0 +1,240 @@
+"""Pure pieces of the I/O shell: Job patches, webhook reviews, error mapping, the token
+bucket, metrics exposition, log redaction and kubeconfig checks."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import json
+import logging
+from typing import Any
+
+import pytest
+
+from manager.api import constants as c
+from manager.api import kueue
+from manager.api.core import Job
+from manager.controllers.webhooks import convert_review, default_job, validate
+from manager.engine.jobs import restore_job_patch, start_job_patch, suspend_job_patch
+from manager.kube.client import KubeconfigError, check_kubeconfig
+from manager.kube.errors import (
+    AlreadyExistsError,
+    ConflictError,
+    GoneError,
+    InvalidError,
+    NotFoundError,
+    TooManyRequestsError,
+    TransientError,
+    error_from_response,
+)
+from manager.kube.ratelimit import TokenBucket
+from manager.runtime.logs import REDACTED, JsonFormatter
+from manager.runtime.metrics import Registry
+
+
+def job(**spec: Any) -> Job:
+    template = {"spec": {"nodeSelector": {"user": "choice"}, "containers": [{"name": "c"}]}}
+    return Job.model_validate(
+        {"metadata": {"name": "j", "namespace": "ns"}, "spec": {"parallelism": 4, "completions": 4, "template": template, **spec}}
+    )
+
+
+def admitted_workload(count: int = 4) -> kueue.Workload:
+    template = {"spec": {"nodeSelector": {"user": "choice"}, "containers": [{"name": "c"}]}}
+    return kueue.Workload.model_validate(
+        {
+            "metadata": {"name": "job-j-abcde", "namespace": "ns"},
+            "spec": {"queueName": "q", "podSets": [{"name": "main", "count": 4, "template": template}]},
+            "status": {
+                "admission": {"clusterQueue": "cq", "podSetAssignments": [{"name": "main", "flavors": {"cpu": "gpu-a"}, "count": count}]}
+            },
+        }
+    )
+
+
+GPU_A = kueue.ResourceFlavor.model_validate(
+    {
+        "metadata": {"name": "gpu-a"},
+        "spec": {"nodeLabels": {"pool": "a"}, "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}]},
+    }
+)
+
+
+def test_starting_a_job_adds_the_flavor_node_labels_and_tolerations_to_what_the_user_wrote() -> None:
+    patch = start_job_patch(job(suspend=True), admitted_workload(), {"gpu-a": GPU_A})
+    assert patch["spec"]["suspend"] is False
+    assert patch["spec"]["template"]["spec"]["nodeSelector"] == {"user": "choice", "pool": "a"}
+    assert patch["spec"]["template"]["spec"]["tolerations"] == [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    assert "parallelism" not in patch["spec"]
+
+
+def test_a_partially_admitted_job_runs_with_the_admitted_count_and_gets_it_back_when_stopped() -> None:
+    started = start_job_patch(job(suspend=True), admitted_workload(count=2), {"gpu-a": GPU_A})
+    assert started["spec"]["parallelism"] == 2
+    running = job(suspend=True, parallelism=2)
+    running.spec.template.spec.node_selector = {"user": "choice", "pool": "a"}
+    restored = restore_job_patch(running, admitted_workload(count=2))
+    assert restored == {"spec": {"template": {"spec": {"nodeSelector": {"user": "choice"}, "tolerations": None}}, "parallelism": 4}}
+    assert suspend_job_patch() == {"spec": {"suspend": True}}
+
+
+def test_a_job_already_as_the_user_wrote_it_needs_no_restore() -> None:
+    assert restore_job_patch(job(suspend=True), admitted_workload()) is None
+
+
+def review(obj: dict[str, Any], operation: str = "CREATE") -> dict[str, Any]:
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": "u1", "operation": operation, "object": obj}}
+
+
+def patch_of(response: dict[str, Any]) -> list[dict[str, Any]]:
+    raw = response["response"].get("patch")
+    return json.loads(base64.b64decode(raw)) if raw else []
+
+
+def test_the_job_webhook_suspends_queued_jobs_and_marks_multikueue_ones() -> None:
+    queued = {"metadata": {"name": "j", "namespace": "ns", "labels": {c.QUEUE_NAME_LABEL: "q"}}, "spec": {}}
+    response = default_job(review(queued), uses_multikueue=lambda ns, q: False)
+    assert response["response"]["allowed"] and response["response"]["uid"] == "u1"
+    assert patch_of(response) == [{"op": "add", "path": "/spec/suspend", "value": True}]
+    federated = default_job(review(queued), uses_multikueue=lambda ns, q: (ns, q) == ("ns", "q"))
+    assert {"op": "add", "path": "/spec/managedBy", "value": c.MULTIKUEUE_MANAGED_BY} in patch_of(federated)
+    unqueued = default_job(review({"metadata": {"name": "j"}, "spec": {}}), uses_multikueue=lambda ns, q: True)
+    assert patch_of(unqueued) == []
+
+
+def test_the_validating_webhook_names_each_field_path() -> None:
+    cq = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "ClusterQueue",
+        "metadata": {"name": "bad"},
+        "spec": {
+            "resourceGroups": [
+                {"coveredResources": ["cpu"], "flavors": [{"name": "a", "resources": [{"name": "cpu", "nominalQuota": 1}]}]},
+                {"coveredResources": ["cpu"], "flavors": [{"name": "b", "resources": [{"name": "cpu", "nominalQuota": 1}]}]},
+            ]
+        },
+    }
+    response = validate(review(cq))["response"]
+    assert response["allowed"] is False
+    assert response["status"]["message"].startswith('ClusterQueue.kueue.x-k8s.io "bad" is invalid: ')
+    assert 'spec.resourceGroups[1].coveredResources[0]: Duplicate value: "cpu"' in response["status"]["message"]
+    assert validate(review(cq, "DELETE"))["response"]["allowed"] is True
+
+
+def test_the_conversion_webhook_converts_every_object_to_the_desired_version() -> None:
+    request: dict[str, Any] = {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "ConversionReview",
+        "request": {
+            "uid": "c1",
+            "desiredAPIVersion": "kueue.x-k8s.io/v1beta2",
+            "objects": [
+                {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ClusterQueue", "metadata": {"name": "x"}, "spec": {"cohort": "team"}}
+            ],
+        },
+    }
+    response = convert_review(request)["response"]
+    assert response["uid"] == "c1" and response["result"]["status"] == "Success"
+    assert response["convertedObjects"][0]["apiVersion"] == "kueue.x-k8s.io/v1beta2"
+    assert response["convertedObjects"][0]["spec"]["cohortName"] == "team"
+    request["request"]["desiredAPIVersion"] = "kueue.x-k8s.io/v9"
+    assert convert_review(request)["response"]["result"]["status"] == "Failure"
+
+
+@pytest.mark.parametrize(
+    ("status", "reason", "expected"),
+    [
+        (404, "NotFound", NotFoundError),
+        (409, "AlreadyExists", AlreadyExistsError),
+        (409, "Conflict", ConflictError),
+        (410, "Expired", GoneError),
+        (422, "Invalid", InvalidError),
+        (429, "TooManyRequests", TooManyRequestsError),
+        (503, "ServiceUnavailable", TransientError),
+    ],
+)
+def test_apiserver_answers_map_to_typed_errors(status: int, reason: str, expected: type[Exception]) -> None:
+    body = json.dumps({"kind": "Status", "message": "the message", "reason": reason, "details": {"causes": [{"field": "spec.x"}]}})
+    err = error_from_response(status, body, retry_after="3", what="patch Workload ns/w")
+    assert type(err) is expected
+    assert str(err) == "patch Workload ns/w: the message"
+    if isinstance(err, (TooManyRequestsError, TransientError)):
+        assert err.retry_after == 3.0 and err.retryable
+    if isinstance(err, InvalidError):
+        assert err.causes == [{"field": "spec.x"}]
+
+
+def test_the_token_bucket_allows_a_burst_then_paces_at_qps() -> None:
+    now = [0.0]
+    bucket = TokenBucket(qps=10, burst=3, clock=lambda: now[0])
+    for _ in range(3):
+        assert bucket.delay() == 0
+        bucket._tokens -= 1
+    assert bucket.delay() == pytest.approx(0.1)
+    now[0] += 0.05
+    assert bucket.delay() == pytest.approx(0.05)
+    now[0] += 10
+    assert bucket.delay() == 0 and bucket._tokens == 3  # never more than the burst is saved
+
+
+def test_acquiring_past_the_burst_waits_for_refill() -> None:
+    async def scenario() -> float:
+        bucket = TokenBucket(qps=1000, burst=2)
+        for _ in range(5):
+            await bucket.acquire()
+        return bucket.waited_seconds
+
+    assert asyncio.run(scenario()) > 0
+
+
+def test_metrics_render_in_prometheus_text_format() -> None:
+    registry = Registry()
+    registry.counter("kfed_admitted_workloads_total", "Admitted.", ("cluster_queue",)).inc("cq-a")
+    registry.histogram("kfed_cycle_seconds", "Cycle.", buckets=(0.1, 1.0)).observe(0.5)
+    text = registry.render()
+    assert '# TYPE kfed_admitted_workloads_total counter\nkfed_admitted_workloads_total{cluster_queue="cq-a"} 1' in text
+    assert 'kfed_cycle_seconds_bucket{le="0.1"} 0' in text and 'kfed_cycle_seconds_bucket{le="1"} 1' in text
+    assert 'kfed_cycle_seconds_bucket{le="+Inf"} 1' in text and "kfed_cycle_seconds_count 1" in text
+
+
+def test_logs_are_json_with_the_key_and_never_a_credential() -> None:
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter())
+    logger = logging.getLogger("kfed.test-redaction")
+    logger.addHandler(handler)
+    logger.propagate = False
+    logger.warning("cluster unreachable", extra={"key": "worker1", "token": "s3cr3t", "kubeconfig": "apiVersion: v1"})
+    entry = json.loads(stream.getvalue())
+    assert entry["msg"] == "cluster unreachable" and entry["key"] == "worker1" and entry["level"] == "warning"
+    assert entry["token"] == REDACTED and entry["kubeconfig"] == REDACTED
+    assert "s3cr3t" not in stream.getvalue()
+
+
+GOOD_KUBECONFIG = {
+    "clusters": [{"name": "w", "cluster": {"server": "https://10.0.0.1:6443"}}],
+    "users": [{"name": "u", "user": {"token": "abc"}}],
+    "contexts": [{"name": "ctx", "context": {"cluster": "w", "user": "u"}}],
+    "current-context": "ctx",
+}
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda k: k.pop("clusters"), "clusters: Required value"),
+        (lambda k: k.update({"current-context": "other"}), "current-context: Not found: context 'other'"),
+        (lambda k: k["contexts"][0]["context"].update({"user": "nobody"}), "contexts[ctx].user: Not found"),
+        (lambda k: k["clusters"][0]["cluster"].update({"server": "10.0.0.1"}), "clusters[w].server: Invalid value"),
+        (lambda k: k["users"][0].update({"user": {"exec": {"command": "steal"}}}), "users[u]: Forbidden: exec"),
+    ],
+)
+def test_broken_kubeconfigs_are_rejected_naming_the_field_and_never_the_credential(change: Any, message: str) -> None:
+    kubeconfig = json.loads(json.dumps(GOOD_KUBECONFIG))
+    change(kubeconfig)
+    with pytest.raises(KubeconfigError) as caught:
+        check_kubeconfig(kubeconfig, where="Secret kfed-system/w1")
+    assert message in str(caught.value) and str(caught.value).startswith("Secret kfed-system/w1: ")
+    assert "abc" not in str(caught.value)
+    check_kubeconfig(GOOD_KUBECONFIG)
