@@ -69,7 +69,6 @@ class AdmissionController:
         self._writes = asyncio.Semaphore(write_concurrency)
         self._tasks: set[asyncio.Task[None]] = set()
         self._queue_status: dict[str, dict[str, Any]] = {}
-        self._queue_status_due = 0.0
         self._admitted = REGISTRY.counter("kfed_admitted_workloads_total", "Workloads admitted, by ClusterQueue.", ("cluster_queue",))
         self._preempted = REGISTRY.counter("kfed_preempted_workloads_total", "Workloads preempted, by ClusterQueue.", ("cluster_queue",))
         self._cycle_seconds = REGISTRY.histogram("kfed_admission_attempt_duration_seconds", "Scheduling cycle duration.")
@@ -110,6 +109,27 @@ class AdmissionController:
     async def run(self) -> None:
         await self.caches.wait_synced()
         log.info("admission caches synced", extra={"workloads": len(self.caches.workloads.store)})
+        status_task = asyncio.create_task(self._status_loop(), name="queue-status")
+        try:
+            await self._loop()
+        finally:
+            status_task.cancel()
+
+    async def _status_loop(self) -> None:
+        """ClusterQueue and LocalQueue status, written apart from the admission loop so that a
+        slow apiserver delays status, never admission."""
+        while True:
+            await asyncio.sleep(STATUS_INTERVAL)  # the status write period, not a sync point
+            if not self.is_leader:
+                continue
+            try:
+                await self._write_queue_status(utcnow())
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("queue status round failed; continuing")
+
+    async def _loop(self) -> None:
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=TICK)
@@ -140,7 +160,6 @@ class AdmissionController:
                 await asyncio.sleep(0)  # let watches and writes make progress during a long round
             now = utcnow()
         self._issue(self.state.flush(now))
-        await self._write_queue_status(now)
 
     def _issue(self, flush: Any) -> None:
         for write in flush.writes:
@@ -178,9 +197,6 @@ class AdmissionController:
             self._wake.set()
 
     async def _write_queue_status(self, now: datetime) -> None:
-        if time.monotonic() < self._queue_status_due:
-            return
-        self._queue_status_due = time.monotonic() + STATUS_INTERVAL
         writes: list[tuple[Any, str, str | None, Any, Any]] = []
         for cq in self.caches.cluster_queues.items():
             status = self.state.cluster_queue_status(cq.name, now)
@@ -192,6 +208,7 @@ class AdmissionController:
             lq_status = self.state.local_queue_status(lq.key, now)
             if lq_status is not None:
                 writes.append((kueue.LocalQueue, lq.name, lq.namespace, lq_status, lq.status))
+        pending = []
         for model, name, namespace, status, current in writes:
             body = status.to_dict()
             key = f"{model.KIND}/{namespace or ''}/{name}"
@@ -200,6 +217,11 @@ class AdmissionController:
             if current is not None and _same_queue_status(current.to_dict(), body):
                 self._queue_status[key] = body
                 continue
+            pending.append(self._write_one_status(model, name, namespace, key, body))
+        await asyncio.gather(*pending)
+
+    async def _write_one_status(self, model: Any, name: str, namespace: str | None, key: str, body: dict[str, Any]) -> None:
+        async with self._writes:
             try:
                 await self.client.patch(model, name, {"status": body}, namespace=namespace, subresource="status")
                 self._queue_status[key] = body

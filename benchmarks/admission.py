@@ -1,0 +1,282 @@
+"""Benchmark of admission on a real cluster, shaped like Kueue's scheduler performance baseline.
+
+5 cohorts x 6 ClusterQueues (nominal 20 cpu, borrowingLimit 100, reclaimWithinCohort Any,
+withinClusterQueue LowerPriority), and per ClusterQueue:
+- 350 small Workloads (1 cpu, one every 100 ms, running 200 ms, priority 50);
+- 100 medium Workloads (5 cpu, one every 500 ms, running 500 ms, priority 100);
+- 50 large Workloads (20 cpu, one every 1200 ms, running 1000 ms, priority 200).
+
+That is 15,000 Workloads on one local-harness cluster, admitted by `python -m manager` as a
+separate process. A runner in this process plays the jobs: it creates the Workloads on
+schedule and marks each Finished (a status patch) once it has run for its runtime after
+admission, as Kueue's benchmark does; a preempted one is re-run from scratch when readmitted.
+Prints: wall time and the quota bound, average time to admission per class, the
+ClusterQueues' average usage, the API QPS the manager used, and the manager's CPU and RSS.
+
+Run: python benchmarks/admission.py [--scale 1.0] [--qps 300] [--burst 500]
+(`--scale 0.2` runs a fifth of each class: a quick look.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from manager.api import constants as c
+from manager.api import kueue
+from manager.api.meta import is_condition_true
+from manager.dev import federation
+from manager.dev.local import LocalProvider, free_port, wait_for
+from manager.kube.client import KubeClient
+from manager.kube.errors import KubeError
+from manager.kube.informer import Informer
+
+REPO = Path(__file__).resolve().parents[1]
+COHORTS, QUEUES_PER_COHORT, NOMINAL = 5, 6, 20
+# name, cpu, count, interval (s), runtime (s), priority
+CLASSES = (("small", 1, 350, 0.1, 0.2, 50), ("medium", 5, 100, 0.5, 0.5, 100), ("large", 20, 50, 1.2, 1.0, 200))
+
+
+@dataclass
+class Run:
+    cls: str
+    cpu: int
+    runtime: float
+    created: float = 0.0
+    admitted_at: list[float] = field(default_factory=list)
+    finished: float | None = None
+    intervals: list[tuple[float, float]] = field(default_factory=list)
+
+
+def objects() -> list[tuple[Any, dict[str, Any]]]:
+    out: list[tuple[Any, dict[str, Any]]] = [
+        (kueue.ResourceFlavor, {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": "default"}})
+    ]
+    for co in range(COHORTS):
+        for q in range(QUEUES_PER_COHORT):
+            name = f"cq-{co}-{q}"
+            spec = {
+                "cohortName": f"cohort-{co}",
+                "namespaceSelector": {},
+                "preemption": {"reclaimWithinCohort": "Any", "withinClusterQueue": "LowerPriority"},
+                "resourceGroups": [
+                    {
+                        "coveredResources": ["cpu"],
+                        "flavors": [{"name": "default", "resources": [{"name": "cpu", "nominalQuota": NOMINAL, "borrowingLimit": 100}]}],
+                    }
+                ],
+            }
+            out.append(
+                (
+                    kueue.ClusterQueue,
+                    {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": name}, "spec": spec},
+                )
+            )
+            out.append(
+                (
+                    kueue.LocalQueue,
+                    {
+                        "apiVersion": "kueue.x-k8s.io/v1beta2",
+                        "kind": "LocalQueue",
+                        "metadata": {"name": "lq", "namespace": name},
+                        "spec": {"clusterQueue": name},
+                    },
+                )
+            )
+    return out
+
+
+def workload(name: str, namespace: str, cpu: int, priority: int) -> dict[str, Any]:
+    pod = {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": str(cpu)}}}]}}
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"queueName": "lq", "priority": priority, "podSets": [{"name": "main", "count": 1, "template": pod}]},
+    }
+
+
+def quota_bound(scale: float) -> float:
+    """The shortest possible wall time: all work over all capacity, or the last arrival plus its run."""
+    work = sum(cpu * round(count * scale) * runtime for _, cpu, count, _, runtime, _ in CLASSES) * COHORTS * QUEUES_PER_COHORT
+    capacity = NOMINAL * COHORTS * QUEUES_PER_COHORT
+    last = max(round(count * scale) * interval + runtime for _, _, count, interval, runtime, _ in CLASSES)
+    return max(work / capacity, last)
+
+
+def proc_stats(pid: int) -> tuple[float, int]:
+    """(CPU seconds, peak RSS in bytes) of a process."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    cpu = (int(fields[11]) + int(fields[12])) / ticks
+    peak = 0
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            peak = int(line.split()[1]) * 1024
+    return cpu, peak
+
+
+def manager_requests(port: int) -> float:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("kfed_kube_requests_total{"))
+
+
+async def main(args: argparse.Namespace) -> None:
+    base = Path(tempfile.mkdtemp(prefix="kfed-bench-"))
+    provider = LocalProvider(base)
+    cluster = provider.create(["bench"])[0]
+    manager: subprocess.Popen[bytes] | None = None
+    try:
+        federation.install_crds(cluster, federation.crd_manifests(REPO / "crds"))
+        federation.create(cluster, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kfed-system"}})
+        client = await KubeClient.from_kubeconfig(cluster.kubeconfig(), name="runner", qps=5000, burst=5000)
+        for model, obj in objects():
+            if model is kueue.LocalQueue:
+                await client.request("POST", "/api/v1/namespaces", body={"metadata": {"name": obj["metadata"]["namespace"]}})
+            await client.create(model, obj)
+        port = free_port()
+        log = base / "manager.log"
+        argv = [
+            sys.executable, "-m", "manager", f"--kubeconfig={cluster.kubeconfig_path}", "--namespace=kfed-system",
+            f"--health-probe-bind-address=127.0.0.1:{port}", f"--metrics-bind-address=127.0.0.1:{port}", "--no-webhooks",
+            f"--kube-api-qps={args.qps}", f"--kube-api-burst={args.burst}", "--log-level=warning",
+        ]  # fmt: skip
+        with log.open("wb") as out:
+            manager = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
+
+        def ready() -> bool:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as response:
+                return bool(response.status == 200)
+
+        wait_for(ready, timeout=60, what="manager ready")
+        cpu_before, _ = proc_stats(manager.pid)
+        requests_before = manager_requests(port)
+        runs: dict[str, Run] = {}
+        informer: Informer[kueue.Workload] = Informer(client, kueue.Workload)
+        finishing: set[str] = set()
+        done = asyncio.Event()
+        total = sum(round(count * args.scale) for _, _, count, _, _, _ in CLASSES) * COHORTS * QUEUES_PER_COHORT
+        finished = 0
+        start = time.monotonic()
+
+        async def finish_after(key: str, wl: kueue.Workload, runtime: float) -> None:
+            nonlocal finished
+            await asyncio.sleep(runtime)  # the job's runtime, simulated
+            run = runs[key]
+            current = informer.get(key) or wl
+            conds = current.status.conditions if current.status else None
+            if is_condition_true(conds, c.EVICTED) or not is_condition_true(conds, c.ADMITTED):
+                finishing.discard(key)
+                return  # preempted while running: it will run again when readmitted
+            conditions = [cond.to_dict() for cond in conds or []]
+            conditions.append(
+                {
+                    "type": "Finished",
+                    "status": "True",
+                    "reason": "Succeeded",
+                    "message": "done",
+                    "lastTransitionTime": "2026-01-01T00:00:00Z",
+                }
+            )
+            try:
+                await client.patch(
+                    kueue.Workload,
+                    wl.name,
+                    {"metadata": {"resourceVersion": current.metadata.resource_version}, "status": {"conditions": conditions}},
+                    namespace=wl.namespace,
+                    subresource="status",
+                )
+            except KubeError:
+                finishing.discard(key)
+                return
+            now = time.monotonic()
+            run.intervals.append((run.admitted_at[-1], now))
+            run.finished = now
+            finished += 1
+            if finished == total:
+                done.set()
+
+        def on_workload(kind: str, old: kueue.Workload | None, new: kueue.Workload | None) -> None:
+            if new is None or new.key not in runs:
+                return
+            run = runs[new.key]
+            conds = new.status.conditions if new.status else None
+            if is_condition_true(conds, c.FINISHED):
+                return
+            if is_condition_true(conds, c.ADMITTED) and not is_condition_true(conds, c.EVICTED) and new.key not in finishing:
+                finishing.add(new.key)
+                run.admitted_at.append(time.monotonic())
+                asyncio.get_running_loop().create_task(finish_after(new.key, new, run.runtime))
+            elif is_condition_true(conds, c.EVICTED) and run.admitted_at and len(run.intervals) < len(run.admitted_at):
+                run.intervals.append((run.admitted_at[-1], time.monotonic()))
+
+        informer.add_handler(on_workload)
+        watch = asyncio.create_task(informer.run())
+        await informer.synced.wait()
+
+        async def generate(cq: str, cls: str, cpu: int, count: int, interval: float, runtime: float, priority: int) -> None:
+            for i in range(count):
+                due = start + i * interval
+                delay = due - time.monotonic()
+                if delay > 0:
+                    await asyncio.sleep(delay)  # the arrival schedule
+                name = f"{cls}-{i}"
+                runs[f"{cq}/{name}"] = Run(cls, cpu, runtime, created=time.monotonic())
+                await client.create(kueue.Workload, workload(name, cq, cpu, priority))
+
+        generators = [
+            generate(f"cq-{co}-{q}", cls, cpu, round(count * args.scale), interval, runtime, priority)
+            for co in range(COHORTS)
+            for q in range(QUEUES_PER_COHORT)
+            for cls, cpu, count, interval, runtime, priority in CLASSES
+        ]
+        await asyncio.gather(*generators)
+        await asyncio.wait_for(done.wait(), timeout=args.timeout)
+        wall = time.monotonic() - start
+        cpu_after, peak = proc_stats(manager.pid)
+        requests = manager_requests(port) - requests_before
+        watch.cancel()
+        await client.close()
+
+        bound = quota_bound(args.scale)
+        capacity = NOMINAL * COHORTS * QUEUES_PER_COHORT
+        used = sum(run.cpu * (end - begin) for run in runs.values() for begin, end in run.intervals)
+        print(f"workloads                      {total} ({COHORTS} cohorts x {QUEUES_PER_COHORT} ClusterQueues, scale {args.scale})")
+        print(f"wall time                      {wall:.1f} s")
+        print(f"quota bound                    {bound:.1f} s  (wall / bound = {wall / bound:.2f}; target <= 1.30)")
+        for cls, *_ in CLASSES:
+            waits = [run.admitted_at[0] - run.created for run in runs.values() if run.cls == cls and run.admitted_at]
+            print(f"time to admission, {cls:<7}     avg {statistics.fmean(waits):.2f} s, max {max(waits):.2f} s")
+        print(f"average ClusterQueue usage     {100 * used / (capacity * wall):.1f} %  (target >= 85 %)")
+        limit = f"client limit {args.qps:.0f} QPS, burst {args.burst}"
+        print(f"manager API requests           {requests:.0f} ({requests / wall:.0f} QPS; {limit})")
+        print(f"manager CPU                    {cpu_after - cpu_before:.1f} s ({100 * (cpu_after - cpu_before) / wall:.0f} % of one core)")
+        print(f"manager peak RSS               {peak / 2**20:.0f} MiB")
+        print(f"preempted and re-run           {sum(len(run.admitted_at) - 1 for run in runs.values())}")
+    finally:
+        if manager is not None:
+            manager.terminate()
+            manager.wait(timeout=30)
+        provider.delete_all()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--scale", type=float, default=1.0)
+    parser.add_argument("--qps", type=float, default=300)
+    parser.add_argument("--burst", type=int, default=500)
+    parser.add_argument("--timeout", type=float, default=1800)
+    asyncio.run(main(parser.parse_args()))
