@@ -23,7 +23,7 @@ from typing import Any
 from aiohttp import web
 
 from manager.api import constants as c
-from manager.api import conversion
+from manager.api import conversion, kueue
 from manager.api.manifest import validate_object
 from manager.kube.client import KubeClient
 from manager.kube.errors import NotFoundError
@@ -35,28 +35,8 @@ VALIDATE_PATH = "/validate-kueue-x-k8s-io"
 CONVERT_PATH = "/convert"
 MUTATING_CONFIGURATION = "kfed-mutating-webhook-configuration"
 VALIDATING_CONFIGURATION = "kfed-validating-webhook-configuration"
-VALIDATED_RESOURCES = [
-    "resourceflavors",
-    "clusterqueues",
-    "cohorts",
-    "localqueues",
-    "workloads",
-    "admissionchecks",
-    "multikueueclusters",
-    "multikueueconfigs",
-    "workloadpriorityclasses",
-]
-CONVERTED_CRDS = [
-    "clusterqueues",
-    "cohorts",
-    "localqueues",
-    "workloads",
-    "admissionchecks",
-    "multikueueclusters",
-    "multikueueconfigs",
-    "resourceflavors",
-    "workloadpriorityclasses",
-]
+# Every kfed kind is validated and converted (Kueue's webhooks cover the same set).
+KUEUE_PLURALS = sorted(model.PLURAL for model in kueue.KINDS)
 
 
 def _review(
@@ -200,7 +180,7 @@ def webhook_configurations(endpoint: WebhookEndpoint) -> list[dict[str, Any]]:
                         "apiGroups": [c.GROUP],
                         "apiVersions": ["v1beta2"],
                         "operations": ["CREATE", "UPDATE"],
-                        "resources": VALIDATED_RESOURCES,
+                        "resources": KUEUE_PLURALS,
                     }
                 ],
                 "matchPolicy": "Equivalent",
@@ -223,7 +203,7 @@ async def install(client: KubeClient, endpoint: WebhookEndpoint) -> None:
         "strategy": "Webhook",
         "webhook": {"clientConfig": endpoint.client_config(CONVERT_PATH), "conversionReviewVersions": ["v1"]},
     }
-    for plural in CONVERTED_CRDS:
+    for plural in KUEUE_PLURALS:
         name = f"{plural}.{c.GROUP}"
         path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
         try:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from manager.api import constants as c
 from manager.api import kueue
@@ -260,22 +261,21 @@ class AdmissionState:
     def delete_cohort(self, name: str) -> None:
         self._set(self.cohorts, name, None)  # type: ignore[arg-type]
 
-    def upsert_cluster_queue(self, obj: kueue.ClusterQueue) -> None:
-        old = self.cluster_queue_objects.get(obj.name)
+    def _set_spec(self, table: dict[str, Any], key: str, obj: Any) -> None:
+        old = table.get(key)
         if old is not None and old.spec == obj.spec:
-            self.cluster_queue_objects[obj.name] = obj  # a status write: nothing to rebuild
+            table[key] = obj  # a status write: nothing to rebuild
             return
-        self._set(self.cluster_queue_objects, obj.name, obj)  # type: ignore[arg-type]
+        self._set(table, key, obj)
+
+    def upsert_cluster_queue(self, obj: kueue.ClusterQueue) -> None:
+        self._set_spec(self.cluster_queue_objects, obj.name, obj)
 
     def delete_cluster_queue(self, name: str) -> None:
         self._set(self.cluster_queue_objects, name, None)  # type: ignore[arg-type]
 
     def upsert_local_queue(self, obj: kueue.LocalQueue) -> None:
-        old = self.local_queues.get(obj.key)
-        if old is not None and old.spec == obj.spec:
-            self.local_queues[obj.key] = obj
-            return
-        self._set(self.local_queues, obj.key, obj)  # type: ignore[arg-type]
+        self._set_spec(self.local_queues, obj.key, obj)
 
     def delete_local_queue(self, key: str) -> None:
         self._set(self.local_queues, key, None)  # type: ignore[arg-type]

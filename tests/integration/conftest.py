@@ -1,10 +1,11 @@
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import pytest
 
+from manager.kube.client import KubeClient
 from tests.harness import Provider, provider_session
 
 
@@ -37,3 +38,13 @@ def worker_clusters(provider: Provider) -> Callable[[int], list[Any]]:
 def jobs_cluster(provider: Provider) -> Any:
     """A cluster with kube-controller-manager, kube-scheduler and kwok nodes: Jobs really run."""
     return provider.create(["jobs"], jobs=True)[0]
+
+
+@pytest.fixture
+async def kube(cluster: Any) -> AsyncIterator[KubeClient]:
+    """kfed's own gateway to the test module's `cluster`, as a user's tooling would hold one."""
+    client = await KubeClient.from_kubeconfig(cluster.kubeconfig(), name="test")
+    try:
+        yield client
+    finally:
+        await client.close()

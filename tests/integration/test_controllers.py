@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -41,15 +41,6 @@ def manager(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> 
         yield process
     finally:
         process.terminate()
-
-
-@pytest.fixture
-async def kube(cluster: LocalCluster) -> AsyncIterator[KubeClient]:
-    client = await KubeClient.from_kubeconfig(cluster.kubeconfig(), name="test")
-    try:
-        yield client
-    finally:
-        await client.close()
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ a fast handover, and state rebuilt from the cluster alone."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -45,15 +45,6 @@ def processes(cluster: LocalCluster, tmp_path: Any) -> Iterator[Any]:
     yield start
     for process in started:
         process.kill()
-
-
-@pytest.fixture
-async def kube(cluster: LocalCluster) -> AsyncIterator[KubeClient]:
-    client = await KubeClient.from_kubeconfig(cluster.kubeconfig(), name="test")
-    try:
-        yield client
-    finally:
-        await client.close()
 
 
 async def setup_queue(kube: KubeClient, cpu: int) -> tuple[str, str]:
