@@ -149,11 +149,14 @@ async def main(args: argparse.Namespace) -> None:
             await client.create(model, obj)
         port = free_port()
         log = base / "manager.log"
-        argv = [
-            sys.executable, "-m", "manager", f"--kubeconfig={cluster.kubeconfig_path}", "--namespace=kfed-system",
-            f"--health-probe-bind-address=127.0.0.1:{port}", f"--metrics-bind-address=127.0.0.1:{port}", "--no-webhooks",
-            f"--kube-api-qps={args.qps}", f"--kube-api-burst={args.burst}", "--log-level=warning",
-        ]  # fmt: skip
+        argv = federation.controller_argv(
+            cluster,
+            "manager",
+            health_port=port,
+            webhook_port=None,
+            cert_dir=base,
+            extra=(f"--kube-api-qps={args.qps}", f"--kube-api-burst={args.burst}", "--log-level=warning"),
+        )
         with log.open("wb") as out:
             manager = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
 

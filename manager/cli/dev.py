@@ -102,17 +102,9 @@ def start_controller(cluster: LocalCluster, component: str) -> Component:
     """Run kfed's controller process for one cluster, with its log beside the cluster's others."""
     federation.create(cluster, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": federation.SYSTEM_NAMESPACE}})
     health, webhook = free_port(), free_port()
-    argv = [
-        sys.executable,
-        "-m",
-        component,
-        f"--kubeconfig={cluster.kubeconfig_path}",
-        f"--namespace={federation.SYSTEM_NAMESPACE}",
-        f"--health-probe-bind-address=127.0.0.1:{health}",
-        f"--metrics-bind-address=127.0.0.1:{health}",
-        f"--webhook-bind-address=127.0.0.1:{webhook}",
-        f"--webhook-cert-dir={cluster.directory / 'webhook-certs'}",
-    ]
+    argv = federation.controller_argv(
+        cluster, component, health_port=health, webhook_port=webhook, cert_dir=cluster.directory / "webhook-certs"
+    )
     process = Component(component, argv, cluster.directory / "logs" / f"{component}.log")
     process.start()
     cluster.components[component] = process

@@ -21,7 +21,7 @@ from typing import Any
 from manager.api import constants as c
 from manager.api import kueue
 from manager.api.config import Configuration
-from manager.api.core import LimitRange, Namespace, PriorityClass
+from manager.api.core import Namespace
 from manager.controllers.caches import Caches
 from manager.controllers.events import EventRecorder, InvolvedObject
 from manager.engine.state import AdmissionState, StatusWrite
@@ -204,8 +204,9 @@ class AdmissionController:
                 continue
             self._pending.set(status.pending_workloads or 0, cq.name)
             writes.append((kueue.ClusterQueue, cq.name, None, status, cq.status))
+        lq_statuses = self.state.local_queue_statuses(now)
         for lq in self.caches.local_queues.items():
-            lq_status = self.state.local_queue_status(lq.key, now)
+            lq_status = lq_statuses.get(lq.key)
             if lq_status is not None:
                 writes.append((kueue.LocalQueue, lq.name, lq.namespace, lq_status, lq.status))
         pending = []
@@ -236,6 +237,3 @@ def _same_queue_status(current: dict[str, Any], desired: dict[str, Any]) -> bool
         return out
 
     return strip(current) == strip(desired)
-
-
-__all__ = ["AdmissionController", "LimitRange", "PriorityClass"]

@@ -18,8 +18,8 @@ def _owner_uids(obj: Any) -> Iterable[str]:
     return [ref.uid for ref in obj.metadata.owner_references or [] if ref.controller]
 
 
-def _queue_of_workload(wl: kueue.Workload) -> Iterable[str]:
-    return [f"{wl.namespace}/{wl.spec.queue_name}"] if wl.spec.queue_name else []
+def _owner_jobs(wl: kueue.Workload) -> Iterable[str]:
+    return [f"{wl.namespace}/{ref.name}" for ref in wl.metadata.owner_references or [] if ref.kind == "Job" and ref.controller]
 
 
 def _prebuilt_of_job(job: Job) -> Iterable[str]:
@@ -50,8 +50,8 @@ class Caches:
             flavors=Informer(client, kueue.ResourceFlavor),
             cohorts=Informer(client, kueue.Cohort),
             cluster_queues=Informer(client, kueue.ClusterQueue),
-            local_queues=Informer(client, kueue.LocalQueue, indexes={"clusterQueue": lambda lq: [lq.spec.cluster_queue or ""]}),
-            workloads=Informer(client, kueue.Workload, indexes={"owner": _owner_uids, "queue": _queue_of_workload}),
+            local_queues=Informer(client, kueue.LocalQueue),
+            workloads=Informer(client, kueue.Workload, indexes={"owner": _owner_uids, "ownerJob": _owner_jobs}),
             workload_priority_classes=Informer(client, kueue.WorkloadPriorityClass),
             priority_classes=Informer(client, PriorityClass),
             namespaces=Informer(client, Namespace),

@@ -263,11 +263,7 @@ class JobController:
 
     async def _cleanup(self, key: str) -> None:
         """The Job is gone: delete the Workloads it owned (the garbage collector would, where one runs)."""
-        namespace, name = key.split("/", 1)
         self.expectations.forget(key)
-        for wl in self.caches.workloads.items():
-            if wl.namespace != namespace:
-                continue
-            if any(ref.kind == "Job" and ref.name == name and ref.controller for ref in wl.metadata.owner_references or []):
-                with contextlib.suppress(NotFoundError):
-                    await self.client.delete(kueue.Workload, wl.name, namespace=namespace, uid=wl.metadata.uid)
+        for wl in self.caches.workloads.by_index("ownerJob", key):
+            with contextlib.suppress(NotFoundError):
+                await self.client.delete(kueue.Workload, wl.name, namespace=wl.namespace, uid=wl.metadata.uid)

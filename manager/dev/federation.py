@@ -6,6 +6,7 @@ Builders here are pure (they return manifests); `install` writes them to local c
 from __future__ import annotations
 
 import base64
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -59,6 +60,29 @@ def _common() -> list[dict[str, Any]]:
             "metadata": {"name": LOCAL_QUEUE, "namespace": "default"},
             "spec": {"clusterQueue": CLUSTER_QUEUE},
         },
+    ]
+
+
+def controller_argv(
+    cluster: LocalCluster, component: str, *, health_port: int, webhook_port: int | None, cert_dir: Path, extra: tuple[str, ...] = ()
+) -> list[str]:
+    """The command line of kfed's controller process (`manager` or `worker_agent`) for a local
+    cluster: loopback addresses only; `webhook_port=None` runs it without webhooks."""
+    webhooks = (
+        [f"--webhook-bind-address=127.0.0.1:{webhook_port}", f"--webhook-cert-dir={cert_dir}"]
+        if webhook_port is not None
+        else ["--no-webhooks"]
+    )
+    return [
+        sys.executable,
+        "-m",
+        component,
+        f"--kubeconfig={cluster.kubeconfig_path}",
+        f"--namespace={SYSTEM_NAMESPACE}",
+        f"--health-probe-bind-address=127.0.0.1:{health_port}",
+        f"--metrics-bind-address=127.0.0.1:{health_port}",
+        *webhooks,
+        *extra,
     ]
 
 

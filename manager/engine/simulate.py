@@ -50,7 +50,6 @@ SIMULATED_KINDS = {
     ("", "LimitRange"),
     ("batch", "Job"),
 }
-CONDITION_ORDER = [c.QUOTA_RESERVED, c.ADMITTED, c.EVICTED, c.PREEMPTED, c.REQUEUED]
 
 
 class SimulationError(ValueError):

@@ -205,6 +205,15 @@ class StatusWrite:
 
 
 @dataclass
+class _LocalQueueTally:
+    pending: int = 0
+    reserving: int = 0
+    admitted: int = 0
+    reservation: dict[tuple[str, str], int] = field(default_factory=dict)
+    usage: dict[tuple[str, str], int] = field(default_factory=dict)
+
+
+@dataclass
 class Flush:
     writes: list[StatusWrite] = field(default_factory=list)
 
@@ -388,7 +397,7 @@ class AdmissionState:
             self._refresh_pending(old, wl)
             return
         info = self._build(wl)
-        self._remove(key, now)
+        self._remove(key)
         if info is None:
             return
         self.infos[key] = info
@@ -468,7 +477,7 @@ class AdmissionState:
             self.scheduler.requeue_inadmissible_in_tree(cq.node.root())
         self.dirty.add(key)
 
-    def _remove(self, key: str, now: datetime) -> None:
+    def _remove(self, key: str) -> None:
         info = self.infos.pop(key, None)
         self.assumed.discard(key)
         if info is None:
@@ -481,7 +490,7 @@ class AdmissionState:
             self.scheduler.requeue_inadmissible_in_tree(cq.node.root())
 
     def delete_workload(self, key: str, now: datetime) -> None:
-        self._remove(key, now)
+        self._remove(key)
         self.errors.pop(key, None)
         self.dirty.discard(key)
 
@@ -510,28 +519,11 @@ class AdmissionState:
             self.assumed.discard(write.key)
 
     def write_failed(self, write: StatusWrite, now: datetime, latest: Workload | None) -> None:
-        """The write lost a race (or the object is gone): forget what we assumed, start from `latest`."""
-        self.assumed.discard(write.key)
-        info = self.infos.get(write.key)
-        if info is not None and write.admits and info.reserved:
-            cq = self.cache.cluster_queues.get(info.admission_cq)
-            if cq is not None:
-                self.cache.release(cq, info)
-                # What it held in the engine is free again for workloads parked as not fitting.
-                self.scheduler.requeue_inadmissible_in_tree(cq.node.root())
-            info.admission = None
-            info.admission_cq = ""
-            info.usage = {}
-        self.infos.pop(write.key, None)
-        for queue in self.scheduler.queues.values():
-            queue.delete(write.key)
-        if latest is None:
-            return
-        latest_rv = latest.metadata.resource_version
-        latest.metadata.resource_version = None  # force a rebuild from it
-        self.upsert_workload(latest, now)
-        if write.key in self.infos:
-            self.infos[write.key].obj.metadata.resource_version = latest_rv
+        """The write lost a race (or the object is gone): forget what we assumed (its quota goes
+        back and parked workloads get another try), then start again from `latest`."""
+        self._remove(write.key)
+        if latest is not None:
+            self.upsert_workload(latest, now)
 
     # --- output ----------------------------------------------------------------------------------------
     def flush(self, now: datetime) -> Flush:
@@ -596,44 +588,39 @@ class AdmissionState:
         self._active_since[name] = (cq.active, since)
         return cluster_queue_status(cq, self.scheduler, since=since)
 
-    def local_queue_status(self, key: str, now: datetime) -> LocalQueueStatus | None:
-        lq = self.cache.local_queues.get(key)
-        if lq is None:
-            return None
-        cq = self.cache.cluster_queues.get(lq.spec.cluster_queue or "")
-        namespace, name = key.split("/", 1)
-        pending = reserving = admitted = 0
-        reservation: dict[tuple[str, str], int] = {}
-        usage: dict[tuple[str, str], int] = {}
+    def local_queue_statuses(self, now: datetime) -> dict[str, LocalQueueStatus]:
+        """Every LocalQueue's status, from one pass over the workloads."""
+        tallies: dict[str, _LocalQueueTally] = {key: _LocalQueueTally() for key in self.cache.local_queues}
         for info in self.infos.values():
-            if info.namespace != namespace or info.queue_name != name:
+            tally = tallies.get(f"{info.namespace}/{info.queue_name}")
+            if tally is None:
                 continue
             if info.reserved:
-                reserving += 1
+                tally.reserving += 1
                 is_admitted = info.condition_true(c.ADMITTED)
-                admitted += is_admitted
+                tally.admitted += is_admitted
                 for fr, value in info.usage.items():
-                    reservation[fr] = reservation.get(fr, 0) + value
+                    tally.reservation[fr] = tally.reservation.get(fr, 0) + value
                     if is_admitted:
-                        usage[fr] = usage.get(fr, 0) + value
+                        tally.usage[fr] = tally.usage.get(fr, 0) + value
             elif info.active:
-                pending += 1
+                tally.pending += 1
+        return {key: self._local_queue_status(self.cache.local_queues[key], tally, now) for key, tally in tallies.items()}
+
+    def _local_queue_status(self, lq: kueue.LocalQueue, tally: _LocalQueueTally, now: datetime) -> LocalQueueStatus:
+        cq = self.cache.cluster_queues.get(lq.spec.cluster_queue or "")
 
         def flavor_list(totals: dict[tuple[str, str], int]) -> list[LocalQueueFlavorUsage]:
             if cq is None:
                 return []
-            out = []
-            for group in cq.groups:
-                for flavor in group.flavors:
-                    out.append(
-                        LocalQueueFlavorUsage(
-                            name=flavor,
-                            resources=[
-                                LocalQueueResourceUsage(name=r, total=to_quantity(r, totals.get((flavor, r), 0))) for r in group.covered
-                            ],
-                        )
-                    )
-            return out
+            return [
+                LocalQueueFlavorUsage(
+                    name=flavor,
+                    resources=[LocalQueueResourceUsage(name=r, total=to_quantity(r, totals.get((flavor, r), 0))) for r in group.covered],
+                )
+                for group in cq.groups
+                for flavor in group.flavors
+            ]
 
         if cq is None:
             active = ("False", "ClusterQueueDoesNotExist", "Can't submit new workloads to clusterQueue")
@@ -650,9 +637,9 @@ class AdmissionState:
                 since = cond.last_transition_time
         return LocalQueueStatus(
             conditions=[Condition(type=c.ACTIVE, status=active[0], reason=active[1], message=active[2], last_transition_time=since)],
-            pending_workloads=pending,
-            reserving_workloads=reserving,
-            admitted_workloads=admitted,
-            flavors_reservation=flavor_list(reservation),
-            flavors_usage=flavor_list(usage),
+            pending_workloads=tally.pending,
+            reserving_workloads=tally.reserving,
+            admitted_workloads=tally.admitted,
+            flavors_reservation=flavor_list(tally.reservation),
+            flavors_usage=flavor_list(tally.usage),
         )

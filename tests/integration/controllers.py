@@ -7,13 +7,13 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from manager.dev import federation
 from manager.dev.local import LocalCluster, free_port, wait_for
 from tests.conftest import REPO_ROOT
 
@@ -43,23 +43,15 @@ class ControllerProcess:
         self.process: subprocess.Popen[bytes] | None = None
 
     def argv(self) -> list[str]:
-        return [
-            sys.executable,
-            "-m",
+        timings = ("--lease-duration=4", "--renew-deadline=3", "--retry-period=0.5", "--log-level=debug")
+        return federation.controller_argv(
+            self.cluster,
             self.component,
-            f"--kubeconfig={self.cluster.kubeconfig_path}",
-            f"--namespace={SYSTEM_NAMESPACE}",
-            f"--identity={self.identity}",
-            f"--health-probe-bind-address=127.0.0.1:{self.health_port}",
-            f"--metrics-bind-address=127.0.0.1:{self.health_port}",
-            f"--webhook-bind-address=127.0.0.1:{self.webhook_port}",
-            f"--webhook-cert-dir={self.directory / ('certs-' + self.identity)}",
-            "--lease-duration=4",
-            "--renew-deadline=3",
-            "--retry-period=0.5",
-            "--log-level=debug",
-            *self.extra,
-        ]
+            health_port=self.health_port,
+            webhook_port=None if "--no-webhooks" in self.extra else self.webhook_port,
+            cert_dir=self.directory / ("certs-" + self.identity),
+            extra=(f"--identity={self.identity}", *timings, *(e for e in self.extra if e != "--no-webhooks")),
+        )
 
     def start(self) -> ControllerProcess:
         self.directory.mkdir(parents=True, exist_ok=True)

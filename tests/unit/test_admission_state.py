@@ -184,7 +184,6 @@ def test_local_queue_status_counts_its_own_workloads() -> None:
     state.upsert_workload(workload("a", at=0), T0)
     state.upsert_workload(workload("b", at=1), T0)
     run(state)
-    status = state.local_queue_status("ns/lq", T0)
-    assert status is not None
+    status = state.local_queue_statuses(T0)["ns/lq"]
     assert (status.pending_workloads, status.reserving_workloads, status.admitted_workloads) == (1, 1, 1)
     assert status.flavors_reservation is not None and str((status.flavors_reservation[0].resources or [])[0].total) == "1"
