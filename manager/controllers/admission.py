@@ -93,6 +93,7 @@ class AdmissionController:
         on(caches.cohorts, s.upsert_cohort, lambda o: s.delete_cohort(o.name))
         on(caches.cluster_queues, s.upsert_cluster_queue, lambda o: s.delete_cluster_queue(o.name))
         on(caches.local_queues, s.upsert_local_queue, lambda o: s.delete_local_queue(o.key))
+        on(caches.admission_checks, s.upsert_admission_check, lambda o: s.delete_admission_check(o.name))
         on(caches.workload_priority_classes, s.upsert_priority_class, lambda o: s.delete_priority_class("WorkloadPriorityClass", o.name))
         on(caches.priority_classes, s.upsert_priority_class, lambda o: s.delete_priority_class("PriorityClass", o.name))
         on(caches.namespaces, self._namespace, lambda o: s.delete_namespace(o.name))

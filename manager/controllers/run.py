@@ -9,8 +9,9 @@ import contextlib
 import logging
 import signal
 import tempfile
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from pathlib import Path
+from typing import Any, Protocol
 
 import yaml
 from aiohttp import web
@@ -52,12 +53,30 @@ async def _client(opts: Options, component: str) -> KubeClient:
     return await KubeClient.in_cluster(name=component, qps=opts.qps, burst=opts.burst)
 
 
+class Extension(Protocol):
+    """More controllers for one process (the manager's MultiKueue), built once the client and
+    the caches exist: its informers are started and waited for with the process's own."""
+
+    informers: list[Any]
+
+    def tasks(self) -> list[Coroutine[Any, Any, None]]: ...
+
+    async def on_leader(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+ExtensionFactory = Callable[["Process"], Extension]
+
+
 class Process:
     """Everything one process runs; `run()` returns the exit code."""
 
-    def __init__(self, opts: Options, *, component: str) -> None:
+    def __init__(self, opts: Options, *, component: str, extensions: Sequence[ExtensionFactory] = ()) -> None:
         self.opts = opts
         self.component = component
+        self.extension_factories = list(extensions)
+        self.extensions: list[Extension] = []
         self.stop = asyncio.Event()
         self.runners: list[web.AppRunner] = []
         self.tasks: list[asyncio.Task[None]] = []
@@ -65,7 +84,7 @@ class Process:
         self.extra_on_leader: list[Callable[[], Awaitable[None]]] = []
 
     def _ready(self) -> tuple[bool, str]:
-        if not self.caches.synced():
+        if not self.caches.synced() or not all(i.synced.is_set() for e in self.extensions for i in e.informers):
             return False, "caches not synced"
         return True, "ok"
 
@@ -123,14 +142,19 @@ class Process:
                 log.error("cannot install the webhook configurations", extra={"error": str(err)})
         for hook in self.extra_on_leader:
             await hook()
+        for extension in self.extensions:
+            await extension.on_leader()
 
     async def run(self) -> int:
         opts = self.opts
         self.client = await _client(opts, self.component)
         self.caches = Caches.create(self.client)
         recorder = EventRecorder(self.client, component=f"kfed-{self.component.replace('_', '-')}")
-        self.admission = AdmissionController(self.client, self.caches, config=load_configuration(opts.config), recorder=recorder)
+        self.configuration = load_configuration(opts.config)
+        self.admission = AdmissionController(self.client, self.caches, config=self.configuration, recorder=recorder)
         self.jobs = JobController(self.client, self.caches, recorder=recorder)
+        self.recorder = recorder
+        self.extensions = [factory(self) for factory in self.extension_factories]
         REGISTRY.collectors.append(self._collect)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -143,6 +167,10 @@ class Process:
             if opts.webhooks:
                 await self._start_webhooks()
             self.caches.start()
+            for extension in self.extensions:
+                for informer in extension.informers:
+                    self.tasks.append(asyncio.create_task(informer.run(), name=f"informer-{informer.model.KIND}"))
+                self.tasks += [asyncio.create_task(coro) for coro in extension.tasks()]
             self.tasks += [
                 asyncio.create_task(recorder.run(), name="events"),
                 asyncio.create_task(self.admission.run(), name="admission"),
@@ -156,7 +184,7 @@ class Process:
     async def _lead(self) -> int:
         opts = self.opts
         if not opts.leader_elect:
-            await self.caches.wait_synced()
+            await self._wait_synced()
             await self._on_leader()
             await self.stop.wait()
             return 0
@@ -174,7 +202,7 @@ class Process:
         self.elector = elector
         if not await elector.acquire(self.stop):
             return 0
-        await self.caches.wait_synced()
+        await self._wait_synced()
         await self._on_leader()
         await elector.hold(self.stop)
         if self.stop.is_set():
@@ -185,6 +213,10 @@ class Process:
         self.admission.is_leader = False
         self.jobs.is_leader = False
         return EXIT_LOST_LEADERSHIP
+
+    async def _wait_synced(self) -> None:
+        await self.caches.wait_synced()
+        await asyncio.gather(*(i.synced.wait() for e in self.extensions for i in e.informers))
 
     def _collect(self) -> None:
         stats = self.client.stats
@@ -198,6 +230,8 @@ class Process:
 
         async def stop_all() -> None:
             self.jobs.controller.stop()
+            for extension in self.extensions:
+                await extension.stop()
             for task in self.tasks:
                 task.cancel()
             await asyncio.gather(*self.tasks, return_exceptions=True)
@@ -211,13 +245,13 @@ class Process:
         log.info("stopped", extra={"component": self.component})
 
 
-def main(argv: list[str] | None, *, component: str) -> int:
+def main(argv: list[str] | None, *, component: str, extensions: Sequence[ExtensionFactory] = ()) -> int:
     from manager.runtime.options import parse
 
     opts = parse(argv, component=component)
     logs.configure(opts.log_level)
     try:
-        return asyncio.run(Process(opts, component=component).run())
+        return asyncio.run(Process(opts, component=component, extensions=extensions).run())
     except KeyboardInterrupt:
         return 0
     except (OSError, ValueError) as err:

@@ -7,7 +7,7 @@ changes (see `scheduler.py`), so nothing is rebuilt per cycle.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from manager.api import constants as c
@@ -71,6 +71,14 @@ class ClusterQueueInfo:
         return [name for name, on in self.checks if not on or used.intersection(on)]
 
 
+@dataclass(frozen=True)
+class CheckInfo:
+    """What the cache needs of an AdmissionCheck: its controller and whether it is Active."""
+
+    controller: str
+    active: bool
+
+
 def _quota_of(groups: list[ResourceGroup] | None) -> dict[FlavorResource, Quota]:
     quota: dict[FlavorResource, Quota] = {}
     for group in groups or []:
@@ -131,7 +139,10 @@ class Cache:
         cluster_queues: Iterable[ClusterQueue] = (),
         cohorts: Iterable[Cohort] = (),
         local_queues: Iterable[LocalQueue] = (),
+        admission_checks: Mapping[str, CheckInfo] | None = None,
     ) -> None:
+        # None: checks are not known (the simulator), so they do not make a queue inactive.
+        self.admission_checks = admission_checks
         self.flavors: dict[str, ResourceFlavor] = {f.name: f for f in flavors}
         self.cohort_objects: dict[str, Cohort] = {co.name: co for co in cohorts}
         self.local_queues: dict[str, LocalQueue] = {f"{lq.namespace}/{lq.name}": lq for lq in local_queues}
@@ -208,22 +219,71 @@ class Cache:
         return roots
 
     def _refresh_active(self, info: ClusterQueueInfo) -> None:
+        """Kueue's ClusterQueue inactiveReason: every reason found, the first one as the reason."""
         missing = sorted({f for g in info.groups for f in g.flavors if f not in self.flavors})
         in_cycle = any(node.name in self.cycle_cohorts for node in info.node.path()[1:]) or info.cohort in self.cycle_cohorts
+        found: list[tuple[str, str]] = []
         if info.stop_policy != "None":
-            info.active, info.inactive_reason, info.inactive_message = (
-                False,
-                "Stopped",
-                "Can't admit new workloads: ClusterQueue is stopped",
-            )
-        elif missing:
-            info.active, info.inactive_reason = False, "FlavorNotFound"
-            info.inactive_message = f"Can't admit new workloads: references missing ResourceFlavor(s): {', '.join(missing)}"
-        elif in_cycle:
-            info.active, info.inactive_reason = False, "CohortCycle"
-            info.inactive_message = "Can't admit new workloads: the cohort tree has a cycle"
+            found.append(("Stopped", "is stopped"))
+        if missing:
+            found.append(("FlavorNotFound", f"references missing ResourceFlavor(s): {','.join(missing)}"))
+        found += self._check_problems(info)
+        if in_cycle:
+            found.append(("CohortCycle", "the cohort tree has a cycle"))
+        if found:
+            info.active, info.inactive_reason = False, found[0][0]
+            info.inactive_message = f"Can't admit new workloads: {', '.join(message for _, message in found)}."[:32768]
         else:
             info.active, info.inactive_reason, info.inactive_message = True, "Ready", "Can admit new workloads"
+
+    def _check_problems(self, info: ClusterQueueInfo) -> list[tuple[str, str]]:
+        """Missing and inactive admission checks, and Kueue's MultiKueue constraints on a queue."""
+        checks = self.admission_checks
+        if checks is None or not info.checks:
+            return []
+        all_flavors = {f for g in info.groups for f in g.flavors}
+        missing, inactive, multikueue, per_flavor, provisioning = [], [], [], [], []
+        for name, on_flavors in info.checks:
+            check = checks.get(name)
+            if check is None:
+                missing.append(name)
+                continue
+            if not check.active:
+                inactive.append(name)
+            if check.controller == c.PROVISIONING_CONTROLLER_NAME:
+                provisioning.append(name)
+            if check.controller == c.MULTIKUEUE_CONTROLLER_NAME:
+                multikueue.append(name)
+                if on_flavors and set(on_flavors) != all_flavors:
+                    per_flavor.append(name)
+        out = []
+        if missing:
+            out.append(("AdmissionCheckNotFound", f"references missing AdmissionCheck(s): {','.join(sorted(missing))}"))
+        if inactive:
+            out.append(("AdmissionCheckInactive", f"references inactive AdmissionCheck(s): {','.join(sorted(inactive))}"))
+        if len(multikueue) > 1:
+            out.append(
+                (
+                    "MultipleMultiKueueAdmissionChecks",
+                    f"Cannot use multiple MultiKueue AdmissionChecks on the same ClusterQueue, found: {','.join(sorted(multikueue))}",
+                )
+            )
+        if per_flavor:
+            out.append(
+                (
+                    "MultiKueueAdmissionCheckAppliedPerFlavor",
+                    f"Cannot specify MultiKueue AdmissionCheck per flavor, found: {','.join(sorted(per_flavor))}",
+                )
+            )
+        if multikueue and provisioning:
+            out.append(
+                (
+                    "MultiKueueWithProvisioningRequest",
+                    "Cannot use both MultiKueue and ProvisioningRequest AdmissionChecks together, found: "
+                    f"{','.join(sorted(multikueue))}, {','.join(sorted(provisioning))}",
+                )
+            )
+        return out
 
     # --- queries ---------------------------------------------------------------------------------
     def cluster_queue_for(self, wl: WorkloadInfo) -> tuple[ClusterQueueInfo | None, str]:

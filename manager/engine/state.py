@@ -37,7 +37,7 @@ from manager.api.kueue import (
     WorkloadStatus,
 )
 from manager.api.meta import Condition, is_condition_true
-from manager.engine.cache import Cache, ClusterQueueInfo
+from manager.engine.cache import Cache, CheckInfo, ClusterQueueInfo
 from manager.engine.fairshare import dominant_resource_share
 from manager.engine.requests import RequestError, limit_range_defaults
 from manager.engine.scheduler import CycleResult, Scheduler
@@ -58,6 +58,25 @@ OWNED_CONDITIONS = (c.QUOTA_RESERVED, c.ADMITTED, c.EVICTED, c.PREEMPTED, c.REQU
 CONDITION_ORDER = [c.QUOTA_RESERVED, c.ADMITTED, c.EVICTED, c.PREEMPTED, c.REQUEUED]
 REASON_DEACTIVATED = "Deactivated"
 REASON_ADMISSION_CHECK = "AdmissionCheck"
+DEACTIVATION_TARGET = "DeactivationTarget"
+
+
+def retry_eviction_message(info: WorkloadInfo) -> str:
+    """Kueue's message for an eviction by checks in Retry, with each check's own message."""
+    status = info.obj.status
+    messages = {check.name: check.message for check in (status.admission_checks if status else None) or []}
+    names = sorted(name for name, state in info.checks.items() if state == "Retry")
+    parts = [f'"{name}" ({messages[name]})' if messages.get(name) else f'"{name}"' for name in names]
+    noun = "AdmissionChecks" if len(names) > 1 else "AdmissionCheck"
+    return f"Evicted due to {noun} in Retry state: {'; '.join(parts)}"
+
+
+def deactivation_eviction(info: WorkloadInfo) -> tuple[str, str]:
+    """Kueue's eviction of a deactivated workload, naming the deactivation target's cause."""
+    target = info.conditions.get(DEACTIVATION_TARGET)
+    if target is not None and target.status == "True":
+        return f"{REASON_DEACTIVATED}DueTo{target.reason}", f"The workload is deactivated due to {target.message}"
+    return REASON_DEACTIVATED, "The workload is deactivated"
 
 
 def workload_priority(wl: Workload, wpcs: dict[str, kueue.WorkloadPriorityClass], pcs: dict[str, PriorityClass]) -> int:
@@ -98,10 +117,28 @@ def workload_status(info: WorkloadInfo, *, now: datetime) -> WorkloadStatus:
         status.admission = None
     if info.checks:
         existing = {check.name: check for check in status.admission_checks or []}
-        status.admission_checks = [
-            existing.get(name) or AdmissionCheckState(name=name, state=state, last_transition_time=now, message="")
-            for name, state in sorted(info.checks.items())
-        ]
+
+        def check_state(name: str, state: str) -> AdmissionCheckState:
+            reset = info.check_resets.get(name)
+            if reset is not None:
+                old = existing.get(name)
+                return AdmissionCheckState(
+                    name=name,
+                    state="Pending",
+                    last_transition_time=now,
+                    message=reset[0],
+                    requeue_after_seconds=old.requeue_after_seconds if old else None,
+                    retry_count=reset[1],
+                )
+            return existing.get(name) or AdmissionCheckState(name=name, state=state, last_transition_time=now, message="")
+
+        status.admission_checks = [check_state(name, state) for name, state in sorted(info.checks.items())]
+    if info.reset_nomination:
+        status.cluster_name = None
+        status.nominated_cluster_names = None
+    if info.evicted:
+        # Same as Kueue: the deactivation target is consumed by the eviction it caused.
+        status.conditions = [cond for cond in status.conditions or [] if cond.type != DEACTIVATION_TARGET] or None
     if info.admission is None and info.resource_requests is not None:
         status.resource_requests = [
             PodSetRequest(name=name, resources={r: to_quantity(r, v) for r, v in sorted(req.items())})
@@ -241,6 +278,7 @@ class AdmissionState:
         self.pcs: dict[str, PriorityClass] = {}
         self.namespaces: dict[str, dict[str, str]] = {}
         self.limit_ranges: dict[str, dict[str, LimitRange]] = {}
+        self.admission_checks: dict[str, CheckInfo] = {}
         self.infos: dict[str, WorkloadInfo] = {}
         self.errors: dict[str, str] = {}  # workloads the engine cannot read, and why
         self.assumed: set[str] = set()
@@ -289,6 +327,17 @@ class AdmissionState:
     def delete_local_queue(self, key: str) -> None:
         self._set(self.local_queues, key, None)  # type: ignore[arg-type]
 
+    def upsert_admission_check(self, obj: kueue.AdmissionCheck) -> None:
+        """A check's controller and Active condition decide whether the queues using it are active."""
+        check = CheckInfo(obj.spec.controller_name, is_condition_true(obj.status.conditions if obj.status else None, c.ACTIVE))
+        if self.admission_checks.get(obj.name) != check:
+            self.admission_checks[obj.name] = check
+            self._needs_rebuild = True
+
+    def delete_admission_check(self, name: str) -> None:
+        if self.admission_checks.pop(name, None) is not None:
+            self._needs_rebuild = True
+
     def upsert_priority_class(self, obj: kueue.WorkloadPriorityClass | PriorityClass) -> None:
         if isinstance(obj, kueue.WorkloadPriorityClass):
             self.wpcs[obj.name] = obj
@@ -333,6 +382,7 @@ class AdmissionState:
             cluster_queues=self.cluster_queue_objects.values(),
             cohorts=self.cohorts.values(),
             local_queues=self.local_queues.values(),
+            admission_checks=self.admission_checks,
         )
         self.scheduler = Scheduler(self.cache, config=self.config, namespaces=self.namespaces, evict_immediately=False)
         for key in sorted(self.infos):
@@ -448,9 +498,9 @@ class AdmissionState:
         if not info.evicted:
             eviction = stop_policy_eviction(info, self.cache)
             if eviction is None and not info.active:
-                eviction = (REASON_DEACTIVATED, "The workload is deactivated")
+                eviction = deactivation_eviction(info)
             if eviction is None and any(state == "Retry" for state in info.checks.values()):
-                eviction = (REASON_ADMISSION_CHECK, "At least one admission check is false")
+                eviction = (REASON_ADMISSION_CHECK, retry_eviction_message(info))
             if eviction is not None:
                 info.set_condition(c.EVICTED, "True", eviction[0], eviction[1], now)
                 self.dirty.add(info.key)
@@ -515,6 +565,8 @@ class AdmissionState:
         if info is None:
             return
         info.obj = stored
+        info.check_resets.clear()
+        info.reset_nomination = False
         if write.admits:
             self.assumed.discard(write.key)
 
@@ -551,6 +603,8 @@ class AdmissionState:
         if (current.admission is None) != (desired.admission is None):
             return False
         if current.admission is not None and desired.admission is not None and current.admission.to_dict() != desired.admission.to_dict():
+            return False
+        if (current.cluster_name, current.nominated_cluster_names) != (desired.cluster_name, desired.nominated_cluster_names):
             return False
         return _check_states(current) == _check_states(desired)
 

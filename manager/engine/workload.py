@@ -101,6 +101,10 @@ class WorkloadInfo:
     last_assignment: Any = None
     resource_requests: list[tuple[str, Requests]] | None = None
     evicted: bool = False
+    # Kueue's prepareForEviction: checks reset to Pending (name -> (message, retryCount)) and the
+    # MultiKueue cluster nomination cleared, to be written with the eviction.
+    check_resets: dict[str, tuple[str, int | None]] = field(default_factory=dict)
+    reset_nomination: bool = False
     _candidate_key: tuple[bool, int, float, str] | None = None
 
     def candidate_key(self) -> tuple[bool, int, float, str]:
@@ -130,8 +134,26 @@ class WorkloadInfo:
         when = old.time if old is not None and old.status == status else now
         self.conditions[kind] = Cond(status, reason, message[:32768], when)
         if kind == c.EVICTED:
+            if status == "True" and not self.evicted:
+                self._prepare_for_eviction()
             self.evicted = status == "True"
             self._candidate_key = None
+
+    def _prepare_for_eviction(self) -> None:
+        """Same as Kueue's evict.prepareForEviction: every check that is not Pending goes back
+        to Pending (a Retry counts one more retry), and the cluster nomination is cleared."""
+        status = self.obj.status
+        observed = {check.name: check for check in (status.admission_checks if status else None) or []}
+        for name, state in list(self.checks.items()):
+            if state == "Pending":
+                continue
+            retry_count = None
+            if state == "Retry":
+                previous = observed.get(name)
+                retry_count = ((previous.retry_count if previous is not None else None) or 0) + 1
+            self.check_resets[name] = (f"Reset to Pending after eviction. Previously: {state}", retry_count)
+            self.checks[name] = "Pending"
+        self.reset_nomination = True
 
     def condition_true(self, kind: str) -> bool:
         cond = self.conditions.get(kind)

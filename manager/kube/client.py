@@ -11,6 +11,7 @@ import builtins
 import copy
 import json
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -145,6 +146,8 @@ class KubeClient:
         self.timeout = timeout
         self.stats = CallStats()
         self.retry_attempts = 5
+        # Called with (verb, seconds) after each request that got an answer (metrics per cluster).
+        self.observe_latency: Callable[[str, float], None] | None = None
 
     # --- construction ---------------------------------------------------------------------------
     @classmethod
@@ -195,6 +198,7 @@ class KubeClient:
         self.stats.requests += 1
         self.stats.by_verb[method] = self.stats.by_verb.get(method, 0) + 1
         request_timeout = timeout if timeout is not None else self.timeout
+        started = time.monotonic()
         try:
             response: aiohttp.ClientResponse = await self.api.call_api(
                 path,
@@ -210,6 +214,8 @@ class KubeClient:
             raise error_from_response(err.status or 0, err.body or b"", what=what) from None
         except (TimeoutError, aiohttp.ClientError, OSError) as err:
             raise TransientError(f"{what}: {type(err).__name__}: {err}".rstrip(": ")) from None
+        if self.observe_latency is not None:
+            self.observe_latency(method, time.monotonic() - started)
         if response.status >= 300:
             try:
                 raw = await response.read()

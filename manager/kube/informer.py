@@ -163,6 +163,17 @@ class Informer(Generic[R]):
                 await asyncio.sleep(backoff * (1 + self._rng.random()))  # backoff between attempts
                 backoff = min(backoff * 2, 30.0)
 
+    async def watch_until_error(self) -> None:
+        """Watch from the last list (call `relist` first) until the connection fails: watches
+        that end are resumed, a 410 relists, and any other error is raised to the caller,
+        which owns the connection's health (MultiKueue's remote clusters do)."""
+        while True:
+            try:
+                await self._watch_once()
+            except GoneError:
+                log.info("watch expired; relisting", extra={"kind": self.model.KIND, "cluster": self.client.name})
+                await self.relist()
+
     async def _watch_once(self) -> None:
         # A random timeout spreads the re-watches of many caches over time, as client-go does.
         timeout = int(self._watch_timeout * (0.8 + 0.2 * self._rng.random()))

@@ -35,6 +35,7 @@ class Options:
     config: str | None
     log_level: str
     shutdown_timeout: float
+    kubeconfig_path_prefix: str
 
 
 def _env(name: str, default: str | None) -> str | None:
@@ -71,6 +72,12 @@ def parse(argv: list[str] | None, *, component: str) -> Options:
     p.add_argument("--webhook-service", default=_env("webhook-service", None), help="namespace/name of the webhook Service (in a cluster)")
     p.add_argument("--config", default=_env("config", None), help="a Kueue Configuration file (fairSharing, admissionFairSharing, ...)")
     p.add_argument("--log-level", default=_env("log-level", "info"), choices=["debug", "info", "warning", "error"])
+    p.add_argument(
+        "--multikueue-kubeconfig-path-prefix",
+        dest="kubeconfig_path_prefix",
+        default=_env("multikueue-kubeconfig-path-prefix", "/etc/multikueue/kubeconfigs/"),
+        help="MultiKueueClusters with locationType Path may only read kubeconfigs under this directory",
+    )
     p.add_argument("--shutdown-timeout", type=float, default=float(_env("shutdown-timeout", "30") or 30))
     args = p.parse_args(argv)
     return Options(**vars(args))

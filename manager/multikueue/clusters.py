@@ -1,0 +1,281 @@
+"""The MultiKueueCluster and AdmissionCheck controllers.
+
+A MultiKueueCluster names a kubeconfig (a Secret in the manager's namespace, or a file under
+the allowed prefix). Its controller loads and validates it, keeps one RemoteCluster per
+worker, and writes the `Active` condition with Kueue's reasons. The AdmissionCheck
+controller writes each MultiKueue check's `Active` from its config and its clusters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from manager.api import constants as c
+from manager.api import kueue
+from manager.api.core import Secret
+from manager.api.meta import Condition, find_condition
+from manager.kube.client import KubeClient
+from manager.kube.errors import NotFoundError
+from manager.kube.informer import Informer
+from manager.multikueue.kubeconfig import REASON_BAD, KubeconfigRejectedError, check_kubeconfig_path, parse_kubeconfig
+from manager.multikueue.plan import admission_check_active, connection_failed_message
+from manager.multikueue.remote import RemoteCluster
+from manager.runtime.controller import Controller, Result
+from manager.runtime.metrics import REGISTRY
+
+log = logging.getLogger("kfed.multikueue.clusters")
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def _same_condition(old: Condition | None, new: Condition) -> bool:
+    return old is not None and (old.status, old.reason, old.message, old.observed_generation) == (
+        new.status,
+        new.reason,
+        new.message,
+        new.observed_generation,
+    )
+
+
+def _conditions_with(old: list[Condition] | None, new: Condition, now: datetime) -> list[dict[str, Any]]:
+    previous = find_condition(old, new.type)
+    new.last_transition_time = previous.last_transition_time if previous is not None and previous.status == new.status else now
+    return [cond.to_dict() for cond in old or [] if cond.type != new.type] + [new.to_dict()]
+
+
+class ClusterController:
+    """Keeps `remotes` (one RemoteCluster per MultiKueueCluster) in line with the objects."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        *,
+        namespace: str,
+        origin: str,
+        qps: float,
+        burst: int,
+        path_prefix: str,
+        clusters: Informer[kueue.MultiKueueCluster],
+        secrets: Informer[Secret],
+        on_connection_change: Callable[[RemoteCluster], None],
+        on_remote_object: Callable[[RemoteCluster, str, str], None],
+        clock: Callable[[], datetime] = _utcnow,
+    ) -> None:
+        self.client = client
+        self.namespace = namespace
+        self.origin = origin
+        self.qps = qps
+        self.burst = burst
+        self.path_prefix = path_prefix
+        self.clusters = clusters
+        self.secrets = secrets
+        self.clock = clock
+        self.remotes: dict[str, RemoteCluster] = {}
+        # Clusters whose object went away while a config still lists them: when it went (the
+        # worker-lost clock for what they admitted; Kueue would use "now" forever).
+        self.removed_at: dict[str, datetime] = {}
+        self.is_leader = False
+        self._on_connection_change = on_connection_change
+        self._on_remote_object = on_remote_object
+        self.controller = Controller("multikueuecluster", self.reconcile, workers=4)
+        self._connected = REGISTRY.gauge("kfed_multikueue_cluster_connected", "1 when the worker cluster is connected.", ("cluster",))
+        self._reconnects = REGISTRY.gauge("kfed_multikueue_cluster_reconnects", "Reconnections after a failure.", ("cluster",))
+        self._failures = REGISTRY.gauge("kfed_multikueue_cluster_failed_attempts", "Failed connection attempts in a row.", ("cluster",))
+        self._latency = REGISTRY.histogram(
+            "kfed_multikueue_remote_request_seconds", "Latency of requests to worker clusters.", ("cluster", "verb")
+        )
+        clusters.add_handler(self._on_cluster)
+        secrets.add_handler(self._on_secret)
+
+    # --- events ------------------------------------------------------------------------------------
+    def _on_cluster(self, kind: str, old: kueue.MultiKueueCluster | None, new: kueue.MultiKueueCluster | None) -> None:
+        if (
+            old is not None
+            and new is not None
+            and (old.spec, old.metadata.deletion_timestamp) == (new.spec, new.metadata.deletion_timestamp)
+        ):
+            return  # a status write of ours
+        obj = new or old
+        if obj is not None:
+            self.controller.enqueue(obj.name)
+
+    def _on_secret(self, kind: str, old: Secret | None, new: Secret | None) -> None:
+        secret = new or old
+        if secret is None:
+            return
+        for cluster in self.clusters.items():
+            ref = cluster.spec.cluster_source.kube_config
+            if ref is not None and ref.effective_location_type == "Secret" and ref.location == secret.name:
+                self.controller.enqueue(cluster.name)
+
+    def _remote_changed(self, remote: RemoteCluster) -> None:
+        self._connected.set(1 if remote.connected else 0, remote.name)
+        self._reconnects.set(remote.reconnects, remote.name)
+        self._failures.set(remote.failed_attempts, remote.name)
+        self.controller.enqueue(remote.name)
+        self._on_connection_change(remote)
+
+    def _observe(self, cluster: str, verb: str, seconds: float) -> None:
+        self._latency.observe(seconds, cluster, verb)
+
+    # --- reconcile ---------------------------------------------------------------------------------
+    async def reconcile(self, name: str) -> Result | None:
+        cluster = self.clusters.get(name)
+        if cluster is None or cluster.metadata.deletion_timestamp is not None:
+            remote = self.remotes.pop(name, None)
+            if remote is not None:
+                await remote.stop()
+                self._on_connection_change(remote)
+            self.removed_at.setdefault(name, self.clock())
+            self._connected.set(0, name)
+            return None
+        self.removed_at.pop(name, None)
+        remote = self.remotes.get(name)
+        if remote is None:
+            remote = RemoteCluster(
+                name,
+                origin=self.origin,
+                qps=self.qps,
+                burst=self.burst,
+                on_change=self._remote_changed,
+                on_object=self._on_remote_object,
+                observe_latency=self._observe,
+                clock=self.clock,
+            )
+            self.remotes[name] = remote
+        try:
+            kubeconfig = await self._load(cluster)
+        except KubeconfigRejectedError as err:
+            # Same as Kueue: the client is kept but disconnected, so the worker-lost clock of
+            # what it admitted keeps running.
+            await remote.stop(reason=str(err))
+            await self._write_status(cluster, "False", err.reason, f"load client config failed: {err}")
+            self._on_connection_change(remote)
+            return None
+        remote.start(kubeconfig)
+        if remote.connected:
+            await self._write_status(cluster, "True", "Active", "Connected")
+        elif remote.failed_attempts > 0 and remote.next_attempt is not None:
+            message = connection_failed_message(remote.last_error, attempts=remote.failed_attempts, next_attempt=remote.next_attempt)
+            await self._write_status(cluster, "False", "ClientConnectionFailed", message)
+        return None
+
+    async def _load(self, cluster: kueue.MultiKueueCluster) -> dict[str, Any]:
+        ref = cluster.spec.cluster_source.kube_config
+        if ref is None:
+            raise KubeconfigRejectedError("BadClusterProfile", "clusterProfileRef is not supported; use kubeConfig")
+        if ref.effective_location_type == "Path":
+            path = check_kubeconfig_path(ref.location, self.path_prefix)
+            try:
+                raw = await asyncio.to_thread(Path(path).read_bytes)
+            except OSError as err:
+                raise KubeconfigRejectedError(REASON_BAD, f'cannot read "{path}": {err.strerror}') from None
+            return parse_kubeconfig(raw)
+        secret = self.secrets.get(f"{self.namespace}/{ref.location}")
+        if secret is None:
+            raise KubeconfigRejectedError(REASON_BAD, f'Secret "{ref.location}" not found')
+        encoded = (secret.data or {}).get(c.MULTIKUEUE_SECRET_KEY)
+        if encoded is None:
+            raise KubeconfigRejectedError(REASON_BAD, f'key "{c.MULTIKUEUE_SECRET_KEY}" not found in secret "{ref.location}"')
+        try:
+            raw = base64.b64decode(encoded, validate=True)
+        except (binascii.Error, ValueError):
+            raise KubeconfigRejectedError(REASON_BAD, f'key "{c.MULTIKUEUE_SECRET_KEY}" in secret "{ref.location}" is not base64') from None
+        return parse_kubeconfig(raw)
+
+    async def _write_status(self, cluster: kueue.MultiKueueCluster, status: str, reason: str, message: str) -> None:
+        if not self.is_leader:
+            return
+        generation = cluster.metadata.generation
+        new = Condition(type=c.ACTIVE, status=status, reason=reason, message=message[:32768], observed_generation=generation)
+        old_conditions = cluster.status.conditions if cluster.status else None
+        if _same_condition(find_condition(old_conditions, c.ACTIVE), new):
+            return
+        body = {"status": {"conditions": _conditions_with(old_conditions, new, self.clock())}}
+        try:
+            await self.client.patch(kueue.MultiKueueCluster, cluster.name, body, subresource="status")
+        except NotFoundError:
+            return
+        log.info("cluster condition", extra={"cluster": cluster.name, "status": status, "reason": reason})
+
+    async def stop(self) -> None:
+        for remote in list(self.remotes.values()):
+            await remote.stop()
+
+    # --- what the workload controller asks ---------------------------------------------------------
+    def resync(self) -> None:
+        for cluster in self.clusters.items():
+            self.controller.enqueue(cluster.name)
+
+
+class AdmissionCheckController:
+    """Writes `Active` on every AdmissionCheck whose controller is MultiKueue."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        *,
+        checks: Informer[kueue.AdmissionCheck],
+        configs: Informer[kueue.MultiKueueConfig],
+        clusters: Informer[kueue.MultiKueueCluster],
+        clock: Callable[[], datetime] = _utcnow,
+    ) -> None:
+        self.client = client
+        self.checks = checks
+        self.configs = configs
+        self.clusters = clusters
+        self.clock = clock
+        self.is_leader = False
+        self.controller = Controller("multikueue-admissioncheck", self.reconcile, workers=2)
+        checks.add_handler(lambda kind, old, new: self._enqueue((new or old).name))
+        configs.add_handler(lambda kind, old, new: self.resync())
+        clusters.add_handler(self._on_cluster)
+
+    def _enqueue(self, name: str) -> None:
+        if self.is_leader:
+            self.controller.enqueue(name)
+
+    def _on_cluster(self, kind: str, old: kueue.MultiKueueCluster | None, new: kueue.MultiKueueCluster | None) -> None:
+        def active(obj: kueue.MultiKueueCluster | None) -> str | None:
+            cond = find_condition(obj.status.conditions if obj and obj.status else None, c.ACTIVE)
+            return cond.status if cond else None
+
+        if old is None or new is None or active(old) != active(new):
+            self.resync()
+
+    def resync(self) -> None:
+        for check in self.checks.items():
+            self._enqueue(check.name)
+
+    async def reconcile(self, name: str) -> Result | None:
+        check = self.checks.get(name)
+        if check is None or check.spec.controller_name != c.MULTIKUEUE_CONTROLLER_NAME:
+            return None
+        params = check.spec.parameters
+        config_name = params.name if params is not None and params.kind == "MultiKueueConfig" and params.api_group == c.GROUP else None
+        config = self.configs.get(config_name) if config_name else None
+        clusters = {}
+        for cluster in self.clusters.items():
+            cond = find_condition(cluster.status.conditions if cluster.status else None, c.ACTIVE)
+            clusters[cluster.name] = cond is not None and cond.status == "True"
+        status, reason, message = admission_check_active(
+            config_name=config_name, config_clusters=config.spec.clusters if config else None, clusters=clusters
+        )
+        new = Condition(type=c.ACTIVE, status=status, reason=reason, message=message, observed_generation=check.metadata.generation)
+        old_conditions = check.status.conditions if check.status else None
+        if _same_condition(find_condition(old_conditions, c.ACTIVE), new):
+            return None
+        body = {"status": {"conditions": _conditions_with(old_conditions, new, self.clock())}}
+        with contextlib.suppress(NotFoundError):
+            await self.client.patch(kueue.AdmissionCheck, name, body, subresource="status")
+        return None

@@ -1,0 +1,82 @@
+"""The garbage collector: every gcInterval, remote Workloads (and our Jobs) of our origin whose
+manager Workload is gone are deleted from each connected worker. Another origin's objects
+are never seen: the remote caches hold our origin only."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+
+from manager.api import constants as c
+from manager.api import kueue
+from manager.api.core import Job
+from manager.kube.errors import KubeError, NotFoundError
+from manager.kube.informer import Informer
+from manager.multikueue.plan import plan_gc
+from manager.multikueue.remote import RemoteCluster
+from manager.runtime.metrics import REGISTRY
+
+log = logging.getLogger("kfed.multikueue.gc")
+
+
+class GarbageCollector:
+    def __init__(
+        self,
+        *,
+        local_workloads: Informer[kueue.Workload],
+        remotes: Callable[[], list[RemoteCluster]],
+        origin: str,
+        interval: float,
+    ) -> None:
+        self.local_workloads = local_workloads
+        self.remotes = remotes
+        self.origin = origin
+        self.interval = interval
+        self.is_leader = False
+        self._collected = REGISTRY.counter(
+            "kfed_multikueue_gc_deleted_total", "Orphaned remote objects deleted, per cluster.", ("cluster",)
+        )
+
+    async def run(self) -> None:
+        if self.interval <= 0:
+            log.info("garbage collection is off (gcInterval 0)")
+            return
+        await self.local_workloads.synced.wait()  # an unsynced cache would make everything look orphaned
+        while True:
+            await asyncio.sleep(self.interval)  # the collection period, not a sync point
+            if not self.is_leader:
+                continue
+            for remote in self.remotes():
+                try:
+                    await self.collect(remote)
+                except asyncio.CancelledError:
+                    raise
+                except KubeError as err:
+                    log.warning("garbage collection failed", extra={"cluster": remote.name, "error": str(err)})
+
+    async def collect(self, remote: RemoteCluster) -> int:
+        """Delete this worker's orphans; returns how many objects went."""
+        if not remote.connected or remote.client is None or remote.workloads is None or remote.jobs is None:
+            return 0
+        local = {wl.key: wl.metadata.deletion_timestamp is not None for wl in self.local_workloads.items()}
+        workload_keys = [wl.key for wl in remote.workloads.items()]
+        job_keys = {f"{job.namespace}/{(job.metadata.labels or {}).get(c.PREBUILT_WORKLOAD_LABEL, '')}": job for job in remote.jobs.items()}
+        orphans = plan_gc(sorted(set(workload_keys) | set(job_keys)), local=local)
+        deleted = 0
+        for key in orphans:
+            namespace, _, name = key.partition("/")
+            job = job_keys.get(key)
+            if job is not None and (job.metadata.labels or {}).get(c.MULTIKUEUE_ORIGIN_LABEL) == self.origin:
+                with contextlib.suppress(NotFoundError):
+                    await remote.client.delete(Job, job.name, namespace=namespace, propagation="Background", uid=job.metadata.uid)
+                    deleted += 1
+            if key in workload_keys:
+                with contextlib.suppress(NotFoundError):
+                    await remote.client.delete(kueue.Workload, name, namespace=namespace)
+                    deleted += 1
+        if deleted:
+            self._collected.inc(remote.name, amount=deleted)
+            log.info("collected orphans", extra={"cluster": remote.name, "objects": deleted})
+        return deleted

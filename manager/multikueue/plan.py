@@ -1,0 +1,389 @@
+"""What MultiKueue does with one manager Workload, given its remote copies and the health of
+each worker (pure). This is Kueue's MultiKueue workload reconciler, rule by rule, in Kueue's
+order: finished, evicted, spec drift, admitted or lost, then nomination. The shell
+(`manager.multikueue.workload`) reads caches, calls `plan_workload`, and carries the plan out
+in the order its fields are listed.
+
+Also here: the Incremental dispatcher's next nomination, the garbage collector's choice of
+orphans, the AdmissionCheck's and the MultiKueueCluster's `Active` conditions, and the
+reconnect backoff.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from manager.api import constants as c
+from manager.api.kueue import AdmissionCheckState, Workload
+from manager.api.meta import Condition, find_condition, is_condition_true
+
+REASON_MULTIKUEUE = "MultiKueue"
+DEACTIVATION_TARGET = "DeactivationTarget"
+REASON_EVICTED_ON_MANAGER = "EvictedOnManagerCluster"
+JOB_ADAPTER_KIND = "batch/v1, Kind=Job"  # Kueue's GVK string for the one adapter kfed has
+SYNC_DEFERRED_REQUEUE = 2.0  # seconds: the manager Job is still suspended, try the status copy again
+INCREMENTAL_ROUND = timedelta(minutes=5)
+MAX_MESSAGE = 32768
+
+# Fields a copy may differ in without being out of sync: gates are per cluster (Kueue), and
+# `active` is the worker's to set when the manager asks it to deactivate its copy.
+_SPEC_IGNORED = ("preemptionGates", "active")
+_PRIORITY_FIELDS = ("priority", "priorityClassRef", "priorityClassName", "priorityClassSource")
+
+
+@dataclass(frozen=True)
+class ClusterHealth:
+    """A worker as the workload planner sees it."""
+
+    name: str
+    connected: bool
+    lost_since: datetime | None = None  # the first disconnect, kept across failed reconnects
+
+
+@dataclass(frozen=True)
+class WorkloadInputs:
+    local: Workload
+    check_name: str
+    clusters: Sequence[ClusterHealth]  # the MultiKueueConfig's clusters, in its order
+    remotes: Mapping[str, Workload]  # copies found on connected clusters
+    now: datetime
+    worker_lost_timeout: timedelta
+    dispatcher: str = c.DISPATCHER_ALL_AT_ONCE
+    deleted: bool = False
+    owner_kind: str | None = JOB_ADAPTER_KIND  # the controller owner's GVK string; None: no owner
+    owner_managed_by: str | None = c.MULTIKUEUE_MANAGED_BY
+    local_job_active: int = 0
+    problems: Mapping[str, str] = field(default_factory=dict)  # per cluster: why a copy cannot be made there
+    blocked: Mapping[str, str] = field(default_factory=dict)  # per cluster: a foreign Job has the name
+
+
+@dataclass(frozen=True)
+class CheckUpdate:
+    state: str
+    message: str
+    cluster_name: str | None = None  # set on Ready
+    clear_nominated: bool = False
+
+
+@dataclass
+class Plan:
+    """Steps for the shell, carried out in this order."""
+
+    delete: list[str] = field(default_factory=list)  # remove our Job and the copy on these clusters
+    update_spec: list[str] = field(default_factory=list)  # the copy's priority follows the manager's
+    deactivate: tuple[str, str] | None = None  # (cluster, message): ask the worker to evict its copy
+    sync_job: str | None = None  # create the Job on this cluster, or copy its status back
+    stop_local_job: bool = False  # the manager Job's pods are assumed gone: active and ready to 0
+    finish: tuple[str, str] | None = None  # (reason, message) for the manager Workload's Finished
+    nominate: list[str] | None = None  # new status.nominatedClusterNames
+    create: list[str] = field(default_factory=list)  # make a copy on these clusters
+    check: CheckUpdate | None = None
+    events: list[tuple[str, str]] = field(default_factory=list)  # (type, message), reason MultiKueue
+    requeue_after: float | None = None
+    admitted_on: str | None = None  # for metrics: the check became Ready here
+    retried_on: str | None = None  # for metrics: a copy admitted here was lost or evicted
+
+
+# --- small readers ---------------------------------------------------------------------------------
+def multikueue_check(wl: Workload, name: str) -> AdmissionCheckState | None:
+    for check in (wl.status.admission_checks if wl.status else None) or []:
+        if check.name == name:
+            return check
+    return None
+
+
+def _conditions(wl: Workload) -> list[Condition] | None:
+    return wl.status.conditions if wl.status else None
+
+
+def has_quota(wl: Workload) -> bool:
+    return wl.status is not None and wl.status.admission is not None and is_condition_true(wl.status.conditions, c.QUOTA_RESERVED)
+
+
+def _earliest(remotes: Mapping[str, Workload], kind: str) -> tuple[str, Condition] | None:
+    """Same as Kueue's bestMatchByCondition: the copy whose condition turned True first."""
+    best: tuple[str, Condition] | None = None
+    for cluster in sorted(remotes):
+        cond = find_condition(_conditions(remotes[cluster]), kind)
+        if cond is None or cond.status != "True":
+            continue
+        when = cond.last_transition_time
+        if best is None or (when is not None and (best[1].last_transition_time is None or when < best[1].last_transition_time)):
+            best = (cluster, cond)
+    return best
+
+
+def _spec(wl: Workload) -> dict[str, Any]:
+    spec = wl.spec.to_dict()
+    for name in _SPEC_IGNORED:
+        spec.pop(name, None)
+    return spec
+
+
+def _without(spec: dict[str, Any], names: Sequence[str]) -> dict[str, Any]:
+    return {k: v for k, v in spec.items() if k not in names}
+
+
+def _with_previous(message: str, previous: str) -> str:
+    """Kueue's updateACS suffix naming the state left behind."""
+    return f'{message}, Previously: "{previous}"'[:MAX_MESSAGE]
+
+
+def _other_checks_ready(wl: Workload, name: str) -> bool:
+    return all(check.state == "Ready" for check in (wl.status.admission_checks if wl.status else None) or [] if check.name != name)
+
+
+def remote_copy(local: Workload, *, origin: str) -> dict[str, Any]:
+    """Kueue's clone for a worker: name, namespace, labels (without the job UID, with our
+    origin), annotations and the whole spec; no owner, no status."""
+    labels = {k: v for k, v in (local.metadata.labels or {}).items() if k != c.JOB_UID_LABEL}
+    labels[c.MULTIKUEUE_ORIGIN_LABEL] = origin
+    metadata: dict[str, Any] = {"name": local.name, "namespace": local.namespace, "labels": labels}
+    if local.metadata.annotations:
+        metadata["annotations"] = dict(local.metadata.annotations)
+    return {"apiVersion": f"{c.GROUP}/{c.STORAGE_VERSION}", "kind": "Workload", "metadata": metadata, "spec": local.spec.to_dict()}
+
+
+# --- the workload planner --------------------------------------------------------------------------
+def plan_workload(inputs: WorkloadInputs) -> Plan:
+    """Kueue's MultiKueue rules for one manager Workload (reference section 2.2)."""
+    plan = Plan()
+    local = inputs.local
+    check = multikueue_check(local, inputs.check_name)
+    if check is None or check.state == "Rejected":
+        return plan
+    available = [cl.name for cl in inputs.clusters if cl.connected]
+    unavailable = [cl for cl in inputs.clusters if not cl.connected]
+    remotes = {name: wl for name, wl in inputs.remotes.items() if name in available}
+
+    # 0. A deleted manager Workload takes its copies with it (unreachable workers: the GC's job).
+    if inputs.deleted:
+        plan.delete = sorted(remotes)
+        return plan
+
+    # Kueue's adapter lookup and managedBy check: a Job we cannot hand over is rejected.
+    if inputs.owner_kind != JOB_ADAPTER_KIND:
+        message = "No multikueue adapter found"
+        if inputs.owner_kind:
+            message += f' for owner kind "{inputs.owner_kind}"'
+        plan.check = CheckUpdate("Rejected", _with_previous(message, check.state))
+        return plan
+    if inputs.owner_managed_by != c.MULTIKUEUE_MANAGED_BY:
+        reason = f'Expecting spec.managedBy to be "{c.MULTIKUEUE_MANAGED_BY}" not "{inputs.owner_managed_by or ""}"'
+        plan.check = CheckUpdate("Rejected", _with_previous(f"The owner is not managed by Kueue: {reason}", check.state))
+        return plan
+
+    conditions = _conditions(local)
+    local_evicted = is_condition_true(conditions, c.EVICTED)
+    cluster_name = local.status.cluster_name if local.status else None
+
+    # 3. Finished here, or no quota here: no copy may stay anywhere.
+    if is_condition_true(conditions, c.FINISHED) or not has_quota(local):
+        plan.delete = sorted(remotes)
+        if unavailable:
+            # Copies on unreachable workers are retried later (and the GC is the backstop).
+            plan.requeue_after = inputs.worker_lost_timeout.total_seconds()
+        return plan
+
+    # 4. A copy finished on a worker.
+    finished = _earliest(remotes, c.FINISHED)
+    if finished is not None:
+        cluster, cond = finished
+        if cond.reason == "OutOfSync":
+            # Same as Kueue: the worker says its copy no longer matches the Job; dispatch again.
+            if check.state == "Ready":
+                message = f'Remote workload on worker cluster "{cluster}" is out of sync with its user job, resetting for re-dispatch'
+                plan.check = CheckUpdate("Retry", _with_previous(message, check.state))
+                plan.events.append(("Warning", plan.check.message))
+                plan.retried_on = cluster
+            return plan
+        plan.sync_job = cluster
+        plan.finish = (cond.reason, cond.message)
+        return plan
+
+    # 5. A copy was evicted on a worker.
+    evicted = _earliest(remotes, c.EVICTED)
+    if evicted is not None:
+        cluster = evicted[0]
+        if local_evicted:
+            plan.sync_job = cluster  # carries the worker Job's stopping status back
+            return plan
+        if check.state == "Ready":
+            message = f'Workload evicted on worker cluster: "{cluster_name or cluster}", resetting for re-admission. Previously: "Ready"'
+            plan.check = CheckUpdate("Retry", message)
+            plan.events.append(("Normal", message))
+            plan.retried_on = cluster
+            return plan
+
+    # 6. Copies whose spec drifted from the manager's: priority is forwarded, anything else
+    #    means the copy is no longer this workload.
+    local_spec = _spec(local)
+    for cluster in sorted(remotes):
+        remote_spec = _spec(remotes[cluster])
+        if remote_spec == local_spec:
+            continue
+        if _without(remote_spec, _PRIORITY_FIELDS) == _without(local_spec, _PRIORITY_FIELDS):
+            plan.update_spec.append(cluster)
+        else:
+            plan.delete.append(cluster)
+            del remotes[cluster]
+
+    # 7. The earliest Admitted copy wins.
+    admitted = _earliest({k: v for k, v in remotes.items() if k not in inputs.blocked}, c.ADMITTED)
+    if admitted is None:
+        if check.state == "Ready":
+            health = {cl.name: cl for cl in inputs.clusters}
+            if cluster_name and cluster_name not in available:
+                lost = health.get(cluster_name)
+                since = lost.lost_since if lost is not None and lost.lost_since is not None else inputs.now
+                remaining = inputs.worker_lost_timeout - (inputs.now - since)
+                if remaining > timedelta(0):
+                    plan.requeue_after = remaining.total_seconds()
+                    return plan
+                message = "Admitting remote lost"
+            elif not cluster_name:
+                message = "Admission check is Ready but no admitting cluster is recorded; this is unexpected, please report it"
+            else:
+                message = "Admitting remote no longer exists"
+            plan.check = CheckUpdate("Retry", _with_previous(message, check.state))
+            plan.events.append(("Normal", plan.check.message))
+            plan.retried_on = cluster_name or None
+            return plan
+        if local_evicted and inputs.local_job_active > 0 and not remotes and _all_lost(inputs):
+            # The worker that ran it is gone past workerLostTimeout: its pods count as gone,
+            # so the manager Job stops holding quota (nothing will ever report them).
+            plan.stop_local_job = True
+    else:
+        winner = admitted[0]
+        plan.delete += [cluster for cluster in sorted(remotes) if cluster != winner and cluster not in plan.delete]
+        if local_evicted:
+            message = f"Evicted on manager: {find_condition(conditions, c.EVICTED).message}"  # type: ignore[union-attr]
+            target = find_condition(_conditions(remotes[winner]), DEACTIVATION_TARGET)
+            if target is None or target.status != "True":
+                plan.deactivate = (winner, message[:MAX_MESSAGE])
+            return plan
+        plan.sync_job = winner
+        if check.state not in ("Retry", "Rejected") and (check.state != "Ready" or cluster_name != winner):
+            plan.check = CheckUpdate("Ready", f'The workload was admitted on "{winner}"', cluster_name=winner, clear_nominated=True)
+            plan.events.append(("Normal", plan.check.message))
+            plan.admitted_on = winner
+        plan.requeue_after = inputs.worker_lost_timeout.total_seconds()
+        return plan
+
+    # 9. Nothing is dispatched while an eviction is in progress.
+    if check.state != "Pending" or cluster_name or local_evicted:
+        return plan
+    # 10. Nominate and synchronise the copies.
+    if not _other_checks_ready(local, inputs.check_name):
+        return plan
+    current = list(local.status.nominated_cluster_names or []) if local.status else []
+    if inputs.dispatcher == c.DISPATCHER_ALL_AT_ONCE:
+        nominated = sorted(name for name in available if name not in inputs.blocked)
+        if sorted(current) != nominated:
+            plan.nominate = nominated
+    else:
+        nominated = [name for name in current if name not in inputs.blocked]
+    for cluster in nominated:
+        if cluster in available and cluster not in remotes:
+            plan.create.append(cluster)
+    plan.delete += [cluster for cluster in sorted(remotes) if cluster not in nominated and cluster not in plan.delete]
+    problems = _problems(inputs, remotes, nominated)
+    if problems and check.message != problems:
+        plan.check = CheckUpdate("Pending", problems)
+    return plan
+
+
+def _all_lost(inputs: WorkloadInputs) -> bool:
+    for cluster in inputs.clusters:
+        if cluster.connected:
+            continue
+        since = cluster.lost_since or inputs.now
+        if inputs.now - since < inputs.worker_lost_timeout:
+            return False
+    return True
+
+
+def _problems(inputs: WorkloadInputs, remotes: Mapping[str, Workload], nominated: Sequence[str]) -> str:
+    """Why nominated workers cannot admit the copy, said on the manager's check: a copy the
+    worker's queues reject as misconfigured (a missing LocalQueue), a copy that cannot be
+    created (a missing namespace), or a foreign Job in the way."""
+    found = []
+    for cluster in sorted(set(nominated) | set(inputs.blocked)):
+        if cluster in inputs.blocked:
+            found.append(f"{cluster}: {inputs.blocked[cluster]}")
+            continue
+        if cluster in inputs.problems:
+            found.append(f"{cluster}: {inputs.problems[cluster]}")
+            continue
+        remote = remotes.get(cluster)
+        reserved = find_condition(_conditions(remote), c.QUOTA_RESERVED) if remote is not None else None
+        if reserved is not None and reserved.status == "False" and reserved.reason in ("Misconfigured", "Inadmissible"):
+            found.append(f"{cluster}: {reserved.message}")
+    if not found:
+        return ""
+    return ("The workload cannot be admitted on some worker clusters: " + "; ".join(found))[:MAX_MESSAGE]
+
+
+# --- the Incremental dispatcher --------------------------------------------------------------------
+def incremental_nomination(
+    *, config_clusters: Sequence[str], nominated: Sequence[str], step: int, round_started: datetime | None, now: datetime
+) -> list[str] | None:
+    """Kueue's Incremental dispatcher: every round (5 minutes) the next `step` clusters, in the
+    MultiKueueConfig's order, join the nomination; it never shrinks. None: nothing to change."""
+    if nominated and round_started is not None and now - round_started < INCREMENTAL_ROUND:
+        return None
+    remaining = [name for name in config_clusters if name not in nominated]
+    if not remaining:
+        return None
+    return [*nominated, *remaining[: max(step, 1)]]
+
+
+# --- the garbage collector -------------------------------------------------------------------------
+def plan_gc(remote_keys: Sequence[str], *, local: Mapping[str, bool]) -> list[str]:
+    """Remote workloads of our origin to delete: those whose manager Workload is gone or being
+    deleted (`local[key]` is True while it is being deleted). Other origins never reach here."""
+    return sorted(key for key in remote_keys if key not in local or local[key])
+
+
+# --- conditions ------------------------------------------------------------------------------------
+def retry_after(failed_attempts: int) -> timedelta:
+    """Kueue's reconnect backoff: 5 s doubling per failed attempt, capped at 320 s."""
+    if failed_attempts <= 0:
+        return timedelta(0)
+    return timedelta(seconds=5 * 2 ** (min(failed_attempts, 7) - 1))
+
+
+def admission_check_active(
+    *, config_name: str | None, config_clusters: Sequence[str] | None, clusters: Mapping[str, bool]
+) -> tuple[str, str, str]:
+    """The MultiKueue AdmissionCheck's Active condition: (status, reason, message).
+    `config_clusters` None means the MultiKueueConfig does not exist; `clusters` maps each
+    existing MultiKueueCluster to whether it is Active."""
+    if config_name is None:
+        return "False", "BadConfig", "Cannot load the AdmissionChecks parameters: the parameters must reference a MultiKueueConfig"
+    if config_clusters is None:
+        not_found = f'MultiKueueConfig.kueue.x-k8s.io "{config_name}" not found'
+        return "False", "BadConfig", f"Cannot load the AdmissionChecks parameters: {not_found}"
+    missing = [name for name in config_clusters if name not in clusters]
+    inactive = [name for name in config_clusters if name in clusters and not clusters[name]]
+    if not missing and not inactive:
+        return "True", "Active", "The admission check is active"
+    parts = []
+    if missing:
+        parts.append(f"Missing clusters: [{' '.join(missing)}]")
+    if inactive:
+        parts.append(f"Inactive clusters: [{' '.join(inactive)}]")
+    message = ", ".join(parts)
+    if len(missing) + len(inactive) < len(config_clusters):
+        return "True", "SomeActiveClusters", message
+    return "False", "NoUsableClusters", message
+
+
+def connection_failed_message(message: str, *, attempts: int, next_attempt: datetime) -> str:
+    """Kueue's ClientConnectionFailed message, with the attempt count and the next attempt."""
+    if attempts <= 0:
+        return message
+    return f"{message}; connection attempts: {attempts}, next connection attempt: {next_attempt.strftime('%Y-%m-%dT%H:%M:%SZ')}"

@@ -1,0 +1,238 @@
+"""One worker cluster as the manager reaches it: its client, the watches on the remote
+Workloads and Jobs of our origin, and its connection health.
+
+Same as Kueue's remoteClient: a connection counts only once every watch is open; a watch
+that fails marks the cluster disconnected (the first drop is remembered, so the
+worker-lost timeout runs from it) and the client is rebuilt with backoff, 5 s doubling to a
+320 s cap (tenacity). Each worker has its own client, rate limiter and task, so a slow or
+dead worker never holds up another.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential
+
+from manager.api import constants as c
+from manager.api.core import Job
+from manager.api.kueue import Workload
+from manager.kube.client import KubeClient, KubeconfigError
+from manager.kube.errors import KubeError
+from manager.kube.informer import Informer
+
+log = logging.getLogger("kfed.multikueue.remote")
+
+RETRY_BASE_SECONDS = 5
+RETRY_MAX_SECONDS = 320
+WATCH_START_BASE_SECONDS = 60.0  # Kueue's establish timeout: 1 min doubling to 10 min
+WATCH_START_MAX_SECONDS = 600.0
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class ConnectionFailedError(Exception):
+    """The worker could not be reached or a watch could not be opened; the message is safe to show."""
+
+
+class RemoteCluster:
+    """A worker's client and caches. `start(kubeconfig)` connects in the background and keeps
+    reconnecting; `on_change(self)` is called whenever the connection state changes, and
+    `on_object(self, namespace, workload_name)` for every remote event of ours."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        origin: str,
+        qps: float,
+        burst: int,
+        on_change: Callable[[RemoteCluster], None],
+        on_object: Callable[[RemoteCluster, str, str], None],
+        observe_latency: Callable[[str, str, float], None] | None = None,
+        clock: Callable[[], datetime] = _utcnow,
+    ) -> None:
+        self.name = name
+        self.origin = origin
+        self.qps = qps
+        self.burst = burst
+        self.on_change = on_change
+        self.on_object = on_object
+        self.observe_latency = observe_latency
+        self.clock = clock
+        self.kubeconfig: dict[str, Any] | None = None
+        self.client: KubeClient | None = None
+        self.workloads: Informer[Workload] | None = None
+        self.jobs: Informer[Job] | None = None
+        self.connected = False
+        # A manager that just started has not seen the worker yet: the worker-lost clock runs
+        # from now (Kueue: "disconnected since creation").
+        self.lost_since: datetime | None = clock()
+        self.failed_attempts = 0
+        self.next_attempt: datetime | None = None
+        self.last_error = ""
+        self.reconnects = 0
+        self._task: asyncio.Task[None] | None = None
+
+    # --- lifecycle ------------------------------------------------------------------------------
+    def start(self, kubeconfig: dict[str, Any]) -> None:
+        """(Re)connect with this kubeconfig. The same kubeconfig again changes nothing; a new
+        one restarts the connection at once and resets the backoff (Kueue does the same)."""
+        if kubeconfig == self.kubeconfig and self._task is not None and not self._task.done():
+            return
+        self.kubeconfig = kubeconfig
+        self.failed_attempts = 0
+        self.next_attempt = None
+        self._cancel()
+        self._task = asyncio.create_task(self._run(kubeconfig), name=f"multikueue-remote-{self.name}")
+
+    async def stop(self, *, reason: str = "") -> None:
+        """Stop the watches and close the client; the cluster counts as disconnected from now
+        on (unless it already was), so the worker-lost clock keeps running."""
+        task = self._cancel()
+        if task is not None:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await self._close_client()
+        self.kubeconfig = None
+        if reason:
+            self.last_error = reason
+        self._mark_disconnected()
+
+    def _cancel(self) -> asyncio.Task[None] | None:
+        task, self._task = self._task, None
+        if task is not None and not task.done():
+            task.cancel()
+        return task
+
+    async def _close_client(self) -> None:
+        client, self.client = self.client, None
+        if client is not None:
+            with contextlib.suppress(Exception):
+                await client.close()
+
+    def _mark_disconnected(self) -> None:
+        was = self.connected
+        self.connected = False
+        if self.lost_since is None:
+            self.lost_since = self.clock()
+        if was:
+            self.on_change(self)
+
+    # --- the connection loop -------------------------------------------------------------------------
+    def _before_sleep(self, state: RetryCallState) -> None:
+        err = state.outcome.exception() if state.outcome is not None else None
+        self.failed_attempts = state.attempt_number
+        seconds = state.upcoming_sleep
+        self.next_attempt = self.clock() + timedelta(seconds=seconds)
+        self.last_error = str(err) if err is not None else "connection failed"
+        log.warning(
+            "worker connection failed; retrying",
+            extra={"cluster": self.name, "error": self.last_error, "attempts": self.failed_attempts, "retry_in": seconds},
+        )
+        self._mark_disconnected()
+        self.on_change(self)
+
+    async def _run(self, kubeconfig: dict[str, Any]) -> None:
+        retrying = AsyncRetrying(
+            retry=retry_if_exception_type(ConnectionFailedError),
+            wait=wait_exponential(multiplier=RETRY_BASE_SECONDS, max=RETRY_MAX_SECONDS),
+            before_sleep=self._before_sleep,
+            reraise=True,
+        )
+        async for attempt in retrying:
+            with attempt:
+                await self._connect_and_watch(kubeconfig)
+
+    async def _connect_and_watch(self, kubeconfig: dict[str, Any]) -> None:
+        """Build the client, open every watch within a deadline, then watch until one fails."""
+        await self._close_client()
+        try:
+            client = await KubeClient.from_kubeconfig(
+                kubeconfig, name=f"worker/{self.name}", qps=self.qps, burst=self.burst, where=f"MultiKueueCluster {self.name}"
+            )
+        except KubeconfigError as err:
+            raise ConnectionFailedError(str(err)) from None
+        if self.observe_latency is not None:
+            observe = self.observe_latency
+            client.observe_latency = lambda verb, seconds: observe(self.name, verb, seconds)
+        self.client = client
+        selector = f"{c.MULTIKUEUE_ORIGIN_LABEL}={self.origin}"
+        workloads = self.workloads or Informer(client, Workload, label_selector=selector)
+        jobs = self.jobs or Informer(client, Job, label_selector=selector, indexes={"prebuilt": _prebuilt_of})
+        for informer in (workloads, jobs):
+            informer.client = client
+        if self.workloads is None:
+            workloads.add_handler(self._on_workload)
+            jobs.add_handler(self._on_job)
+        self.workloads, self.jobs = workloads, jobs
+        deadline = min(WATCH_START_BASE_SECONDS * 2**self.failed_attempts, WATCH_START_MAX_SECONDS)
+        try:
+            # Same as Kueue: the connection counts once every watch is open; time-bound it.
+            await asyncio.wait_for(asyncio.gather(workloads.relist(), jobs.relist()), timeout=deadline)
+        except (KubeError, TimeoutError) as err:
+            raise ConnectionFailedError(_describe(err)) from None
+        self.connected = True
+        self.lost_since = None
+        if self.failed_attempts:
+            self.reconnects += 1
+        self.failed_attempts = 0
+        self.next_attempt = None
+        self.last_error = ""
+        log.info("worker connected", extra={"cluster": self.name})
+        self.on_change(self)
+        watches = [asyncio.create_task(informer.watch_until_error()) for informer in (workloads, jobs)]
+        try:
+            done, _ = await asyncio.wait(watches, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                failure = task.exception()
+                if failure is not None:
+                    raise ConnectionFailedError(_describe(failure))
+            raise ConnectionFailedError("the watch ended")
+        finally:
+            for task in watches:
+                task.cancel()
+            await asyncio.gather(*watches, return_exceptions=True)
+
+    # --- events ---------------------------------------------------------------------------------
+    def _on_workload(self, kind: str, old: Workload | None, new: Workload | None) -> None:
+        wl = new or old
+        if wl is not None:
+            self.on_object(self, wl.namespace, wl.name)
+
+    def _on_job(self, kind: str, old: Job | None, new: Job | None) -> None:
+        job = new or old
+        if job is None:
+            return
+        name = (job.metadata.labels or {}).get(c.PREBUILT_WORKLOAD_LABEL)
+        if name:
+            self.on_object(self, job.namespace, name)
+
+    # --- reading ----------------------------------------------------------------------------------
+    def workload(self, key: str) -> Workload | None:
+        return self.workloads.get(key) if self.workloads is not None and self.connected else None
+
+    def job_for(self, key: str) -> Job | None:
+        """Our Job on this worker for the Workload `key` (namespace/name), from the cache."""
+        if self.jobs is None:
+            return None
+        found = self.jobs.by_index("prebuilt", key)
+        return found[0] if found else None
+
+
+def _prebuilt_of(job: Job) -> list[str]:
+    name = (job.metadata.labels or {}).get(c.PREBUILT_WORKLOAD_LABEL)
+    return [f"{job.namespace}/{name}"] if name else []
+
+
+def _describe(err: BaseException) -> str:
+    if isinstance(err, TimeoutError):
+        return "timed out opening the watches"
+    return str(err) or type(err).__name__

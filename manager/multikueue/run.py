@@ -1,0 +1,75 @@
+"""MultiKueue's part of the manager process: its informers and controllers, started with the
+manager's own (see `manager.controllers.run.Process`)."""
+
+from __future__ import annotations
+
+from collections.abc import Coroutine
+from typing import Any
+
+from manager.api import kueue
+from manager.api.core import Secret
+from manager.controllers.run import Process
+from manager.kube.informer import Informer
+from manager.multikueue.clusters import AdmissionCheckController, ClusterController
+from manager.multikueue.gc import GarbageCollector
+from manager.multikueue.settings import Settings
+from manager.multikueue.workload import WorkloadController
+
+
+class MultiKueue:
+    def __init__(self, process: Process) -> None:
+        opts = process.opts
+        client = process.client
+        self.settings = Settings.from_configuration(process.configuration, kubeconfig_path_prefix=opts.kubeconfig_path_prefix)
+        self.cluster_objects: Informer[kueue.MultiKueueCluster] = Informer(client, kueue.MultiKueueCluster)
+        self.configs: Informer[kueue.MultiKueueConfig] = Informer(client, kueue.MultiKueueConfig)
+        # Only the manager's own namespace: the kubeconfig Secrets live there (least privilege).
+        self.secrets: Informer[Secret] = Informer(client, Secret, namespace=opts.namespace)
+        self.informers: list[Any] = [self.cluster_objects, self.configs, self.secrets]
+        self.clusters = ClusterController(
+            client,
+            namespace=opts.namespace,
+            origin=self.settings.origin,
+            qps=opts.qps,
+            burst=opts.burst,
+            path_prefix=self.settings.kubeconfig_path_prefix,
+            clusters=self.cluster_objects,
+            secrets=self.secrets,
+            on_connection_change=lambda remote: self.on_connection_change(remote),
+            on_remote_object=lambda remote, ns, name: self.workloads.on_remote_object(remote, ns, name),
+        )
+        self.workloads = WorkloadController(
+            client, process.caches, settings=self.settings, clusters=self.clusters, configs=self.configs, recorder=process.recorder
+        )
+        self.checks = AdmissionCheckController(
+            client, checks=process.caches.admission_checks, configs=self.configs, clusters=self.cluster_objects
+        )
+        self.gc = GarbageCollector(
+            local_workloads=process.caches.workloads,
+            remotes=lambda: list(self.clusters.remotes.values()),
+            origin=self.settings.origin,
+            interval=self.settings.gc_interval.total_seconds(),
+        )
+        self.configs.add_handler(lambda kind, old, new: self.workloads.resync())
+
+    def on_connection_change(self, remote: Any) -> None:
+        self.workloads.on_connection_change(remote)
+
+    def tasks(self) -> list[Coroutine[Any, Any, None]]:
+        return [self.clusters.controller.run(), self.workloads.controller.run(), self.checks.controller.run(), self.gc.run()]
+
+    async def on_leader(self) -> None:
+        for part in (self.clusters, self.workloads, self.checks, self.gc):
+            part.is_leader = True
+        self.clusters.resync()
+        self.checks.resync()
+        self.workloads.resync()
+
+    async def stop(self) -> None:
+        for controller in (self.clusters.controller, self.workloads.controller, self.checks.controller):
+            controller.stop()
+        await self.clusters.stop()
+
+
+def extension(process: Process) -> MultiKueue:
+    return MultiKueue(process)

@@ -1,0 +1,49 @@
+"""MultiKueue's settings, from the `multiKueue` section of a Kueue Configuration (pure)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from manager.api import constants as c
+from manager.api.config import Configuration, parse_duration
+from manager.multikueue.kubeconfig import DEFAULT_PATH_PREFIX
+
+DEFAULT_GC_INTERVAL = timedelta(minutes=1)
+DEFAULT_WORKER_LOST_TIMEOUT = timedelta(minutes=15)
+DEFAULT_STEP_SIZE = 3
+
+
+@dataclass(frozen=True)
+class Settings:
+    origin: str = c.DEFAULT_MULTIKUEUE_ORIGIN
+    gc_interval: timedelta = DEFAULT_GC_INTERVAL  # 0 turns the garbage collector off
+    worker_lost_timeout: timedelta = DEFAULT_WORKER_LOST_TIMEOUT
+    dispatcher_name: str = c.DISPATCHER_ALL_AT_ONCE
+    step_size: int = DEFAULT_STEP_SIZE
+    kubeconfig_path_prefix: str = DEFAULT_PATH_PREFIX
+
+    @classmethod
+    def from_configuration(cls, config: Configuration, *, kubeconfig_path_prefix: str = DEFAULT_PATH_PREFIX) -> Settings:
+        mk = config.multi_kueue
+        if mk is None:
+            return cls(kubeconfig_path_prefix=kubeconfig_path_prefix)
+        if mk.origin == "":
+            raise ValueError("multiKueue.origin: Invalid value: must not be empty")
+        step = mk.incremental_dispatcher_config.step_size if mk.incremental_dispatcher_config else None
+        if step is not None and mk.dispatcher_name != c.DISPATCHER_INCREMENTAL:
+            raise ValueError(
+                f"multiKueue.incrementalDispatcherConfig: Invalid value: only valid with dispatcherName {c.DISPATCHER_INCREMENTAL}"
+            )
+        return cls(
+            origin=mk.origin or c.DEFAULT_MULTIKUEUE_ORIGIN,
+            gc_interval=_duration(mk.gc_interval, DEFAULT_GC_INTERVAL),
+            worker_lost_timeout=_duration(mk.worker_lost_timeout, DEFAULT_WORKER_LOST_TIMEOUT),
+            dispatcher_name=mk.dispatcher_name or c.DISPATCHER_ALL_AT_ONCE,
+            step_size=step or DEFAULT_STEP_SIZE,
+            kubeconfig_path_prefix=kubeconfig_path_prefix,
+        )
+
+
+def _duration(text: str | None, default: timedelta) -> timedelta:
+    return parse_duration(text) if text is not None else default

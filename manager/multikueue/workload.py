@@ -1,0 +1,485 @@
+"""The MultiKueue workload controller: carries out `plan_workload` for each manager Workload
+that has a MultiKueue admission check.
+
+A reconcile reads the manager's caches and each connected worker's caches (the remote
+Workloads and Jobs of our origin), asks the planner, and writes: remote deletes first, then
+the Job on the winner (or its status back to the manager's Job), then the manager
+Workload's status. Every write to the manager's Workload carries a resourceVersion
+precondition; a conflict means the view was stale and the key is reconciled again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from manager.api import constants as c
+from manager.api import kueue
+from manager.api.core import Job
+from manager.api.meta import Condition
+from manager.controllers.caches import Caches
+from manager.controllers.events import EventRecorder, InvolvedObject
+from manager.kube.client import KubeClient
+from manager.kube.errors import AlreadyExistsError, ConflictError, KubeError, NotFoundError
+from manager.kube.informer import Informer
+from manager.multikueue.clusters import ClusterController
+from manager.multikueue.plan import (
+    DEACTIVATION_TARGET,
+    JOB_ADAPTER_KIND,
+    REASON_EVICTED_ON_MANAGER,
+    REASON_MULTIKUEUE,
+    SYNC_DEFERRED_REQUEUE,
+    ClusterHealth,
+    Plan,
+    WorkloadInputs,
+    has_quota,
+    incremental_nomination,
+    multikueue_check,
+    plan_workload,
+    remote_copy,
+)
+from manager.multikueue.remote import RemoteCluster
+from manager.multikueue.settings import Settings
+from manager.runtime.controller import Controller, Result
+from manager.runtime.metrics import REGISTRY
+
+log = logging.getLogger("kfed.multikueue.workload")
+
+PROBLEM_RETRY = 5.0  # seconds before a copy that could not be made is tried again
+# Labels the Job controller puts on a Job's pod template; a copy must not carry them.
+_CONTROLLER_TEMPLATE_LABELS = ("controller-uid", "batch.kubernetes.io/controller-uid", "job-name", "batch.kubernetes.io/job-name")
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def owner_kind(ref: Any) -> str:
+    """Kueue's GVK string, e.g. `batch/v1, Kind=Job`."""
+    return f"{ref.api_version}, Kind={ref.kind}"
+
+
+def remote_job(job: Job, *, workload_name: str, origin: str) -> dict[str, Any]:
+    """Kueue's batch Job adapter: the manager's Job for a worker, with the selector and the
+    controller's template labels dropped, managedBy cleared, and our origin and the prebuilt
+    Workload's name set. It keeps `suspend` (true): the worker's Kueue starts it."""
+    raw = job.to_dict()
+    spec = dict(raw.get("spec") or {})
+    spec.pop("selector", None)
+    spec.pop("managedBy", None)
+    template = dict(spec.get("template") or {})
+    meta = dict(template.get("metadata") or {})
+    if meta.get("labels"):
+        meta["labels"] = {k: v for k, v in meta["labels"].items() if k not in _CONTROLLER_TEMPLATE_LABELS}
+    template["metadata"] = meta
+    spec["template"] = template
+    labels = dict(job.metadata.labels or {})
+    labels[c.MULTIKUEUE_ORIGIN_LABEL] = origin
+    labels[c.PREBUILT_WORKLOAD_LABEL] = workload_name
+    metadata: dict[str, Any] = {"name": job.name, "namespace": job.namespace, "labels": labels}
+    if job.metadata.annotations:
+        metadata["annotations"] = dict(job.metadata.annotations)
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": spec}
+
+
+def job_status_update(local: Job, remote: Job) -> tuple[dict[str, Any] | None, bool]:
+    """Kueue's determineStatusUpdate: (the status to give the manager's Job, or None to keep
+    it; deferred). The worker's status is copied once the manager's Job runs, while both are
+    suspended (so an eviction's active=0 comes back), or when the worker's Job finished."""
+    remote_status = remote.status.to_dict() if remote.status else {}
+    if local.spec.suspend is not True or remote.spec.suspend is True or _finished(remote):
+        return remote_status, False
+    return None, True
+
+
+def _finished(job: Job) -> bool:
+    conditions = (job.status.conditions if job.status else None) or []
+    return any(cond.type in ("Complete", "Failed") and cond.status == "True" for cond in conditions)
+
+
+class WorkloadController:
+    def __init__(
+        self,
+        client: KubeClient,
+        caches: Caches,
+        *,
+        settings: Settings,
+        clusters: ClusterController,
+        configs: Informer[kueue.MultiKueueConfig],
+        recorder: EventRecorder | None = None,
+        clock: Callable[[], datetime] = _utcnow,
+        workers: int = 16,
+    ) -> None:
+        self.client = client
+        self.caches = caches
+        self.settings = settings
+        self.clusters = clusters
+        self.configs = configs
+        self.recorder = recorder
+        self.clock = clock
+        self.is_leader = False
+        self.controller = Controller("multikueue-workload", self.reconcile, workers=workers)
+        self.deleted: dict[str, kueue.Workload] = {}
+        self.problems: dict[tuple[str, str], str] = {}  # (workload key, cluster) -> why no copy there
+        self.blocked: dict[tuple[str, str], str] = {}  # (workload key, cluster) -> a foreign Job
+        self.round_started: dict[str, datetime] = {}  # Incremental dispatcher rounds
+        self.dispatched_at: dict[str, datetime] = {}
+        self._dispatched = REGISTRY.counter(
+            "kfed_multikueue_workloads_dispatched_total", "Remote Workload copies created, per cluster.", ("cluster_queue", "cluster")
+        )
+        self._admitted = REGISTRY.counter(
+            "kfed_multikueue_workloads_admitted_total", "Workloads admitted through a worker, per cluster.", ("cluster_queue", "cluster")
+        )
+        self._retried = REGISTRY.counter(
+            "kfed_multikueue_workloads_retried_total", "Admissions lost or evicted on a worker, per cluster.", ("cluster_queue", "cluster")
+        )
+        self._latency = REGISTRY.histogram(
+            "kfed_multikueue_dispatch_to_admission_seconds",
+            "From the first remote copy to the check turning Ready, per cluster.",
+            ("cluster",),
+            buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300, 900),
+        )
+        caches.workloads.add_handler(self._on_local)
+
+    # --- events ------------------------------------------------------------------------------------
+    def _is_multikueue(self, wl: kueue.Workload) -> bool:
+        return self._check_name(wl) is not None
+
+    def _check_name(self, wl: kueue.Workload) -> str | None:
+        for check in (wl.status.admission_checks if wl.status else None) or []:
+            ac = self.caches.admission_checks.get(check.name)
+            if ac is not None and ac.spec.controller_name == c.MULTIKUEUE_CONTROLLER_NAME:
+                return check.name
+        return None
+
+    def _on_local(self, kind: str, old: kueue.Workload | None, new: kueue.Workload | None) -> None:
+        wl = new or old
+        if wl is None or not self._is_multikueue(wl):
+            return
+        if new is None:
+            self.deleted[wl.key] = wl
+        if self.is_leader:
+            self.controller.enqueue(wl.key)
+
+    def on_remote_object(self, remote: RemoteCluster, namespace: str, name: str) -> None:
+        if self.is_leader:
+            self.controller.enqueue(f"{namespace}/{name}")
+
+    def on_connection_change(self, remote: RemoteCluster) -> None:
+        """A worker came or went: every MultiKueue workload may have something new to do."""
+        self.resync()
+
+    def resync(self) -> None:
+        if not self.is_leader:
+            return
+        for wl in self.caches.workloads.items():
+            if self._is_multikueue(wl):
+                self.controller.enqueue(wl.key)
+        for key in list(self.deleted):
+            self.controller.enqueue(key)
+
+    def _event(self, wl: kueue.Workload, kind: str, message: str) -> None:
+        if self.recorder is not None:
+            self.recorder.emit(
+                InvolvedObject(f"{c.GROUP}/{c.STORAGE_VERSION}", "Workload", wl.namespace, wl.name, wl.metadata.uid or ""),
+                type=kind,
+                reason=REASON_MULTIKUEUE,
+                message=message,
+            )
+
+    # --- reading -----------------------------------------------------------------------------------
+    def _config_clusters(self, check_name: str) -> list[str] | None:
+        ac = self.caches.admission_checks.get(check_name)
+        params = ac.spec.parameters if ac is not None else None
+        if params is None or params.kind != "MultiKueueConfig":
+            return None
+        config = self.configs.get(params.name)
+        return list(config.spec.clusters) if config is not None else None
+
+    def _health(self, names: list[str]) -> list[ClusterHealth]:
+        out = []
+        now = self.clock()
+        for name in names:
+            remote = self.clusters.remotes.get(name)
+            if remote is None:
+                out.append(ClusterHealth(name, False, self.clusters.removed_at.setdefault(name, now)))
+            else:
+                out.append(ClusterHealth(name, remote.connected, remote.lost_since))
+        return out
+
+    def _local_job(self, wl: kueue.Workload) -> tuple[Job | None, Any]:
+        owner = next((ref for ref in wl.metadata.owner_references or [] if ref.controller), None)
+        if owner is None and wl.metadata.owner_references:
+            owner = wl.metadata.owner_references[0]
+        if owner is None or owner_kind(owner) != JOB_ADAPTER_KIND:
+            return None, owner
+        return self.caches.jobs.get(f"{wl.namespace}/{owner.name}"), owner
+
+    # --- reconcile ---------------------------------------------------------------------------------
+    async def reconcile(self, key: str) -> Result | None:
+        if not self.is_leader:
+            return None
+        local = self.caches.workloads.get(key)
+        deleted = local is None or local.metadata.deletion_timestamp is not None
+        if local is None:
+            local = self.deleted.get(key)
+            if local is None:
+                return None
+        check_name = self._check_name(local)
+        if check_name is None:
+            self._forget(key)
+            return None
+        names = self._config_clusters(check_name) or []
+        health = self._health(names)
+        connected = {h.name: self.clusters.remotes[h.name] for h in health if h.connected}
+        remotes = {}
+        for name, remote in connected.items():
+            found = remote.workload(key)
+            if found is not None:
+                remotes[name] = found
+        job, owner = self._local_job(local)
+        if deleted:
+            await self._delete_everywhere(key, connected, remotes)
+            self._forget(key)
+            return None
+        now = self.clock()
+        if await self._dispatch_incrementally(local, check_name, names, now):
+            return None
+        inputs = WorkloadInputs(
+            local=local,
+            check_name=check_name,
+            clusters=health,
+            remotes=remotes,
+            now=now,
+            worker_lost_timeout=self.settings.worker_lost_timeout,
+            dispatcher=self.settings.dispatcher_name,
+            owner_kind=owner_kind(owner) if owner is not None else None,
+            owner_managed_by=job.spec.managed_by if job is not None else (c.MULTIKUEUE_MANAGED_BY if owner is not None else None),
+            local_job_active=(job.status.active or 0) if job is not None and job.status is not None else 0,
+            problems={cl: msg for (k, cl), msg in self.problems.items() if k == key},
+            blocked={cl: msg for (k, cl), msg in self.blocked.items() if k == key},
+        )
+        plan = plan_workload(inputs)
+        return await self._execute(key, local, job, plan, connected, check_name)
+
+    def _forget(self, key: str) -> None:
+        self.deleted.pop(key, None)
+        self.round_started.pop(key, None)
+        self.dispatched_at.pop(key, None)
+        for table in (self.problems, self.blocked):
+            for k in [k for k in table if k[0] == key]:
+                del table[k]
+
+    async def _dispatch_incrementally(self, local: kueue.Workload, check_name: str, names: list[str], now: datetime) -> bool:
+        """The Incremental dispatcher (Kueue runs it as its own controller): widen the
+        nomination by one step every round while nothing admits the workload."""
+        if self.settings.dispatcher_name != c.DISPATCHER_INCREMENTAL:
+            return False
+        check = multikueue_check(local, check_name)
+        status = local.status
+        if check is None or check.state != "Pending" or not has_quota(local) or (status and status.cluster_name):
+            self.round_started.pop(local.key, None)
+            return False
+        nominated = list(status.nominated_cluster_names or []) if status else []
+        wider = incremental_nomination(
+            config_clusters=names,
+            nominated=nominated,
+            step=self.settings.step_size,
+            round_started=self.round_started.get(local.key),
+            now=now,
+        )
+        if wider is None:
+            return False
+        await self._patch_local(local, {"nominatedClusterNames": wider})
+        self.round_started[local.key] = now
+        return True
+
+    async def _execute(
+        self, key: str, local: kueue.Workload, job: Job | None, plan: Plan, connected: dict[str, RemoteCluster], check_name: str
+    ) -> Result | None:
+        requeue = plan.requeue_after
+        for cluster in plan.delete:
+            if cluster in connected:
+                await self._remove_remote(connected[cluster], key)
+        for cluster in plan.update_spec:
+            await self._forward_priority(connected[cluster], local)
+        if plan.deactivate is not None:
+            cluster, message = plan.deactivate
+            await self._deactivate_remote(connected[cluster], key, message)
+        if plan.sync_job is not None and job is not None:
+            deferred = await self._sync_job(connected[plan.sync_job], key, local, job)
+            if deferred:
+                requeue = SYNC_DEFERRED_REQUEUE if requeue is None else min(requeue, SYNC_DEFERRED_REQUEUE)
+            if (key, plan.sync_job) in self.blocked:
+                return Result(requeue_after=0.1)  # a foreign Job: plan again without that worker
+        if plan.stop_local_job and job is not None:
+            await self._stop_local_job(job)
+        if plan.finish is not None:
+            await self._finish(local, *plan.finish)
+            return None
+        for cluster in plan.create:
+            if await self._create_remote(connected[cluster], key, local):
+                requeue = PROBLEM_RETRY if requeue is None else min(requeue, PROBLEM_RETRY)
+        if plan.check is not None or plan.nominate is not None:
+            await self._write_check(local, check_name, plan)
+        cq = local.status.admission.cluster_queue if local.status and local.status.admission else ""
+        if plan.admitted_on is not None:
+            self._admitted.inc(cq, plan.admitted_on)
+            started = self.dispatched_at.pop(key, None)
+            if started is not None:
+                self._latency.observe((self.clock() - started).total_seconds(), plan.admitted_on)
+        if plan.retried_on is not None:
+            self._retried.inc(cq, plan.retried_on)
+        for kind, message in plan.events:
+            self._event(local, kind, message)
+        return Result(requeue_after=requeue) if requeue is not None else None
+
+    # --- writes on workers -------------------------------------------------------------------------
+    async def _delete_everywhere(self, key: str, connected: dict[str, RemoteCluster], remotes: dict[str, kueue.Workload]) -> None:
+        for name, remote in connected.items():
+            if name in remotes or remote.job_for(key) is not None:
+                await self._remove_remote(remote, key)
+
+    async def _remove_remote(self, remote: RemoteCluster, key: str) -> None:
+        """Our Job first (only if it carries our origin: the cache holds nothing else), then the
+        copy, its finalizer removed first (Kueue does the same)."""
+        client = remote.client
+        if client is None:
+            return
+        namespace, _, name = key.partition("/")
+        job = remote.job_for(key)
+        if job is not None and (job.metadata.labels or {}).get(c.MULTIKUEUE_ORIGIN_LABEL) == self.settings.origin:
+            with contextlib.suppress(NotFoundError):
+                await client.delete(Job, job.name, namespace=namespace, propagation="Background", uid=job.metadata.uid)
+        copy = remote.workload(key)
+        if copy is not None and copy.metadata.finalizers:
+            kept = [f for f in copy.metadata.finalizers if f != c.RESOURCE_IN_USE_FINALIZER]
+            with contextlib.suppress(NotFoundError, ConflictError):
+                await client.patch(kueue.Workload, name, {"metadata": {"finalizers": kept or None}}, namespace=namespace)
+        with contextlib.suppress(NotFoundError):
+            await client.delete(kueue.Workload, name, namespace=namespace)
+
+    async def _create_remote(self, remote: RemoteCluster, key: str, local: kueue.Workload) -> bool:
+        """Make the copy; returns True when it could not be made (the reason is kept for the
+        manager's check message)."""
+        client = remote.client
+        if client is None:
+            return False
+        try:
+            await client.create(kueue.Workload, remote_copy(local, origin=self.settings.origin), namespace=local.namespace)
+        except AlreadyExistsError:
+            pass
+        except NotFoundError:
+            self.problems[(key, remote.name)] = f'namespace "{local.namespace}" not found'
+            return True
+        except KubeError as err:
+            self.problems[(key, remote.name)] = f"cannot create the copy: {err}"
+            return True
+        self.problems.pop((key, remote.name), None)
+        cq = local.status.admission.cluster_queue if local.status and local.status.admission else ""
+        self._dispatched.inc(cq, remote.name)
+        self.dispatched_at.setdefault(key, self.clock())
+        return False
+
+    async def _forward_priority(self, remote: RemoteCluster, local: kueue.Workload) -> None:
+        if remote.client is None:
+            return
+        spec = local.spec.to_dict()
+        patch = {"spec": {name: spec.get(name) for name in ("priority", "priorityClassRef")}}
+        with contextlib.suppress(NotFoundError):
+            await remote.client.patch(kueue.Workload, local.name, patch, namespace=local.namespace)
+
+    async def _deactivate_remote(self, remote: RemoteCluster, key: str, message: str) -> None:
+        """Kueue's SetDeactivationTarget on the copy: the worker evicts it and stops its Job."""
+        copy = remote.workload(key)
+        if copy is None or remote.client is None:
+            return
+        old = copy.status.conditions if copy.status else None
+        target = Condition(
+            type=DEACTIVATION_TARGET,
+            status="True",
+            reason=REASON_EVICTED_ON_MANAGER,
+            message=message,
+            last_transition_time=self.clock(),
+            observed_generation=copy.metadata.generation,
+        )
+        conditions = [cond.to_dict() for cond in old or [] if cond.type != DEACTIVATION_TARGET] + [target.to_dict()]
+        patch = {"metadata": {"resourceVersion": copy.metadata.resource_version}, "status": {"conditions": conditions}}
+        await remote.client.patch(kueue.Workload, copy.name, patch, namespace=copy.namespace, subresource="status")
+
+    async def _sync_job(self, remote: RemoteCluster, key: str, local: kueue.Workload, job: Job) -> bool:
+        """Create the Job on the worker, or copy its status back. Returns True when deferred."""
+        client = remote.client
+        if client is None:
+            return False
+        theirs = remote.job_for(key)
+        if theirs is None:
+            try:
+                await client.create(Job, remote_job(job, workload_name=local.name, origin=self.settings.origin), namespace=job.namespace)
+                return False
+            except AlreadyExistsError:
+                found = await client.get(Job, job.name, namespace=job.namespace)
+                if (found.metadata.labels or {}).get(c.MULTIKUEUE_ORIGIN_LABEL) == self.settings.origin:
+                    theirs = found
+                else:
+                    message = f'a Job "{job.namespace}/{job.name}" that this manager did not create exists there; it is left alone'
+                    self.blocked[(key, remote.name)] = message
+                    self._event(local, "Warning", f'worker cluster "{remote.name}": {message}')
+                    await self._remove_copy_only(remote, key)
+                    return False
+        status, deferred = job_status_update(job, theirs)
+        if status is not None and status != (job.status.to_dict() if job.status else {}):
+            current = job.status.to_dict() if job.status else {}
+            body: dict[str, Any] = {name: None for name in current if name not in status}
+            body.update(status)
+            await self.client.patch(Job, job.name, {"status": body}, namespace=job.namespace, subresource="status")
+        return deferred
+
+    async def _remove_copy_only(self, remote: RemoteCluster, key: str) -> None:
+        if remote.client is None:
+            return
+        namespace, _, name = key.partition("/")
+        with contextlib.suppress(NotFoundError):
+            await remote.client.delete(kueue.Workload, name, namespace=namespace)
+
+    async def _stop_local_job(self, job: Job) -> None:
+        with contextlib.suppress(NotFoundError):
+            await self.client.patch(Job, job.name, {"status": {"active": 0, "ready": 0}}, namespace=job.namespace, subresource="status")
+
+    # --- writes on the manager ---------------------------------------------------------------------
+    async def _patch_local(self, local: kueue.Workload, status: dict[str, Any]) -> None:
+        patch = {"metadata": {"resourceVersion": local.metadata.resource_version}, "status": status}
+        await self.client.patch(kueue.Workload, local.name, patch, namespace=local.namespace, subresource="status")
+
+    async def _finish(self, local: kueue.Workload, reason: str, message: str) -> None:
+        """Kueue's workloadfinish.Finish with the worker's reason and message."""
+        old = local.status.conditions if local.status else None
+        cond = Condition(type=c.FINISHED, status="True", reason=reason, message=message[:32768], last_transition_time=self.clock())
+        conditions = [x.to_dict() for x in old or [] if x.type != c.FINISHED] + [cond.to_dict()]
+        await self._patch_local(local, {"conditions": conditions})
+
+    async def _write_check(self, local: kueue.Workload, check_name: str, plan: Plan) -> None:
+        status: dict[str, Any] = {}
+        update = plan.check
+        if update is not None:
+            now = self.clock()
+            checks = []
+            for check in (local.status.admission_checks if local.status else None) or []:
+                entry = check.to_dict()
+                if check.name == check_name:
+                    entry["state"] = update.state
+                    entry["message"] = update.message
+                    if check.state != update.state or update.state in ("Ready", "Retry"):
+                        entry["lastTransitionTime"] = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+                checks.append(entry)
+            status["admissionChecks"] = checks
+            if update.cluster_name is not None:
+                status["clusterName"] = update.cluster_name
+            if update.clear_nominated:
+                status["nominatedClusterNames"] = None
+        if plan.nominate is not None and "nominatedClusterNames" not in status:
+            status["nominatedClusterNames"] = plan.nominate or None
+        await self._patch_local(local, status)
