@@ -1,10 +1,16 @@
-"""Tiers are marked by folder: tests/unit, tests/integration, tests/e2e (`pytest -m unit`, ...)."""
+"""Tiers are marked by folder: tests/unit, tests/integration, tests/e2e (`pytest -m unit`, ...).
+The real-cluster fixtures are shared by the integration and e2e tiers: one provider per session."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from manager.kube.client import KubeClient
+from tests.harness import Provider, provider_session
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_EXAMPLES = REPO_ROOT.parent / "shared" / "examples"
@@ -15,3 +21,44 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         tier = Path(str(item.fspath)).relative_to(REPO_ROOT / "tests").parts[0]
         if tier in ("unit", "integration", "e2e"):
             item.add_marker(getattr(pytest.mark, tier))
+
+
+@pytest.fixture(scope="session")
+def provider(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Provider]:
+    with provider_session(tmp_path_factory.mktemp("clusters")) as created:
+        yield created
+
+
+@pytest.fixture(scope="session")
+def manager_cluster(provider: Provider) -> Any:
+    return provider.create(["manager"])[0]
+
+
+@pytest.fixture(scope="session")
+def worker_clusters(provider: Provider) -> Callable[[int], list[Any]]:
+    """`worker_clusters(n)`: the first n worker clusters, started (in parallel) on first use."""
+    started: list[Any] = []
+
+    def get(count: int) -> list[Any]:
+        missing = [f"worker{i}" for i in range(len(started) + 1, count + 1)]
+        if missing:
+            started.extend(provider.create(missing))
+        return started[:count]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def jobs_cluster(provider: Provider) -> Any:
+    """A cluster with kube-controller-manager, kube-scheduler and kwok nodes: Jobs really run."""
+    return provider.create(["jobs"], jobs=True)[0]
+
+
+@pytest.fixture
+async def kube(cluster: Any) -> AsyncIterator[KubeClient]:
+    """kfed's own gateway to the test module's `cluster`, as a user's tooling would hold one."""
+    client = await KubeClient.from_kubeconfig(cluster.kubeconfig(), name="test")
+    try:
+        yield client
+    finally:
+        await client.close()

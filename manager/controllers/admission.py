@@ -43,7 +43,7 @@ def utcnow() -> datetime:
 def status_patch(write: StatusWrite, current: kueue.WorkloadStatus | None) -> dict[str, Any]:
     """A merge patch that sets the owned status fields and clears those the engine dropped."""
     body = write.status.to_dict()
-    for name in ("admission", "resourceRequests"):
+    for name in ("admission", "resourceRequests", "clusterName", "nominatedClusterNames"):
         if name not in body and current is not None and current.to_dict().get(name) is not None:
             body[name] = None
     return {"metadata": {"resourceVersion": write.resource_version}, "status": body}

@@ -154,19 +154,20 @@ class JobController:
             active = (job.status.active if job.status else 0) or 0
             if active > 0:
                 return Result(requeue_after=1.0)  # its pods are still going; the Job's update wakes us too
+            if job.status is not None and job.status.start_time is not None:
+                # Same as Kueue's stop: clear startTime. Kubernetes lets a suspended Job's
+                # template change only without it, and a Job handed to MultiKueue gets the
+                # next run's startTime from the worker that runs it.
+                await self.client.patch(
+                    Job,
+                    job.name,
+                    {"metadata": {"resourceVersion": job.metadata.resource_version}, "status": {"startTime": None}},
+                    namespace=job.namespace,
+                    subresource="status",
+                )
+                return None  # the update wakes us with the new Job
             restore = restore_job_patch(job, wl)
             if restore is not None:
-                if job.status is not None and job.status.start_time is not None:
-                    # Same as Kueue: Kubernetes lets a suspended Job's template change only while
-                    # it has no startTime, so clear it (the Job controller sets it again on resume).
-                    await self.client.patch(
-                        Job,
-                        job.name,
-                        {"metadata": {"resourceVersion": job.metadata.resource_version}, "status": {"startTime": None}},
-                        namespace=job.namespace,
-                        subresource="status",
-                    )
-                    return None  # the update wakes us with the new Job
                 await self.client.patch(Job, job.name, restore, namespace=job.namespace)
             await self._release(wl)
         return None

@@ -321,7 +321,8 @@ class LocalCluster:
             raise ClusterError(f"{err}; see {self.components['kube-apiserver'].log} and {self.components['etcd'].log}") from None
         if self.jobs:
             for name in ("kube-controller-manager", "kube-scheduler", "kwok"):
-                self.components[name].start()
+                if not self.components[name].running():  # an apiserver restart keeps them
+                    self.components[name].start()
             self.create_fake_nodes()
             wait_for(self._nodes_ready, timeout=timeout, what=f"{self.name} fake nodes Ready (see {self.components['kwok'].log})")
             wait_for(self._default_service_account, timeout=timeout, what=f"{self.name} default ServiceAccount")

@@ -21,6 +21,10 @@ from manager.api.kueue import AdmissionCheckState, Workload
 from manager.api.meta import Condition, find_condition, is_condition_true
 
 REASON_MULTIKUEUE = "MultiKueue"
+# kfed's own mark on a copy: which reservation of the manager's Workload it was made for. A
+# worker that was unreachable while the workload was evicted and dispatched again comes back
+# with a copy from an earlier round; that copy must never win or finish the workload.
+DISPATCH_ROUND_ANNOTATION = "kfed.dev/dispatch-round"
 DEACTIVATION_TARGET = "DeactivationTarget"
 REASON_EVICTED_ON_MANAGER = "EvictedOnManagerCluster"
 JOB_ADAPTER_KIND = "batch/v1, Kind=Job"  # Kueue's GVK string for the one adapter kfed has
@@ -136,14 +140,22 @@ def _other_checks_ready(wl: Workload, name: str) -> bool:
     return all(check.state == "Ready" for check in (wl.status.admission_checks if wl.status else None) or [] if check.name != name)
 
 
-def remote_copy(local: Workload, *, origin: str) -> dict[str, Any]:
+def dispatch_round(local: Workload, check: AdmissionCheckState | None) -> str:
+    """The current reservation of the manager's Workload: when its quota was reserved, and how
+    many times its MultiKueue check was retried."""
+    reserved = find_condition(_conditions(local), c.QUOTA_RESERVED)
+    when = reserved.last_transition_time.strftime("%Y-%m-%dT%H:%M:%SZ") if reserved and reserved.last_transition_time else ""
+    return f"{when}/{(check.retry_count if check else None) or 0}"
+
+
+def remote_copy(local: Workload, *, origin: str, check_name: str) -> dict[str, Any]:
     """Kueue's clone for a worker: name, namespace, labels (without the job UID, with our
-    origin), annotations and the whole spec; no owner, no status."""
+    origin), annotations and the whole spec; no owner, no status. kfed adds the dispatch round."""
     labels = {k: v for k, v in (local.metadata.labels or {}).items() if k != c.JOB_UID_LABEL}
     labels[c.MULTIKUEUE_ORIGIN_LABEL] = origin
-    metadata: dict[str, Any] = {"name": local.name, "namespace": local.namespace, "labels": labels}
-    if local.metadata.annotations:
-        metadata["annotations"] = dict(local.metadata.annotations)
+    annotations = dict(local.metadata.annotations or {})
+    annotations[DISPATCH_ROUND_ANNOTATION] = dispatch_round(local, multikueue_check(local, check_name))
+    metadata: dict[str, Any] = {"name": local.name, "namespace": local.namespace, "labels": labels, "annotations": annotations}
     return {"apiVersion": f"{c.GROUP}/{c.STORAGE_VERSION}", "kind": "Workload", "metadata": metadata, "spec": local.spec.to_dict()}
 
 
@@ -188,6 +200,15 @@ def plan_workload(inputs: WorkloadInputs) -> Plan:
             plan.requeue_after = inputs.worker_lost_timeout.total_seconds()
         return plan
 
+    # Copies from an earlier round (a worker that was unreachable while the workload was
+    # evicted and dispatched again) are deleted and never read.
+    current_round = dispatch_round(local, check)
+    for cluster in sorted(remotes):
+        made_for = (remotes[cluster].metadata.annotations or {}).get(DISPATCH_ROUND_ANNOTATION)
+        if made_for is not None and made_for != current_round:
+            plan.delete.append(cluster)
+            del remotes[cluster]
+
     # 4. A copy finished on a worker.
     finished = _earliest(remotes, c.FINISHED)
     if finished is not None:
@@ -227,7 +248,7 @@ def plan_workload(inputs: WorkloadInputs) -> Plan:
             continue
         if _without(remote_spec, _PRIORITY_FIELDS) == _without(local_spec, _PRIORITY_FIELDS):
             plan.update_spec.append(cluster)
-        else:
+        elif cluster not in plan.delete:
             plan.delete.append(cluster)
             del remotes[cluster]
 

@@ -141,18 +141,28 @@ class RemoteCluster:
         self.on_change(self)
 
     async def _run(self, kubeconfig: dict[str, Any]) -> None:
-        retrying = AsyncRetrying(
-            retry=retry_if_exception_type(ConnectionFailedError),
-            wait=wait_exponential(multiplier=RETRY_BASE_SECONDS, max=RETRY_MAX_SECONDS),
-            before_sleep=self._before_sleep,
-            reraise=True,
-        )
-        async for attempt in retrying:
-            with attempt:
-                await self._connect_and_watch(kubeconfig)
+        """Connect with backoff, watch until the connection fails, and start over: a
+        connection that worked resets the backoff, so the first retry after a drop comes
+        at once and the next ones 5 s, 10 s, 20 s, ... later."""
+        while True:
+            retrying = AsyncRetrying(
+                retry=retry_if_exception_type(ConnectionFailedError),
+                wait=wait_exponential(multiplier=RETRY_BASE_SECONDS, max=RETRY_MAX_SECONDS),
+                before_sleep=self._before_sleep,
+                reraise=True,
+            )
+            async for attempt in retrying:
+                with attempt:
+                    await self._connect(kubeconfig)
+            try:
+                await self._watch()
+            except ConnectionFailedError as err:
+                self.last_error = str(err)
+                log.warning("worker connection lost", extra={"cluster": self.name, "error": self.last_error})
+                self._mark_disconnected()
 
-    async def _connect_and_watch(self, kubeconfig: dict[str, Any]) -> None:
-        """Build the client, open every watch within a deadline, then watch until one fails."""
+    async def _connect(self, kubeconfig: dict[str, Any]) -> None:
+        """Build the client and open every watch within a deadline."""
         await self._close_client()
         try:
             client = await KubeClient.from_kubeconfig(
@@ -160,6 +170,8 @@ class RemoteCluster:
             )
         except KubeconfigError as err:
             raise ConnectionFailedError(str(err)) from None
+        # The connection has its own backoff: a failed list must fail the attempt at once.
+        client.retry_attempts = 1
         if self.observe_latency is not None:
             observe = self.observe_latency
             client.observe_latency = lambda verb, seconds: observe(self.name, verb, seconds)
@@ -188,7 +200,11 @@ class RemoteCluster:
         self.last_error = ""
         log.info("worker connected", extra={"cluster": self.name})
         self.on_change(self)
-        watches = [asyncio.create_task(informer.watch_until_error()) for informer in (workloads, jobs)]
+
+    async def _watch(self) -> None:
+        """Watch until one of the watches fails; raises ConnectionFailedError."""
+        assert self.workloads is not None and self.jobs is not None
+        watches = [asyncio.create_task(informer.watch_until_error()) for informer in (self.workloads, self.jobs)]
         try:
             done, _ = await asyncio.wait(watches, return_when=asyncio.FIRST_COMPLETED)
             for task in done:

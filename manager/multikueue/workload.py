@@ -22,7 +22,7 @@ from manager.api.core import Job
 from manager.api.meta import Condition
 from manager.controllers.caches import Caches
 from manager.controllers.events import EventRecorder, InvolvedObject
-from manager.kube.client import KubeClient
+from manager.kube.client import JSON_PATCH, KubeClient
 from manager.kube.errors import AlreadyExistsError, ConflictError, KubeError, NotFoundError
 from manager.kube.informer import Informer
 from manager.multikueue.clusters import ClusterController
@@ -90,8 +90,12 @@ def job_status_update(local: Job, remote: Job) -> tuple[dict[str, Any] | None, b
     it; deferred). The worker's status is copied once the manager's Job runs, while both are
     suspended (so an eviction's active=0 comes back), or when the worker's Job finished."""
     remote_status = remote.status.to_dict() if remote.status else {}
-    if local.spec.suspend is not True or remote.spec.suspend is True or _finished(remote):
+    if _finished(remote) or (local.spec.suspend is True and remote.spec.suspend is True):
         return remote_status, False
+    if local.spec.suspend is not True and (remote_status.get("startTime") or not (local.status and local.status.start_time)):
+        return remote_status, False
+    # The manager's Job waits to be unsuspended, or the worker's has not started yet (a
+    # running Job's startTime may not be removed): copy later.
     return None, True
 
 
@@ -316,15 +320,18 @@ class WorkloadController:
             if (key, plan.sync_job) in self.blocked:
                 return Result(requeue_after=0.1)  # a foreign Job: plan again without that worker
         if plan.stop_local_job and job is not None:
+            log.info("the worker that ran the Job is lost; its pods count as gone", extra={"key": key})
             await self._stop_local_job(job)
         if plan.finish is not None:
             await self._finish(local, *plan.finish)
             return None
         for cluster in plan.create:
-            if await self._create_remote(connected[cluster], key, local):
+            if await self._create_remote(connected[cluster], key, local, check_name):
                 requeue = PROBLEM_RETRY if requeue is None else min(requeue, PROBLEM_RETRY)
         if plan.check is not None or plan.nominate is not None:
             await self._write_check(local, check_name, plan)
+            if plan.check is not None:
+                log.info("admission check", extra={"key": key, "state": plan.check.state, "detail": plan.check.message})
         cq = local.status.admission.cluster_queue if local.status and local.status.admission else ""
         if plan.admitted_on is not None:
             self._admitted.inc(cq, plan.admitted_on)
@@ -362,14 +369,16 @@ class WorkloadController:
         with contextlib.suppress(NotFoundError):
             await client.delete(kueue.Workload, name, namespace=namespace)
 
-    async def _create_remote(self, remote: RemoteCluster, key: str, local: kueue.Workload) -> bool:
+    async def _create_remote(self, remote: RemoteCluster, key: str, local: kueue.Workload, check_name: str) -> bool:
         """Make the copy; returns True when it could not be made (the reason is kept for the
         manager's check message)."""
         client = remote.client
         if client is None:
             return False
         try:
-            await client.create(kueue.Workload, remote_copy(local, origin=self.settings.origin), namespace=local.namespace)
+            await client.create(
+                kueue.Workload, remote_copy(local, origin=self.settings.origin, check_name=check_name), namespace=local.namespace
+            )
         except AlreadyExistsError:
             pass
         except NotFoundError:
@@ -432,10 +441,9 @@ class WorkloadController:
                     return False
         status, deferred = job_status_update(job, theirs)
         if status is not None and status != (job.status.to_dict() if job.status else {}):
-            current = job.status.to_dict() if job.status else {}
-            body: dict[str, Any] = {name: None for name in current if name not in status}
-            body.update(status)
-            await self.client.patch(Job, job.name, {"status": body}, namespace=job.namespace, subresource="status")
+            # The whole status, replaced (a merge patch would keep nested entries the worker dropped).
+            replace = [{"op": "add", "path": "/status", "value": status}]
+            await self.client.patch(Job, job.name, replace, namespace=job.namespace, subresource="status", content_type=JSON_PATCH)
         return deferred
 
     async def _remove_copy_only(self, remote: RemoteCluster, key: str) -> None:

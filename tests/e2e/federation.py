@@ -1,0 +1,233 @@
+"""A whole federation on the harness: a manager cluster running `python -m manager` and two
+workers (Jobs really run: kube-controller-manager, kube-scheduler, kwok) running
+`python -m worker_agent`, joined by kubeconfig Secrets, MultiKueueClusters, a
+MultiKueueConfig and an AdmissionCheck, as an administrator would set it up."""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from manager.api import constants as c
+from manager.api import kueue
+from manager.api.core import Job, Secret
+from manager.dev import federation
+from manager.dev.local import LocalCluster
+from manager.kube.client import KubeClient
+from tests.conftest import REPO_ROOT
+from tests.integration.controllers import SYSTEM_NAMESPACE, ControllerProcess, ensure_namespace, wait_webhooks
+
+CHECK = "mk"
+CONFIG = "mk"
+WORKER_LOST_TIMEOUT = 15  # seconds; short, so that the tests can wait it out
+GC_INTERVAL = 2
+RUNS = {"type": "kwok"}  # the fake nodes' label: pods schedule and complete
+PARKED = {"kfed-test/pool": "parked"}  # no node has it: pods stay Pending, the Job stays active
+LQ = "user-queue"
+
+
+def kueue_object(kind: str, name: str, spec: dict[str, Any], namespace: str | None = None) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": name}
+    if namespace:
+        metadata["namespace"] = namespace
+    return {"apiVersion": f"{c.GROUP}/v1beta2", "kind": kind, "metadata": metadata, "spec": spec}
+
+
+def secret_manifest(name: str, kubeconfig: dict[str, Any]) -> dict[str, Any]:
+    encoded = base64.b64encode(yaml.safe_dump(kubeconfig).encode()).decode()
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": SYSTEM_NAMESPACE},
+        "data": {"kubeconfig": encoded},
+    }
+
+
+def job_manifest(name: str, namespace: str, *, cpu: str = "1", priority_class: str | None = None) -> dict[str, Any]:
+    labels = {c.QUEUE_NAME_LABEL: LQ}
+    if priority_class:
+        labels[c.PRIORITY_CLASS_LABEL] = priority_class
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {
+            "parallelism": 1,
+            "completions": 1,
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{"name": "main", "image": "busybox", "resources": {"requests": {"cpu": cpu}}}],
+                }
+            },
+        },
+    }
+
+
+@dataclass
+class Federation:
+    manager: LocalCluster
+    workers: dict[str, LocalCluster]
+    directory: Path
+    process: ControllerProcess | None = None
+    agents: dict[str, ControllerProcess] = field(default_factory=dict)
+
+    @property
+    def config_file(self) -> Path:
+        return self.directory / "kueue-config.yaml"
+
+    def start_manager(self) -> ControllerProcess:
+        self.process = ControllerProcess(self.manager, self.directory, extra=[f"--config={self.config_file}"]).start()
+        self.process.wait_ready()
+        return self.process
+
+    def stop_apiserver(self, worker: str) -> None:
+        self.workers[worker].stop_component("kube-apiserver")
+
+    def start_apiserver(self, worker: str) -> None:
+        """Bring a worker's apiserver back. Its agent exits when it cannot renew its lease
+        (as client-go's leader election does); restart it, as its Deployment would."""
+        self.workers[worker].start_component("kube-apiserver")
+        agent = self.agents[worker]
+        if agent.exit_code() is not None or agent.process is None:
+            agent.process = None
+            agent.start()
+        agent.wait_ready()
+        wait_webhooks(self.workers[worker], agent)
+
+    def stop_manager(self, *, kill: bool = False) -> None:
+        if self.process is not None:
+            if kill:
+                self.process.kill()
+            else:
+                self.process.terminate()
+            self.process = None
+
+
+def build(provider: Any, directory: Path) -> Federation:
+    suffix = uuid.uuid4().hex[:4]
+    manager = provider.create([f"mk-manager-{suffix}"])[0]
+    w1, w2 = provider.create([f"mk-w1-{suffix}", f"mk-w2-{suffix}"], jobs=True)
+    fed = Federation(manager, {"worker1": w1, "worker2": w2}, directory)
+    crds = federation.crd_manifests(REPO_ROOT / "crds")
+    for cluster in [manager, w1, w2]:
+        federation.install_crds(cluster, crds)
+        ensure_namespace(cluster, SYSTEM_NAMESPACE)
+    for name, worker in fed.workers.items():
+        agent = ControllerProcess(worker, directory / name, component="worker_agent").start()
+        agent.wait_ready()
+        wait_webhooks(worker, agent)
+        fed.agents[name] = agent
+    fed.config_file.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+                "kind": "Configuration",
+                "multiKueue": {"gcInterval": f"{GC_INTERVAL}s", "workerLostTimeout": f"{WORKER_LOST_TIMEOUT}s"},
+            }
+        )
+    )
+    for name, worker in fed.workers.items():
+        federation.create(manager, secret_manifest(f"{name}-kubeconfig", worker.kubeconfig()))
+        federation.create(
+            manager,
+            kueue_object(
+                "MultiKueueCluster", name, {"clusterSource": {"kubeConfig": {"locationType": "Secret", "location": f"{name}-kubeconfig"}}}
+            ),
+        )
+    federation.create(manager, kueue_object("MultiKueueConfig", CONFIG, {"clusters": sorted(fed.workers)}))
+    federation.create(
+        manager,
+        kueue_object(
+            "AdmissionCheck",
+            CHECK,
+            {
+                "controllerName": c.MULTIKUEUE_CONTROLLER_NAME,
+                "parameters": {"apiGroup": c.GROUP, "kind": "MultiKueueConfig", "name": CONFIG},
+            },
+        ),
+    )
+    process = fed.start_manager()
+    wait_webhooks(manager, process)
+    return fed
+
+
+def stop(fed: Federation) -> None:
+    fed.stop_manager()
+    for agent in fed.agents.values():
+        agent.terminate()
+
+
+class Clients:
+    """kfed's own gateway to every cluster of the federation, for one test."""
+
+    def __init__(self, manager: KubeClient, workers: dict[str, KubeClient]) -> None:
+        self.manager = manager
+        self.workers = workers
+
+    @classmethod
+    async def open(cls, fed: Federation) -> Clients:
+        manager = await KubeClient.from_kubeconfig(fed.manager.kubeconfig(), name="test-manager")
+        workers = {name: await KubeClient.from_kubeconfig(w.kubeconfig(), name=f"test-{name}") for name, w in fed.workers.items()}
+        return cls(manager, workers)
+
+    async def close(self) -> None:
+        for client in [self.manager, *self.workers.values()]:
+            await client.close()
+
+    async def queues(
+        self, namespace: str, *, manager_cpu: int, worker_cpu: dict[str, int], labels: dict[str, str], tag: str
+    ) -> dict[str, str]:
+        """A namespace, a flavor and a ClusterQueue and LocalQueue on every cluster; the
+        manager's queue carries the MultiKueue check. Returns the ClusterQueue names."""
+        names = {"manager": f"{tag}-mgr", **{w: f"{tag}-{w}" for w in self.workers}}
+        await self._queue(self.manager, namespace, names["manager"], manager_cpu, {}, flavor=f"{tag}-flavor", check=CHECK)
+        for worker, client in self.workers.items():
+            await self._queue(client, namespace, names[worker], worker_cpu[worker], labels, flavor=f"{tag}-flavor")
+        return names
+
+    @staticmethod
+    async def _queue(
+        client: KubeClient, ns: str, cq: str, cpu: int, labels: dict[str, str], *, flavor: str, check: str | None = None
+    ) -> None:
+        await client.request("POST", "/api/v1/namespaces", body={"metadata": {"name": ns}})
+        await client.create(kueue.ResourceFlavor, kueue_object("ResourceFlavor", flavor, {"nodeLabels": labels} if labels else {}))
+        spec: dict[str, Any] = {
+            "namespaceSelector": {},
+            "resourceGroups": [
+                {"coveredResources": ["cpu"], "flavors": [{"name": flavor, "resources": [{"name": "cpu", "nominalQuota": cpu}]}]}
+            ],
+        }
+        if check:
+            spec["admissionChecksStrategy"] = {"admissionChecks": [{"name": check}]}
+            spec["preemption"] = {"withinClusterQueue": "LowerPriority"}
+        await client.create(kueue.ClusterQueue, kueue_object("ClusterQueue", cq, spec))
+        await client.create(kueue.LocalQueue, kueue_object("LocalQueue", LQ, {"clusterQueue": cq}, namespace=ns))
+
+    async def set_quota(self, client: KubeClient, cq: str, cpu: int) -> None:
+        current = await client.get(kueue.ClusterQueue, cq)
+        groups = current.spec.to_dict()["resourceGroups"]
+        groups[0]["flavors"][0]["resources"][0]["nominalQuota"] = cpu
+        await client.patch(kueue.ClusterQueue, cq, {"spec": {"resourceGroups": groups}})
+
+    async def manager_workload(self, namespace: str, job: str) -> kueue.Workload | None:
+        owner = await self.manager.get(Job, job, namespace=namespace)
+        for wl in (await self.manager.list(kueue.Workload, namespace=namespace)).items:
+            if any(ref.uid == owner.metadata.uid for ref in wl.metadata.owner_references or []):
+                return wl
+        return None
+
+    async def remote_jobs(self, namespace: str) -> dict[str, list[Job]]:
+        return {name: (await client.list(Job, namespace=namespace)).items for name, client in self.workers.items()}
+
+    async def remote_workloads(self, namespace: str) -> dict[str, list[kueue.Workload]]:
+        return {name: (await client.list(kueue.Workload, namespace=namespace)).items for name, client in self.workers.items()}
+
+    async def rotate_secret(self, worker: str, kubeconfig: dict[str, Any]) -> None:
+        body = secret_manifest(f"{worker}-kubeconfig", kubeconfig)
+        await self.manager.patch(Secret, f"{worker}-kubeconfig", {"data": body["data"]}, namespace=SYSTEM_NAMESPACE)

@@ -1,0 +1,255 @@
+"""MultiKueue end to end: Jobs submitted to the manager run on worker clusters, through real
+apiservers, the real Job controller and kwok nodes, with faults injected by stopping a
+worker's apiserver, rotating its Secret and restarting the manager."""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from manager.api import constants as c
+from manager.api import kueue
+from manager.api.core import Job, Secret
+from manager.api.meta import find_condition, is_condition_true
+from manager.kube.errors import NotFoundError
+from manager.multikueue.plan import multikueue_check
+from tests.e2e.federation import (
+    CHECK,
+    PARKED,
+    RUNS,
+    WORKER_LOST_TIMEOUT,
+    Clients,
+    Federation,
+    build,
+    job_manifest,
+    secret_manifest,
+    stop,
+)
+from tests.harness import Provider, eventually
+from tests.integration.controllers import SYSTEM_NAMESPACE
+
+
+@pytest.fixture(scope="module")
+def fed(provider: Provider, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]:
+    created = build(provider, Path(tmp_path_factory.mktemp("federation")))
+    try:
+        yield created
+    finally:
+        stop(created)
+
+
+@pytest.fixture
+async def kube(fed: Federation) -> AsyncIterator[Clients]:
+    clients = await Clients.open(fed)
+    try:
+        yield clients
+    finally:
+        await clients.close()
+
+
+@pytest.fixture
+def tag() -> str:
+    return f"t{uuid.uuid4().hex[:6]}"
+
+
+def cluster_condition(obj: Any) -> tuple[str, str, str] | None:
+    cond = find_condition(obj.status.conditions if obj.status else None, c.ACTIVE)
+    return (cond.status, cond.reason, cond.message) if cond else None
+
+
+async def admitted_on(kube: Clients, ns: str, job: str) -> str | None:
+    wl = await kube.manager_workload(ns, job)
+    check = multikueue_check(wl, CHECK) if wl else None
+    if (
+        wl is None
+        or check is None
+        or check.state != "Ready"
+        or not is_condition_true(wl.status.conditions if wl.status else None, "Admitted")
+    ):
+        return None
+    return wl.status.cluster_name if wl.status else None
+
+
+async def running_where(kube: Clients, ns: str, job: str) -> list[str]:
+    """The workers holding an unsuspended Job of this name."""
+    jobs = await kube.remote_jobs(ns)
+    return sorted(worker for worker, items in jobs.items() for j in items if j.name == job and j.spec.suspend is False)
+
+
+# --- the happy path ------------------------------------------------------------------------------------
+async def test_a_job_runs_on_exactly_one_worker_and_its_status_comes_back(kube: Clients, tag: str) -> None:
+    ns = f"{tag}-happy"
+    await kube.queues(ns, manager_cpu=4, worker_cpu={"worker1": 4, "worker2": 4}, labels=RUNS, tag=tag)
+    await kube.manager.create(Job, job_manifest("train", ns))
+
+    async def completed() -> Any:
+        job = await kube.manager.get(Job, "train", namespace=ns)
+        conditions = job.status.conditions if job.status else None
+        return job if any(cond.type == "Complete" and cond.status == "True" for cond in conditions or []) else None
+
+    job = await eventually(completed, timeout=90, what="the manager's Job Complete with the worker's status")
+    assert job.spec.managed_by == c.MULTIKUEUE_MANAGED_BY  # the manager's Job controller never ran it
+    assert job.status is not None and job.status.succeeded == 1 and job.status.start_time is not None
+    wl = await kube.manager_workload(ns, "train")
+    assert wl is not None and wl.status is not None
+    finished = find_condition(wl.status.conditions, c.FINISHED)
+    assert finished is not None and (finished.status, finished.reason) == ("True", "Succeeded")
+    assert wl.status.cluster_name in ("worker1", "worker2")
+    check = multikueue_check(wl, CHECK)
+    assert check is not None and check.message == f'The workload was admitted on "{wl.status.cluster_name}"'
+    # Pods ran on one worker only, and every remote object is gone after the finish.
+    pods = {name: (await client.request("GET", f"/api/v1/namespaces/{ns}/pods"))["items"] for name, client in kube.workers.items()}
+    assert sorted(name for name, items in pods.items() if items) in ([], [wl.status.cluster_name])
+
+    async def cleaned() -> bool:
+        jobs, wls = await kube.remote_jobs(ns), await kube.remote_workloads(ns)
+        return not any(jobs.values()) and not any(wls.values())
+
+    await eventually(cleaned, timeout=30, what="every remote Job and Workload deleted after the finish")
+
+
+# --- first to admit wins ---------------------------------------------------------------------------------
+async def test_the_first_worker_to_admit_wins_and_the_other_copy_is_deleted(kube: Clients, tag: str) -> None:
+    ns = f"{tag}-first"
+    cqs = await kube.queues(ns, manager_cpu=8, worker_cpu={"worker1": 0, "worker2": 4}, labels=PARKED, tag=tag)
+    await kube.manager.create(Job, job_manifest("one", ns))
+    assert await eventually(lambda: admitted_on(kube, ns, "one"), timeout=60, what="admission on a worker") == "worker2"
+
+    async def only_on(worker: str, name: str) -> bool:
+        wls = await kube.remote_workloads(ns)
+        holders = sorted(w for w, items in wls.items() for wl in items if wl.name.startswith(f"job-{name}-"))
+        return holders == [worker]
+
+    await eventually(lambda: only_on("worker2", "one"), timeout=30, what="the copy on worker1 deleted")
+    assert await running_where(kube, ns, "one") == ["worker2"]
+    # Fill worker2 and free worker1: the next Job goes to worker1.
+    await kube.set_quota(kube.workers["worker2"], cqs["worker2"], 1)
+    await kube.set_quota(kube.workers["worker1"], cqs["worker1"], 4)
+    await kube.manager.create(Job, job_manifest("two", ns))
+    assert await eventually(lambda: admitted_on(kube, ns, "two"), timeout=60, what="the second Job admitted") == "worker1"
+    await eventually(lambda: only_on("worker1", "two"), timeout=30, what="the second Job's copy only on worker1")
+
+
+# --- a worker that lacks the LocalQueue ------------------------------------------------------------------
+async def test_a_worker_without_the_local_queue_is_reported_on_the_manager_workload(kube: Clients, tag: str) -> None:
+    ns = f"{tag}-nolq"
+    await kube.queues(ns, manager_cpu=4, worker_cpu={"worker1": 0, "worker2": 0}, labels=PARKED, tag=tag)
+    await kube.workers["worker2"].delete(kueue.LocalQueue, "user-queue", namespace=ns)
+    await kube.manager.create(Job, job_manifest("lost", ns))
+
+    async def reported() -> Any:
+        wl = await kube.manager_workload(ns, "lost")
+        check = multikueue_check(wl, CHECK) if wl else None
+        return check if check is not None and "worker2" in check.message else None
+
+    check = await eventually(reported, timeout=60, what="the manager's check naming worker2's problem")
+    assert check.state == "Pending"
+    assert "worker2: LocalQueue user-queue doesn't exist" in check.message
+
+
+# --- losing a worker -------------------------------------------------------------------------------------
+async def test_a_lost_worker_is_given_up_after_the_timeout_and_cleaned_when_it_returns(fed: Federation, kube: Clients, tag: str) -> None:
+    ns = f"{tag}-lost"
+    cqs = await kube.queues(ns, manager_cpu=4, worker_cpu={"worker1": 4, "worker2": 0}, labels=PARKED, tag=tag)
+    await kube.manager.create(Job, job_manifest("resilient", ns))
+    assert await eventually(lambda: admitted_on(kube, ns, "resilient"), timeout=60, what="admission on worker1") == "worker1"
+    await eventually(lambda: running_where(kube, ns, "resilient"), timeout=30, what="the Job unsuspended on worker1")
+    await kube.set_quota(kube.workers["worker2"], cqs["worker2"], 4)
+    fed.stop_apiserver("worker1")
+    try:
+
+        async def disconnected() -> Any:
+            cluster = await kube.manager.get(kueue.MultiKueueCluster, "worker1")
+            cond = cluster_condition(cluster)
+            return cond if cond and cond[1] == "ClientConnectionFailed" else None
+
+        status, _, message = await eventually(disconnected, timeout=60, what="worker1 ClientConnectionFailed")
+        assert status == "False" and "connection attempts: " in message and "next connection attempt: " in message
+        moved = await eventually(lambda: _admitted_elsewhere(kube, ns), timeout=WORKER_LOST_TIMEOUT * 4, what="re-admission on worker2")
+        assert moved == "worker2"
+        wl = await kube.manager_workload(ns, "resilient")
+        check = multikueue_check(wl, CHECK) if wl else None
+        assert check is not None and check.retry_count == 1
+    finally:
+        fed.start_apiserver("worker1")
+
+    async def stale_removed() -> bool:
+        jobs = (await kube.workers["worker1"].list(Job, namespace=ns)).items
+        wls = (await kube.workers["worker1"].list(kueue.Workload, namespace=ns)).items
+        return not jobs and not wls
+
+    await eventually(stale_removed, timeout=90, what="worker1's stale copy and Job deleted after it came back")
+    assert await running_where(kube, ns, "resilient") == ["worker2"]
+
+
+async def _admitted_elsewhere(kube: Clients, ns: str) -> str | None:
+    where = await admitted_on(kube, ns, "resilient")
+    return where if where != "worker1" else None
+
+
+async def test_a_short_blip_causes_no_eviction(fed: Federation, kube: Clients, tag: str) -> None:
+    ns = f"{tag}-blip"
+    await kube.queues(ns, manager_cpu=4, worker_cpu={"worker1": 4, "worker2": 0}, labels=PARKED, tag=tag)
+    await kube.manager.create(Job, job_manifest("steady", ns))
+    assert await eventually(lambda: admitted_on(kube, ns, "steady"), timeout=60, what="admission on worker1") == "worker1"
+    fed.stop_apiserver("worker1")
+
+    async def seen_down() -> bool:
+        cond = cluster_condition(await kube.manager.get(kueue.MultiKueueCluster, "worker1"))
+        return cond is not None and cond[0] == "False"
+
+    try:
+        await eventually(seen_down, timeout=60, what="worker1 seen disconnected")
+    finally:
+        fed.start_apiserver("worker1")
+
+    async def back() -> bool:
+        cond = cluster_condition(await kube.manager.get(kueue.MultiKueueCluster, "worker1"))
+        return cond is not None and cond[:2] == ("True", "Active")
+
+    await eventually(back, timeout=60, what="worker1 connected again")
+    wl = await kube.manager_workload(ns, "steady")
+    assert wl is not None and wl.status is not None
+    check = multikueue_check(wl, CHECK)
+    assert check is not None and check.state == "Ready" and not check.retry_count
+    assert wl.status.cluster_name == "worker1"
+    assert not is_condition_true(wl.status.conditions, c.EVICTED)
+
+
+# --- credentials -----------------------------------------------------------------------------------------
+async def test_secret_rotation_and_an_invalid_secret_show_on_the_cluster_and_recover(fed: Federation, kube: Clients) -> None:
+    good = fed.workers["worker2"].kubeconfig()
+    insecure = {
+        **good,
+        "clusters": [{**entry, "cluster": {**entry["cluster"], "insecure-skip-tls-verify": True}} for entry in good["clusters"]],
+    }
+    await kube.rotate_secret("worker2", insecure)
+
+    async def condition_is(reason: str) -> Any:
+        cond = cluster_condition(await kube.manager.get(kueue.MultiKueueCluster, "worker2"))
+        return cond if cond is not None and cond[1] == reason else None
+
+    try:
+        status, _, message = await eventually(lambda: condition_is("InsecureKubeConfig"), timeout=30, what="InsecureKubeConfig")
+        name = good["clusters"][0]["name"]
+        assert (status, message) == ("False", f"load client config failed: insecure TLS verification is not allowed for cluster {name}")
+
+        async def check_partly_active() -> Any:
+            ac = await kube.manager.get(kueue.AdmissionCheck, CHECK)
+            cond = cluster_condition(ac)
+            return cond if cond is not None and cond[1] == "SomeActiveClusters" else None
+
+        assert (await eventually(check_partly_active, timeout=30, what="the check SomeActiveClusters"))[2] == "Inactive clusters: [worker2]"
+        await kube.manager.delete(Secret, "worker2-kubeconfig", namespace=SYSTEM_NAMESPACE)
+        status, _, message = await eventually(lambda: condition_is("BadKubeConfig"), timeout=30, what="BadKubeConfig")
+        assert message == 'load client config failed: Secret "worker2-kubeconfig" not found'
+    finally:
+        with contextlib.suppress(NotFoundError):
+            await kube.manager.delete(Secret, "worker2-kubeconfig", namespace=SYSTEM_NAMESPACE)
+        await kube.manager.create(Secret, secret_manifest("worker2-kubeconfig", good), namespace=SYSTEM_NAMESPACE)
+    assert (await eventually(lambda: condition_is("Active"), timeout=60, what="worker2 Active again"))[2] == "Connected"
