@@ -253,3 +253,113 @@ async def test_secret_rotation_and_an_invalid_secret_show_on_the_cluster_and_rec
             await kube.manager.delete(Secret, "worker2-kubeconfig", namespace=SYSTEM_NAMESPACE)
         await kube.manager.create(Secret, secret_manifest("worker2-kubeconfig", good), namespace=SYSTEM_NAMESPACE)
     assert (await eventually(lambda: condition_is("Active"), timeout=60, what="worker2 Active again"))[2] == "Connected"
+
+
+# --- the manager restarts ----------------------------------------------------------------------------------
+async def test_a_manager_restart_mid_dispatch_makes_no_duplicates_and_dispatch_resumes(fed: Federation, kube: Clients, tag: str) -> None:
+    ns = f"{tag}-restart"
+    cqs = await kube.queues(ns, manager_cpu=4, worker_cpu={"worker1": 0, "worker2": 0}, labels=PARKED, tag=tag)
+    await kube.manager.create(Job, job_manifest("survivor", ns))
+
+    async def copies_everywhere() -> bool:
+        wls = await kube.remote_workloads(ns)
+        return all(len(items) == 1 for items in wls.values())
+
+    await eventually(copies_everywhere, timeout=60, what="a copy on each worker, waiting for quota")
+    fed.stop_manager(kill=True)
+    try:
+        await kube.set_quota(kube.workers["worker2"], cqs["worker2"], 4)
+    finally:
+        fed.start_manager()
+    assert await eventually(lambda: admitted_on(kube, ns, "survivor"), timeout=60, what="admission after the restart") == "worker2"
+
+    async def one_job_on_worker2() -> Any:
+        jobs = {name: [j.name for j in items] for name, items in (await kube.remote_jobs(ns)).items()}
+        wls = {name: len(items) for name, items in (await kube.remote_workloads(ns)).items()}
+        return (jobs, wls) if jobs == {"worker1": [], "worker2": ["survivor"]} and wls == {"worker1": 0, "worker2": 1} else None
+
+    await eventually(one_job_on_worker2, timeout=30, what="exactly one remote Job and copy, on worker2")
+    assert await running_where(kube, ns, "survivor") == ["worker2"]
+
+
+# --- preemption on the manager -------------------------------------------------------------------------------
+async def test_a_job_preempted_on_the_manager_is_stopped_on_its_worker_and_quota_is_freed_on_both(kube: Clients, tag: str) -> None:
+    ns = f"{tag}-preempt"
+    cqs = await kube.queues(ns, manager_cpu=1, worker_cpu={"worker1": 4, "worker2": 4}, labels=PARKED, tag=tag)
+    for name, value in (("low", 10), ("high", 1000)):
+        with contextlib.suppress(Exception):
+            await kube.manager.create(
+                kueue.WorkloadPriorityClass,
+                {
+                    "apiVersion": "kueue.x-k8s.io/v1beta2",
+                    "kind": "WorkloadPriorityClass",
+                    "metadata": {"name": f"{tag}-{name}"},
+                    "value": value,
+                },
+            )
+    await kube.manager.create(Job, job_manifest("victim", ns, priority_class=f"{tag}-low"))
+    victim_on = await eventually(lambda: admitted_on(kube, ns, "victim"), timeout=60, what="the low-priority Job admitted")
+    await eventually(lambda: running_where(kube, ns, "victim"), timeout=30, what="the victim running on its worker")
+    await kube.manager.create(Job, job_manifest("urgent", ns, priority_class=f"{tag}-high"))
+
+    async def victim_requeued() -> Any:
+        wl = await kube.manager_workload(ns, "victim")
+        conditions = wl.status.conditions if wl and wl.status else None
+        evicted = find_condition(conditions, c.EVICTED)
+        reserved = is_condition_true(conditions, c.QUOTA_RESERVED)
+        return evicted if evicted is not None and evicted.reason == "Preempted" and not reserved else None
+
+    evicted = await eventually(victim_requeued, timeout=90, what="the victim preempted and its quota released on the manager")
+    assert "Preempted to accommodate a workload" in evicted.message
+    await eventually(lambda: admitted_on(kube, ns, "urgent"), timeout=60, what="the preemptor admitted")
+
+    async def victim_gone_from(worker: str) -> bool:
+        jobs = [j for j in (await kube.workers[worker].list(Job, namespace=ns)).items if j.name == "victim"]
+        wls = [w for w in (await kube.workers[worker].list(kueue.Workload, namespace=ns)).items if w.name.startswith("job-victim-")]
+        return not jobs and not wls
+
+    await eventually(lambda: victim_gone_from(victim_on), timeout=60, what="the victim's Job and copy gone from its worker")
+    victim = await kube.manager.get(Job, "victim", namespace=ns)
+    assert victim.spec.suspend is True and not (victim.status and victim.status.active)
+    worker_cq = await kube.workers[victim_on].get(kueue.ClusterQueue, cqs[victim_on])
+    reserved = worker_cq.status.flavors_reservation if worker_cq.status else None
+    urgent_on = await admitted_on(kube, ns, "urgent")
+    expected = "1" if urgent_on == victim_on else "0"
+    assert reserved is not None and str((reserved[0].resources or [])[0].total) == expected
+
+
+# --- the garbage collector -------------------------------------------------------------------------------------
+async def test_orphans_are_collected_after_the_worker_returns_and_other_origins_survive(fed: Federation, kube: Clients, tag: str) -> None:
+    ns = f"{tag}-gc"
+    await kube.queues(ns, manager_cpu=4, worker_cpu={"worker1": 4, "worker2": 0}, labels=PARKED, tag=tag)
+    # Another manager's objects on worker1: another origin; never ours to touch.
+    foreign_wl = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {"name": "theirs", "namespace": ns, "labels": {c.MULTIKUEUE_ORIGIN_LABEL: "another-manager"}},
+        "spec": {
+            "queueName": "user-queue",
+            "podSets": [{"name": "main", "count": 1, "template": job_manifest("x", ns)["spec"]["template"]}],
+        },
+    }
+    await kube.workers["worker1"].create(kueue.Workload, foreign_wl, namespace=ns)
+    await kube.manager.create(Job, job_manifest("orphan", ns))
+    assert await eventually(lambda: admitted_on(kube, ns, "orphan"), timeout=60, what="admission on worker1") == "worker1"
+    await eventually(lambda: running_where(kube, ns, "orphan"), timeout=30, what="the Job running on worker1")
+    fed.stop_apiserver("worker1")
+    try:
+        await kube.manager.delete(Job, "orphan", namespace=ns)
+
+        async def manager_side_gone() -> bool:
+            return not (await kube.manager.list(kueue.Workload, namespace=ns)).items
+
+        await eventually(manager_side_gone, timeout=30, what="the manager's Workload deleted with its Job")
+    finally:
+        fed.start_apiserver("worker1")
+
+    async def collected() -> bool:
+        jobs = [j.name for j in (await kube.workers["worker1"].list(Job, namespace=ns)).items]
+        wls = [w.name for w in (await kube.workers["worker1"].list(kueue.Workload, namespace=ns)).items]
+        return jobs == [] and wls == ["theirs"]
+
+    await eventually(collected, timeout=90, what="worker1's orphaned Job and copy collected, the other origin's Workload kept")

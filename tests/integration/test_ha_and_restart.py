@@ -141,6 +141,11 @@ async def test_only_the_leader_admits_and_a_standby_takes_over_when_it_dies(proc
     assert await holder(kube) == "replica-a"
     assert not second.is_leader_log()
 
+    async def first_events_recorded() -> bool:
+        return sum((await quota_reserved_events(kube, ns)).values()) == 3
+
+    # Events are sent after their writes; let them land before the crash, which would lose them.
+    await eventually(first_events_recorded, timeout=30, what="the leader's 3 QuotaReserved events")
     first.kill()
     # Handover: the standby must hold the lease within one lease duration (plus its retry period).
     await eventually(lambda: _holder_is(kube, "replica-b"), timeout=LEASE_DURATION + 2.0, interval=0.1, what="replica-b taking the lease")
