@@ -22,9 +22,10 @@ from manager.api import constants as c
 from manager.api import kueue
 from manager.api.config import Configuration
 from manager.api.core import Namespace
+from manager.api.meta import is_condition_true
 from manager.controllers.caches import Caches
 from manager.controllers.events import EventRecorder, InvolvedObject
-from manager.engine.state import AdmissionState, StatusWrite
+from manager.engine.state import DEACTIVATION_TARGET, AdmissionState, StatusWrite
 from manager.kube.client import KubeClient
 from manager.kube.errors import ConflictError, KubeError, NotFoundError
 from manager.runtime.metrics import REGISTRY
@@ -69,6 +70,7 @@ class AdmissionController:
         self._writes = asyncio.Semaphore(write_concurrency)
         self._tasks: set[asyncio.Task[None]] = set()
         self._queue_status: dict[str, dict[str, Any]] = {}
+        self._deactivate: set[str] = set()
         self._admitted = REGISTRY.counter("kfed_admitted_workloads_total", "Workloads admitted, by ClusterQueue.", ("cluster_queue",))
         self._preempted = REGISTRY.counter("kfed_preempted_workloads_total", "Workloads preempted, by ClusterQueue.", ("cluster_queue",))
         self._cycle_seconds = REGISTRY.histogram("kfed_admission_attempt_duration_seconds", "Scheduling cycle duration.")
@@ -98,7 +100,12 @@ class AdmissionController:
         on(caches.priority_classes, s.upsert_priority_class, lambda o: s.delete_priority_class("PriorityClass", o.name))
         on(caches.namespaces, self._namespace, lambda o: s.delete_namespace(o.name))
         on(caches.limit_ranges, s.upsert_limit_range, lambda o: s.delete_limit_range(o.namespace, o.name))
-        on(caches.workloads, lambda wl: s.upsert_workload(wl, utcnow()), lambda wl: s.delete_workload(wl.key, utcnow()))
+        on(caches.workloads, self._workload, lambda wl: s.delete_workload(wl.key, utcnow()))
+
+    def _workload(self, wl: kueue.Workload) -> None:
+        self.state.upsert_workload(wl, utcnow())
+        if wl.spec.active is not False and is_condition_true(wl.status.conditions if wl.status else None, DEACTIVATION_TARGET):
+            self._deactivate.add(wl.key)
 
     def _namespace(self, ns: Namespace) -> None:
         self.state.upsert_namespace(ns.name, dict(ns.metadata.labels or {}))
@@ -145,6 +152,7 @@ class AdmissionController:
                 log.exception("admission round failed; continuing")
 
     async def _round(self) -> None:
+        await self._deactivate_targets()
         now = utcnow()
         self.state.rebuild_if_needed(now)
         for i in range(CYCLES_PER_ROUND):
@@ -161,6 +169,24 @@ class AdmissionController:
                 await asyncio.sleep(0)  # let watches and writes make progress during a long round
             now = utcnow()
         self._issue(self.state.flush(now))
+
+    async def _deactivate_targets(self) -> None:
+        """Kueue's workload controller: a workload marked DeactivationTarget (by a check, or by
+        the MultiKueue manager that evicted it there) gets spec.active=false; the eviction
+        follows from the change."""
+        keys, self._deactivate = self._deactivate, set()
+        for key in sorted(keys):
+            wl = self.caches.workloads.get(key)
+            if wl is None or wl.spec.active is False:
+                continue
+            patch = {"metadata": {"resourceVersion": wl.metadata.resource_version}, "spec": {"active": False}}
+            try:
+                await self.client.patch(kueue.Workload, wl.name, patch, namespace=wl.namespace)
+            except (ConflictError, NotFoundError):
+                continue  # the next event brings the new object back here
+            except KubeError as err:
+                log.warning("cannot deactivate the workload", extra={"key": key, "error": str(err)})
+                self._deactivate.add(key)
 
     def _issue(self, flush: Any) -> None:
         for write in flush.writes:

@@ -187,3 +187,104 @@ def test_local_queue_status_counts_its_own_workloads() -> None:
     status = state.local_queue_statuses(T0)["ns/lq"]
     assert (status.pending_workloads, status.reserving_workloads, status.admitted_workloads) == (1, 1, 1)
     assert status.flavors_reservation is not None and str((status.flavors_reservation[0].resources or [])[0].total) == "1"
+
+
+# --- admission checks ------------------------------------------------------------------------------------
+def admission_check(name: str, *, active: bool = True, controller: str = c.MULTIKUEUE_CONTROLLER_NAME) -> kueue.AdmissionCheck:
+    conditions = [
+        {"type": "Active", "status": "True" if active else "False", "reason": "R", "message": "", "lastTransitionTime": T0.isoformat()}
+    ]
+    return kueue.AdmissionCheck.model_validate(
+        {"metadata": {"name": name}, "spec": {"controllerName": controller}, "status": {"conditions": conditions}}
+    )
+
+
+def checks(*names: str, on_flavors: list[str] | None = None) -> dict[str, Any]:
+    rules = [{"name": n, **({"onFlavors": on_flavors} if on_flavors else {})} for n in names]
+    return {"admissionChecksStrategy": {"admissionChecks": rules}}
+
+
+def _active(state: AdmissionState) -> tuple[str, str, str]:
+    status = state.cluster_queue_status("cq", T0)
+    assert status is not None and status.conditions
+    cond = status.conditions[0]
+    return cond.status, cond.reason, cond.message
+
+
+def test_a_cluster_queue_with_a_missing_or_inactive_check_is_inactive() -> None:
+    state = ready_state(**checks("mk"))
+    assert _active(state) == ("False", "AdmissionCheckNotFound", "Can't admit new workloads: references missing AdmissionCheck(s): mk.")
+    state.upsert_admission_check(admission_check("mk", active=False))
+    state.rebuild_if_needed(T0)
+    assert _active(state) == ("False", "AdmissionCheckInactive", "Can't admit new workloads: references inactive AdmissionCheck(s): mk.")
+    state.upsert_admission_check(admission_check("mk"))
+    state.rebuild_if_needed(T0)
+    assert _active(state)[:2] == ("True", "Ready")
+
+
+def test_multikueue_constraints_on_a_cluster_queue() -> None:
+    state = ready_state(**checks("mk1", "mk2"))
+    for name in ("mk1", "mk2"):
+        state.upsert_admission_check(admission_check(name))
+    state.rebuild_if_needed(T0)
+    assert _active(state)[1] == "MultipleMultiKueueAdmissionChecks"
+    state = ready_state(**checks("mk", on_flavors=["other"]))
+    state.upsert_admission_check(admission_check("mk"))
+    state.rebuild_if_needed(T0)
+    assert _active(state)[1:] == (
+        "MultiKueueAdmissionCheckAppliedPerFlavor",
+        "Can't admit new workloads: Cannot specify MultiKueue AdmissionCheck per flavor, found: mk.",
+    )
+
+
+def test_a_retry_check_evicts_and_resets_the_checks_and_the_cluster_nomination() -> None:
+    state = ready_state(**checks("mk"))
+    state.upsert_admission_check(admission_check("mk"))
+    state.rebuild_if_needed(T0)
+    wl = workload("a", owned=True)
+    state.upsert_workload(wl, T0)
+    first = run(state)[0]
+    assert [(x.name, x.state) for x in first.status.admission_checks or []] == [("mk", "Pending")]
+    admitted = stored(first, wl, "2")
+    state.write_succeeded(first, admitted)
+    # MultiKueue says the worker was lost.
+    retried = admitted.model_copy(deep=True)
+    retried.metadata.resource_version = "3"
+    assert retried.status is not None and retried.status.admission_checks
+    retried.status.admission_checks[0].state = "Retry"
+    retried.status.admission_checks[0].message = "Admitting remote lost"
+    retried.status.cluster_name = "worker1"
+    state.upsert_workload(retried, T0 + timedelta(seconds=1))
+    write = run(state, T0 + timedelta(seconds=1))[0]
+    evicted = next(x for x in write.status.conditions or [] if x.type == c.EVICTED)
+    assert (evicted.status, evicted.reason) == ("True", "AdmissionCheck")
+    assert evicted.message == 'Evicted due to AdmissionCheck in Retry state: "mk" (Admitting remote lost)'
+    check = (write.status.admission_checks or [])[0]
+    assert (check.state, check.message, check.retry_count) == ("Pending", "Reset to Pending after eviction. Previously: Retry", 1)
+    assert write.status.cluster_name is None and write.status.nominated_cluster_names is None
+
+
+def test_a_deactivation_target_evicts_with_its_cause() -> None:
+    state = ready_state()
+    wl = workload("a", owned=True)
+    state.upsert_workload(wl, T0)
+    first = run(state)[0]
+    admitted = stored(first, wl, "2")
+    state.write_succeeded(first, admitted)
+    target = admitted.model_copy(deep=True)
+    target.metadata.resource_version = "3"
+    target.spec.active = False
+    assert target.status is not None and target.status.conditions is not None
+    target.status.conditions.append(
+        target.status.conditions[0].model_copy(
+            update={"type": "DeactivationTarget", "status": "True", "reason": "EvictedOnManagerCluster", "message": "Evicted on manager: x"}
+        )
+    )
+    state.upsert_workload(target, T0)
+    write = run(state)[0]
+    evicted = next(x for x in write.status.conditions or [] if x.type == c.EVICTED)
+    assert (evicted.reason, evicted.message) == (
+        "DeactivatedDueToEvictedOnManagerCluster",
+        "The workload is deactivated due to Evicted on manager: x",
+    )
+    assert all(x.type != "DeactivationTarget" for x in write.status.conditions or [])

@@ -1,0 +1,272 @@
+"""MultiKueue throughput, in the unit of Kueue's own MultiKueue benchmark.
+
+One manager and three workers on the local harness (real kube-apiserver and etcd each),
+`python -m manager` on the manager and `python -m worker_agent` on every worker. A burst of
+suspended Jobs (1,000 by default) is submitted to the manager; no pods run. Every Job is
+dispatched to all three workers, the first to admit wins, the Job is created there and the
+manager's Workload becomes Admitted. Prints:
+
+- admitted workloads per second (from the first submission to the last admission);
+- P95 quota reservation on the manager and P95 submission to admission;
+- API requests per workload (the manager to its own apiserver, the manager to the workers,
+  and the worker agents);
+- the manager's CPU (seconds, and share of one core) and peak RSS.
+
+    .venv/bin/python benchmarks/multikueue.py [--jobs 1000] [--qps 300 --burst 500]
+
+The Jobs are created as the manager's webhook would leave them (suspended, managedBy
+MultiKueue); the webhooks themselves are not part of the measured path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import subprocess
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from manager.api import constants as c
+from manager.api import kueue
+from manager.api.core import Job
+from manager.api.meta import find_condition
+from manager.dev import federation
+from manager.dev.local import LocalCluster, LocalProvider, free_port, wait_for
+from manager.kube.client import KubeClient
+from manager.kube.informer import Informer
+
+REPO = Path(__file__).resolve().parents[1]
+NAMESPACE = "bench"
+WORKERS = ("worker1", "worker2", "worker3")
+
+
+def queue_objects(check: str | None) -> list[tuple[Any, dict[str, Any]]]:
+    spec: dict[str, Any] = {
+        "namespaceSelector": {},
+        "resourceGroups": [
+            {"coveredResources": ["cpu"], "flavors": [{"name": "default", "resources": [{"name": "cpu", "nominalQuota": 100000}]}]}
+        ],
+    }
+    if check:
+        spec["admissionChecksStrategy"] = {"admissionChecks": [{"name": check}]}
+    return [
+        (kueue.ResourceFlavor, {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": "default"}}),
+        (kueue.ClusterQueue, {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": "cq"}, "spec": spec}),
+        (
+            kueue.LocalQueue,
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta2",
+                "kind": "LocalQueue",
+                "metadata": {"name": "lq", "namespace": NAMESPACE},
+                "spec": {"clusterQueue": "cq"},
+            },
+        ),
+    ]
+
+
+def job(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": NAMESPACE, "labels": {c.QUEUE_NAME_LABEL: "lq"}},
+        "spec": {
+            "suspend": True,
+            "managedBy": c.MULTIKUEUE_MANAGED_BY,
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{"name": "main", "image": "busybox", "resources": {"requests": {"cpu": "100m"}}}],
+                }
+            },
+        },
+    }
+
+
+def proc_stats(pid: int) -> tuple[float, int]:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    import os
+
+    cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    peak = 0
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            peak = int(line.split()[1]) * 1024
+    return cpu, peak
+
+
+def metric_sum(port: int, prefix: str) -> float:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(prefix))
+
+
+def p95(values: list[float]) -> float:
+    return statistics.quantiles(values, n=20)[-1] if len(values) >= 2 else (values[0] if values else 0.0)
+
+
+async def setup(client: KubeClient, objects: list[tuple[Any, dict[str, Any]]]) -> None:
+    await client.request("POST", "/api/v1/namespaces", body={"metadata": {"name": NAMESPACE}})
+    for model, obj in objects:
+        await client.create(model, obj)
+
+
+def start(
+    cluster: LocalCluster, component: str, base: Path, args: argparse.Namespace, extra: tuple[str, ...] = ()
+) -> tuple[subprocess.Popen[bytes], int]:
+    port = free_port()
+    argv = federation.controller_argv(
+        cluster,
+        component,
+        health_port=port,
+        webhook_port=None,
+        cert_dir=base,
+        extra=(f"--kube-api-qps={args.qps}", f"--kube-api-burst={args.burst}", "--log-level=warning", *extra),
+    )
+    with (base / f"{cluster.name}-{component}.log").open("wb") as out:
+        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
+
+    def ready() -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as response:
+                return bool(response.status == 200)
+        except OSError:
+            return False
+
+    wait_for(ready, timeout=90, what=f"{component} on {cluster.name} ready")
+    return process, port
+
+
+async def main(args: argparse.Namespace) -> None:
+    base = Path(tempfile.mkdtemp(prefix="kfed-mk-bench-"))
+    provider = LocalProvider(base)
+    clusters = provider.create(["manager", *WORKERS])
+    manager_cluster, workers = clusters[0], clusters[1:]
+    processes: list[subprocess.Popen[bytes]] = []
+    try:
+        crds = federation.crd_manifests(REPO / "crds")
+        for cluster in clusters:
+            federation.install_crds(cluster, crds)
+            federation.create(cluster, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kfed-system"}})
+        client = await KubeClient.from_kubeconfig(manager_cluster.kubeconfig(), name="runner", qps=5000, burst=5000)
+        await setup(client, queue_objects("mk"))
+        for worker in workers:
+            worker_client = await KubeClient.from_kubeconfig(worker.kubeconfig(), name="runner", qps=5000, burst=5000)
+            await setup(worker_client, queue_objects(None))
+            await worker_client.close()
+        mk_objects = federation.manager_objects({name: worker.kubeconfig() for name, worker in zip(WORKERS, workers, strict=True)})
+        for obj in mk_objects:
+            if obj["kind"] in ("Secret", "MultiKueueCluster", "MultiKueueConfig", "AdmissionCheck"):
+                if obj["kind"] == "AdmissionCheck":
+                    obj["metadata"]["name"] = "mk"
+                federation.create(manager_cluster, obj)
+        config = base / "config.yaml"
+        config.write_text(yaml.safe_dump({"apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration"}))
+        agent_ports = []
+        for worker in workers:
+            process, port = start(worker, "worker_agent", base, args)
+            processes.append(process)
+            agent_ports.append(port)
+        manager, manager_port = start(manager_cluster, "manager", base, args, (f"--config={config}",))
+        processes.append(manager)
+
+        def connected() -> bool:
+            status, body = manager_cluster.request("GET", "/apis/kueue.x-k8s.io/v1beta2/admissionchecks/mk")
+            conds = (body or {}).get("status", {}).get("conditions", []) if status == 200 else []
+            return any(cond["type"] == "Active" and cond["status"] == "True" and cond["reason"] == "Active" for cond in conds)
+
+        wait_for(connected, timeout=60, what="the MultiKueue check Active with every worker connected")
+        cpu_before, _ = proc_stats(manager.pid)
+        manager_requests_before = metric_sum(manager_port, "kfed_kube_requests_total{")
+        remote_requests_before = metric_sum(manager_port, "kfed_multikueue_remote_request_seconds_count{")
+        agent_before = sum(metric_sum(port, "kfed_kube_requests_total{") for port in agent_ports)
+
+        submitted: dict[str, float] = {}
+        reserved: dict[str, float] = {}
+        admitted: dict[str, float] = {}
+        done = asyncio.Event()
+        informer: Informer[kueue.Workload] = Informer(client, kueue.Workload, namespace=NAMESPACE)
+
+        def on_workload(kind: str, old: kueue.Workload | None, new: kueue.Workload | None) -> None:
+            if new is None:
+                return
+            owner = next((ref.name for ref in new.metadata.owner_references or []), None)
+            if owner is None:
+                return
+            conditions = new.status.conditions if new.status else None
+            now = time.monotonic()
+            qr, ad = find_condition(conditions, c.QUOTA_RESERVED), find_condition(conditions, c.ADMITTED)
+            if qr is not None and qr.status == "True":
+                reserved.setdefault(owner, now)
+            if ad is not None and ad.status == "True" and owner not in admitted:
+                admitted[owner] = now
+                if len(admitted) == args.jobs:
+                    done.set()
+
+        informer.add_handler(on_workload)
+        watch = asyncio.create_task(informer.run())
+        await informer.synced.wait()
+        gate = asyncio.Semaphore(args.submitters)
+
+        async def submit(name: str) -> None:
+            async with gate:
+                submitted[name] = time.monotonic()
+                await client.create(Job, job(name), namespace=NAMESPACE)
+
+        started = time.monotonic()
+        await asyncio.gather(*(submit(f"job-{i:05d}") for i in range(args.jobs)))
+        submit_seconds = time.monotonic() - started
+        try:
+            await asyncio.wait_for(done.wait(), timeout=args.timeout)
+        except TimeoutError:
+            print(f"timed out: {len(admitted)} of {args.jobs} admitted after {args.timeout}s")
+        wall = (max(admitted.values()) - started) if admitted else float("nan")
+        cpu_after, peak = proc_stats(manager.pid)
+        manager_requests = metric_sum(manager_port, "kfed_kube_requests_total{") - manager_requests_before
+        remote_requests = metric_sum(manager_port, "kfed_multikueue_remote_request_seconds_count{") - remote_requests_before
+        agent_requests = sum(metric_sum(port, "kfed_kube_requests_total{") for port in agent_ports) - agent_before
+        watch.cancel()
+        await client.close()
+        count = len(admitted)
+        reservation = [reserved[n] - submitted[n] for n in reserved if n in submitted]
+        admission = [admitted[n] - submitted[n] for n in admitted if n in submitted]
+        print(f"kfed MultiKueue benchmark: 1 manager, {len(workers)} workers, {args.jobs} suspended Jobs in a burst, no pods run")
+        print(f"  client QPS/burst per cluster:    {args.qps:g}/{args.burst}")
+        print(f"  submission took:                 {submit_seconds:.1f} s")
+        print(f"  admitted:                        {count} in {wall:.1f} s -> {count / wall:.1f} workloads/s")
+        print(f"  P95 quota reservation (manager): {p95(reservation):.2f} s")
+        print(f"  P95 submission to admission:     {p95(admission):.2f} s")
+        per = max(count, 1)
+        print(
+            f"  API requests per workload:       {(manager_requests + remote_requests + agent_requests) / per:.1f} "
+            f"(manager->manager {manager_requests / per:.1f}, manager->workers {remote_requests / per:.1f}, "
+            f"worker agents {agent_requests / per:.1f})"
+        )
+        print(
+            f"  manager CPU:                     {cpu_after - cpu_before:.1f} s ({(cpu_after - cpu_before) / wall * 100:.0f}% of one core)"
+        )
+        print(f"  manager peak RSS:                {peak / 2**20:.0f} MiB")
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        provider.delete_all()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--jobs", type=int, default=1000)
+    parser.add_argument("--qps", type=float, default=300)
+    parser.add_argument("--burst", type=int, default=500)
+    parser.add_argument("--submitters", type=int, default=50, help="concurrent creates while submitting")
+    parser.add_argument("--timeout", type=float, default=600)
+    asyncio.run(main(parser.parse_args()))

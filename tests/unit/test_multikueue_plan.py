@@ -1,0 +1,337 @@
+"""Kueue's MultiKueue rules, one behaviour per case, on the pure planner."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from manager.api import constants as c
+from manager.api.kueue import Workload
+from manager.multikueue.plan import (
+    DISPATCH_ROUND_ANNOTATION,
+    ClusterHealth,
+    WorkloadInputs,
+    admission_check_active,
+    connection_failed_message,
+    dispatch_round,
+    incremental_nomination,
+    multikueue_check,
+    plan_gc,
+    plan_workload,
+    remote_copy,
+    retry_after,
+)
+
+NOW = datetime(2026, 11, 21, 12, 0, 0, tzinfo=UTC)
+T0 = "2026-11-21T11:00:00Z"
+TIMEOUT = timedelta(minutes=15)
+SPEC = {"queueName": "user-queue", "podSets": [{"name": "main", "count": 1, "template": {"spec": {"containers": []}}}]}
+
+
+def cond(kind: str, status: str = "True", reason: str = "R", message: str = "", at: str = T0) -> dict[str, Any]:
+    return {"type": kind, "status": status, "reason": reason, "message": message, "lastTransitionTime": at}
+
+
+def local(
+    *,
+    state: str = "Pending",
+    quota: bool = True,
+    conditions: list[dict[str, Any]] | None = None,
+    cluster_name: str | None = None,
+    nominated: list[str] | None = None,
+    other_checks: list[dict[str, Any]] | None = None,
+    retry_count: int | None = None,
+) -> Workload:
+    status: dict[str, Any] = {
+        "admissionChecks": [
+            {"name": "mk", "state": state, "message": "", "lastTransitionTime": T0, **({"retryCount": retry_count} if retry_count else {})}
+        ]
+        + (other_checks or []),
+        "conditions": ([cond(c.QUOTA_RESERVED)] if quota else []) + (conditions or []),
+    }
+    if quota:
+        status["admission"] = {"clusterQueue": "cq", "podSetAssignments": [{"name": "main", "count": 1}]}
+    if cluster_name:
+        status["clusterName"] = cluster_name
+    if nominated:
+        status["nominatedClusterNames"] = nominated
+    return Workload.model_validate(
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "Workload",
+            "metadata": {"name": "wl", "namespace": "ns"},
+            "spec": SPEC,
+            "status": status,
+        }
+    )
+
+
+def remote(*conditions: dict[str, Any], spec: dict[str, Any] | None = None, round_of: Workload | None = None) -> Workload:
+    annotations = {DISPATCH_ROUND_ANNOTATION: dispatch_round(round_of, multikueue_check(round_of, "mk"))} if round_of else None
+    meta: dict[str, Any] = {"name": "wl", "namespace": "ns"}
+    if annotations:
+        meta["annotations"] = annotations
+    return Workload.model_validate(
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "Workload",
+            "metadata": meta,
+            "spec": spec or SPEC,
+            "status": {"conditions": list(conditions)},
+        }
+    )
+
+
+def up(*names: str) -> list[ClusterHealth]:
+    return [ClusterHealth(name, True) for name in names]
+
+
+def inputs(wl: Workload, clusters: list[ClusterHealth], remotes: dict[str, Workload] | None = None, **kw: Any) -> WorkloadInputs:
+    return WorkloadInputs(local=wl, check_name="mk", clusters=clusters, remotes=remotes or {}, now=NOW, worker_lost_timeout=TIMEOUT, **kw)
+
+
+# --- nomination and dispatch -------------------------------------------------------------------------------
+def test_all_at_once_nominates_every_connected_cluster_and_creates_the_copies() -> None:
+    plan = plan_workload(inputs(local(), [*up("w2", "w1"), ClusterHealth("w3", False, NOW)]))
+    assert plan.nominate == ["w1", "w2"]
+    assert plan.create == ["w1", "w2"]
+    assert plan.check is None
+
+
+def test_nothing_is_dispatched_without_quota_and_copies_are_deleted() -> None:
+    plan = plan_workload(inputs(local(quota=False), up("w1"), {"w1": remote()}))
+    assert plan.delete == ["w1"] and plan.create == [] and plan.nominate is None
+
+
+def test_dispatch_waits_for_the_other_checks_to_be_ready() -> None:
+    other = [{"name": "prov", "state": "Pending", "message": "", "lastTransitionTime": T0}]
+    assert plan_workload(inputs(local(other_checks=other), up("w1"))).create == []
+
+
+def test_incremental_dispatch_copies_only_to_the_nominated_clusters() -> None:
+    wl = local(nominated=["w1"])
+    plan = plan_workload(inputs(wl, up("w1", "w2"), {"w2": remote(round_of=wl)}, dispatcher=c.DISPATCHER_INCREMENTAL))
+    assert plan.create == ["w1"] and plan.delete == ["w2"] and plan.nominate is None
+
+
+@pytest.mark.parametrize(
+    ("nominated", "started", "expected"),
+    [
+        ([], None, ["a", "b"]),  # the first round: the first step, in the config's order
+        (["a", "b"], NOW - timedelta(minutes=1), None),  # the round is not over
+        (["a", "b"], NOW - timedelta(minutes=5), ["a", "b", "c"]),  # next round: the next step
+        (["a", "b", "c"], NOW - timedelta(minutes=6), None),  # nothing left to add
+    ],
+)
+def test_the_incremental_dispatcher_widens_by_one_step_per_round(nominated: list[str], started: datetime | None, expected: Any) -> None:
+    assert incremental_nomination(config_clusters=["a", "b", "c"], nominated=nominated, step=2, round_started=started, now=NOW) == expected
+
+
+# --- the winner --------------------------------------------------------------------------------------------
+def test_the_earliest_admitted_copy_wins_and_the_others_are_deleted() -> None:
+    wl = local()
+    remotes = {
+        "w1": remote(cond(c.ADMITTED, at="2026-11-21T11:30:05Z"), round_of=wl),
+        "w2": remote(cond(c.ADMITTED, at="2026-11-21T11:30:01Z"), round_of=wl),
+        "w3": remote(cond(c.QUOTA_RESERVED, "False", "Pending"), round_of=wl),
+    }
+    plan = plan_workload(inputs(wl, up("w1", "w2", "w3"), remotes))
+    assert plan.delete == ["w1", "w3"]
+    assert plan.sync_job == "w2"
+    assert plan.check is not None
+    assert (plan.check.state, plan.check.message, plan.check.cluster_name) == ("Ready", 'The workload was admitted on "w2"', "w2")
+    assert plan.check.clear_nominated and plan.admitted_on == "w2"
+    assert plan.requeue_after == TIMEOUT.total_seconds()
+
+
+def test_quota_reserved_on_a_worker_is_not_admitted_there() -> None:
+    wl = local()
+    plan = plan_workload(inputs(wl, up("w1"), {"w1": remote(cond(c.QUOTA_RESERVED), round_of=wl)}))
+    assert plan.sync_job is None and plan.check is None
+
+
+def test_an_admitted_workload_keeps_syncing_without_rewriting_its_check() -> None:
+    wl = local(state="Ready", cluster_name="w1")
+    plan = plan_workload(inputs(wl, up("w1"), {"w1": remote(cond(c.ADMITTED), round_of=wl)}))
+    assert plan.sync_job == "w1" and plan.check is None
+
+
+def test_a_copy_from_an_earlier_round_never_wins_and_is_deleted() -> None:
+    earlier = local(retry_count=None)
+    now_round = local(retry_count=1)
+    remotes = {
+        "w1": remote(cond(c.ADMITTED, at="2026-11-21T11:00:00Z"), round_of=earlier),
+        "w2": remote(cond(c.ADMITTED), round_of=now_round),
+    }
+    plan = plan_workload(inputs(now_round, up("w1", "w2"), remotes))
+    assert plan.delete == ["w1"] and plan.sync_job == "w2"
+
+
+# --- finish, eviction and drift -----------------------------------------------------------------------------
+def test_a_remote_finish_finishes_the_manager_workload_with_its_reason() -> None:
+    wl = local(state="Ready", cluster_name="w1")
+    finished = remote(cond(c.ADMITTED), cond(c.FINISHED, reason="Failed", message="BackoffLimitExceeded"), round_of=wl)
+    plan = plan_workload(inputs(wl, up("w1"), {"w1": finished}))
+    assert plan.sync_job == "w1" and plan.finish == ("Failed", "BackoffLimitExceeded")
+
+
+def test_an_out_of_sync_finish_resets_for_redispatch_and_never_finishes() -> None:
+    wl = local(state="Ready", cluster_name="w1")
+    plan = plan_workload(inputs(wl, up("w1"), {"w1": remote(cond(c.FINISHED, reason="OutOfSync"), round_of=wl)}))
+    assert plan.finish is None
+    assert plan.check is not None and plan.check.state == "Retry"
+    assert (
+        plan.check.message
+        == 'Remote workload on worker cluster "w1" is out of sync with its user job, resetting for re-dispatch, Previously: "Ready"'
+    )
+    assert plan.events == [("Warning", plan.check.message)]
+
+
+def test_a_finished_manager_workload_deletes_every_copy() -> None:
+    plan = plan_workload(inputs(local(state="Ready", conditions=[cond(c.FINISHED)]), up("w1", "w2"), {"w1": remote(), "w2": remote()}))
+    assert plan.delete == ["w1", "w2"]
+
+
+def test_eviction_on_the_worker_means_retry() -> None:
+    wl = local(state="Ready", cluster_name="w1")
+    plan = plan_workload(inputs(wl, up("w1"), {"w1": remote(cond(c.EVICTED, reason="Preempted"), round_of=wl)}))
+    assert plan.check is not None and plan.check.state == "Retry"
+    assert plan.check.message == 'Workload evicted on worker cluster: "w1", resetting for re-admission. Previously: "Ready"'
+    assert plan.retried_on == "w1"
+
+
+def test_eviction_on_the_manager_deactivates_the_admitted_copy() -> None:
+    evicted = cond(c.EVICTED, reason="Preempted", message="Preempted to accommodate a workload")
+    wl = local(state="Pending", conditions=[evicted])
+    plan = plan_workload(inputs(wl, up("w1"), {"w1": remote(cond(c.ADMITTED), round_of=wl)}))
+    assert plan.deactivate == ("w1", "Evicted on manager: Preempted to accommodate a workload")
+    assert plan.sync_job is None and plan.check is None
+
+
+def test_once_both_sides_are_evicted_the_worker_jobs_stopping_status_is_synced() -> None:
+    wl = local(conditions=[cond(c.EVICTED, reason="Preempted")])
+    plan = plan_workload(
+        inputs(wl, up("w1"), {"w1": remote(cond(c.EVICTED, reason="DeactivatedDueToEvictedOnManagerCluster"), round_of=wl)})
+    )
+    assert plan.sync_job == "w1" and plan.deactivate is None
+
+
+def test_a_priority_change_is_forwarded_and_other_drift_deletes_the_copy() -> None:
+    wl = local()
+    plan = plan_workload(
+        inputs(
+            wl,
+            up("w1", "w2"),
+            {"w1": remote(spec={**SPEC, "priority": 5}, round_of=wl), "w2": remote(spec={**SPEC, "queueName": "other"}, round_of=wl)},
+        )
+    )
+    assert plan.update_spec == ["w1"]
+    assert "w2" in plan.delete and "w2" in plan.create  # made again from the manager's spec
+
+
+# --- lost workers ------------------------------------------------------------------------------------------
+def test_a_disconnected_admitting_worker_is_waited_for_until_the_timeout() -> None:
+    wl = local(state="Ready", cluster_name="w1")
+    plan = plan_workload(inputs(wl, [ClusterHealth("w1", False, NOW - timedelta(minutes=10)), *up("w2")]))
+    assert plan.check is None and plan.requeue_after == pytest.approx(300)
+
+
+def test_the_worker_lost_timeout_counts_from_the_first_disconnect() -> None:
+    wl = local(state="Ready", cluster_name="w1")
+    plan = plan_workload(inputs(wl, [ClusterHealth("w1", False, NOW - timedelta(minutes=16)), *up("w2")]))
+    assert plan.check is not None and (plan.check.state, plan.check.message) == ("Retry", 'Admitting remote lost, Previously: "Ready"')
+
+
+def test_a_deleted_cluster_object_is_lost_from_when_it_went() -> None:
+    wl = local(state="Ready", cluster_name="gone")
+    fresh = plan_workload(inputs(wl, [ClusterHealth("gone", False, NOW)]))
+    old = plan_workload(inputs(wl, [ClusterHealth("gone", False, NOW - TIMEOUT)]))
+    assert fresh.check is None and old.check is not None and old.check.state == "Retry"
+
+
+def test_a_copy_deleted_on_a_reachable_worker_means_retry() -> None:
+    plan = plan_workload(inputs(local(state="Ready", cluster_name="w1"), up("w1")))
+    assert plan.check is not None and plan.check.message == 'Admitting remote no longer exists, Previously: "Ready"'
+
+
+def test_the_manager_job_of_a_lost_worker_stops_counting_its_pods_after_the_timeout() -> None:
+    wl = local(conditions=[cond(c.EVICTED, reason="AdmissionCheck")])
+    lost = [ClusterHealth("w1", False, NOW - TIMEOUT - timedelta(seconds=1)), *up("w2")]
+    assert plan_workload(inputs(wl, lost, local_job_active=1)).stop_local_job
+    recent = [ClusterHealth("w1", False, NOW - timedelta(seconds=30)), *up("w2")]
+    assert not plan_workload(inputs(wl, recent, local_job_active=1)).stop_local_job
+
+
+def test_a_deleted_manager_workload_deletes_its_copies_on_reachable_workers() -> None:
+    plan = plan_workload(inputs(local(), [*up("w1"), ClusterHealth("w2", False, NOW)], {"w1": remote()}, deleted=True))
+    assert plan.delete == ["w1"]
+
+
+# --- what cannot be handed over, and what is in the way ----------------------------------------------------
+def test_an_owner_kind_without_an_adapter_is_rejected() -> None:
+    plan = plan_workload(inputs(local(), up("w1"), owner_kind="kubeflow.org/v2beta1, Kind=MPIJob"))
+    assert plan.check is not None and plan.check.state == "Rejected"
+    assert plan.check.message == 'No multikueue adapter found for owner kind "kubeflow.org/v2beta1, Kind=MPIJob", Previously: "Pending"'
+
+
+def test_a_job_not_managed_by_multikueue_is_rejected() -> None:
+    plan = plan_workload(inputs(local(), up("w1"), owner_managed_by="kubernetes.io/job-controller"))
+    assert plan.check is not None and plan.check.message == (
+        'The owner is not managed by Kueue: Expecting spec.managedBy to be "kueue.x-k8s.io/multikueue" not '
+        '"kubernetes.io/job-controller", Previously: "Pending"'
+    )
+
+
+def test_problems_on_workers_are_said_on_the_manager_check() -> None:
+    wl = local()
+    missing_lq = remote(cond(c.QUOTA_RESERVED, "False", "Misconfigured", "LocalQueue user-queue doesn't exist"), round_of=wl)
+    plan = plan_workload(inputs(wl, up("w1", "w2"), {"w2": missing_lq}, problems={"w1": 'namespace "ns" not found'}))
+    assert plan.check is not None and plan.check.state == "Pending"
+    assert plan.check.message == (
+        'The workload cannot be admitted on some worker clusters: w1: namespace "ns" not found; w2: LocalQueue user-queue doesn\'t exist'
+    )
+
+
+def test_a_worker_with_a_foreign_job_of_the_same_name_is_skipped_and_said() -> None:
+    wl = local()
+    remotes = {"w1": remote(cond(c.ADMITTED, at="2026-11-21T11:00:00Z"), round_of=wl), "w2": remote(cond(c.ADMITTED), round_of=wl)}
+    plan = plan_workload(inputs(wl, up("w1", "w2"), remotes, blocked={"w1": "a Job that is not ours"}))
+    assert plan.sync_job == "w2" and plan.delete == ["w1"]
+
+
+# --- copies, GC and conditions -----------------------------------------------------------------------------
+def test_a_copy_has_our_origin_and_the_spec_and_drops_the_job_uid() -> None:
+    wl = local()
+    wl.metadata.labels = {c.JOB_UID_LABEL: "123", "team": "a"}
+    copy = remote_copy(wl, origin="east", check_name="mk")
+    assert copy["metadata"]["labels"] == {"team": "a", c.MULTIKUEUE_ORIGIN_LABEL: "east"}
+    assert copy["spec"] == SPEC and "status" not in copy and "ownerReferences" not in copy["metadata"]
+
+
+def test_gc_collects_copies_whose_manager_workload_is_gone_or_going() -> None:
+    assert plan_gc(["ns/a", "ns/b", "ns/c"], local={"ns/a": False, "ns/b": True}) == ["ns/b", "ns/c"]
+
+
+@pytest.mark.parametrize(
+    ("config", "clusters", "expected"),
+    [
+        (None, {}, ("False", "BadConfig", 'Cannot load the AdmissionChecks parameters: MultiKueueConfig.kueue.x-k8s.io "cfg" not found')),
+        (["a", "b"], {"a": True, "b": True}, ("True", "Active", "The admission check is active")),
+        (["a", "b"], {"a": True}, ("True", "SomeActiveClusters", "Missing clusters: [b]")),
+        (["a", "b"], {"a": False, "b": True}, ("True", "SomeActiveClusters", "Inactive clusters: [a]")),
+        (["a", "b"], {"a": False}, ("False", "NoUsableClusters", "Missing clusters: [b], Inactive clusters: [a]")),
+    ],
+)
+def test_the_admission_check_is_active_as_kueue_says(config: Any, clusters: dict[str, bool], expected: tuple[str, str, str]) -> None:
+    assert admission_check_active(config_name="cfg", config_clusters=config, clusters=clusters) == expected
+
+
+def test_reconnects_back_off_from_5_seconds_to_a_320_second_cap() -> None:
+    assert [retry_after(n).total_seconds() for n in range(0, 10)] == [0, 5, 10, 20, 40, 80, 160, 320, 320, 320]
+
+
+def test_a_connection_failure_names_its_attempts_and_the_next_one() -> None:
+    message = connection_failed_message("dial tcp: refused", attempts=3, next_attempt=NOW)
+    assert message == "dial tcp: refused; connection attempts: 3, next connection attempt: 2026-11-21T12:00:00Z"
