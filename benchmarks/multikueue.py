@@ -106,6 +106,34 @@ def metric_sum(port: int, prefix: str) -> float:
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(prefix))
 
 
+def machine_busy() -> tuple[float, float]:
+    """(busy, total) CPU ticks of the whole machine since boot."""
+    parts = [float(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle = parts[3] + parts[4]
+    return sum(parts) - idle, sum(parts)
+
+
+def cpu_by_kind(base: Path) -> dict[str, float]:
+    """CPU seconds of every process of this run (its command line names the run's directory)."""
+    import os
+
+    out: dict[str, float] = {}
+    ticks = os.sysconf("SC_CLK_TCK")
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if str(base) not in cmd:
+            continue
+        kind = next((k for k in ("kube-apiserver", "etcd", "worker_agent", "manager") if k in cmd.split()[0] or f"-m {k}" in cmd), "other")
+        out[kind] = out.get(kind, 0.0) + (int(fields[11]) + int(fields[12])) / ticks
+    return out
+
+
 def p95(values: list[float]) -> float:
     return statistics.quantiles(values, n=20)[-1] if len(values) >= 2 else (values[0] if values else 0.0)
 
@@ -182,6 +210,8 @@ async def main(args: argparse.Namespace) -> None:
 
         wait_for(connected, timeout=60, what="the MultiKueue check Active with every worker connected")
         cpu_before, _ = proc_stats(manager.pid)
+        busy_before = machine_busy()
+        kinds_before = cpu_by_kind(base)
         manager_requests_before = metric_sum(manager_port, "kfed_kube_requests_total{")
         remote_requests_before = metric_sum(manager_port, "kfed_multikueue_remote_request_seconds_count{")
         agent_before = sum(metric_sum(port, "kfed_kube_requests_total{") for port in agent_ports)
@@ -227,10 +257,14 @@ async def main(args: argparse.Namespace) -> None:
             print(f"timed out: {len(admitted)} of {args.jobs} admitted after {args.timeout}s")
         wall = (max(admitted.values()) - started) if admitted else float("nan")
         cpu_after, peak = proc_stats(manager.pid)
+        busy_after = machine_busy()
+        kinds_after = cpu_by_kind(base)
+        machine = (busy_after[0] - busy_before[0]) / max(busy_after[1] - busy_before[1], 1)
         manager_requests = metric_sum(manager_port, "kfed_kube_requests_total{") - manager_requests_before
         remote_requests = metric_sum(manager_port, "kfed_multikueue_remote_request_seconds_count{") - remote_requests_before
         agent_requests = sum(metric_sum(port, "kfed_kube_requests_total{") for port in agent_ports) - agent_before
         watch.cancel()
+        await asyncio.gather(watch, return_exceptions=True)
         await client.close()
         count = len(admitted)
         reservation = [reserved[n] - submitted[n] for n in reserved if n in submitted]
@@ -251,6 +285,9 @@ async def main(args: argparse.Namespace) -> None:
             f"  manager CPU:                     {cpu_after - cpu_before:.1f} s ({(cpu_after - cpu_before) / wall * 100:.0f}% of one core)"
         )
         print(f"  manager peak RSS:                {peak / 2**20:.0f} MiB")
+        print(f"  machine CPU busy (all cores):    {machine * 100:.0f}% (4 apiservers, 4 etcds, the manager, 3 agents, this script)")
+        spent = {k: kinds_after.get(k, 0.0) - kinds_before.get(k, 0.0) for k in kinds_after}
+        print("  CPU seconds by process kind:     " + ", ".join(f"{k} {v:.1f}" for k, v in sorted(spent.items(), key=lambda kv: -kv[1])))
     finally:
         for process in processes:
             process.terminate()

@@ -123,35 +123,8 @@ def build(provider: Any, directory: Path) -> Federation:
         agent.wait_ready()
         wait_webhooks(worker, agent)
         fed.agents[name] = agent
-    fed.config_file.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "config.kueue.x-k8s.io/v1beta2",
-                "kind": "Configuration",
-                "multiKueue": {"gcInterval": f"{GC_INTERVAL}s", "workerLostTimeout": f"{WORKER_LOST_TIMEOUT}s"},
-            }
-        )
-    )
-    for name, worker in fed.workers.items():
-        federation.create(manager, secret_manifest(f"{name}-kubeconfig", worker.kubeconfig()))
-        federation.create(
-            manager,
-            kueue_object(
-                "MultiKueueCluster", name, {"clusterSource": {"kubeConfig": {"locationType": "Secret", "location": f"{name}-kubeconfig"}}}
-            ),
-        )
-    federation.create(manager, kueue_object("MultiKueueConfig", CONFIG, {"clusters": sorted(fed.workers)}))
-    federation.create(
-        manager,
-        kueue_object(
-            "AdmissionCheck",
-            CHECK,
-            {
-                "controllerName": c.MULTIKUEUE_CONTROLLER_NAME,
-                "parameters": {"apiGroup": c.GROUP, "kind": "MultiKueueConfig", "name": CONFIG},
-            },
-        ),
-    )
+    write_config(fed.config_file, origin=None)
+    join(manager, fed.workers)
     process = fed.start_manager()
     wait_webhooks(manager, process)
     return fed
@@ -231,3 +204,38 @@ class Clients:
     async def rotate_secret(self, worker: str, kubeconfig: dict[str, Any]) -> None:
         body = secret_manifest(f"{worker}-kubeconfig", kubeconfig)
         await self.manager.patch(Secret, f"{worker}-kubeconfig", {"data": body["data"]}, namespace=SYSTEM_NAMESPACE)
+
+
+def build_second_manager(fed: Federation, provider: Any, directory: Path, *, origin: str) -> Federation:
+    """Another manager cluster with its own origin, joined to the same workers."""
+    manager = provider.create([f"mk-manager2-{uuid.uuid4().hex[:4]}"])[0]
+    second = Federation(manager, fed.workers, directory)
+    federation.install_crds(manager, federation.crd_manifests(REPO_ROOT / "crds"))
+    ensure_namespace(manager, SYSTEM_NAMESPACE)
+    write_config(second.config_file, origin=origin)
+    join(manager, fed.workers)
+    process = second.start_manager()
+    wait_webhooks(manager, process)
+    return second
+
+
+def write_config(path: Path, *, origin: str | None) -> None:
+    """The manager's Kueue Configuration: short GC and worker-lost periods, so tests can wait them out."""
+    multikueue: dict[str, Any] = {"gcInterval": f"{GC_INTERVAL}s", "workerLostTimeout": f"{WORKER_LOST_TIMEOUT}s"}
+    if origin:
+        multikueue["origin"] = origin
+    path.write_text(yaml.safe_dump({"apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration", "multiKueue": multikueue}))
+
+
+def join(manager: LocalCluster, workers: dict[str, LocalCluster]) -> None:
+    """What an administrator applies on a manager: a Secret and a MultiKueueCluster per worker,
+    a MultiKueueConfig listing them, and the AdmissionCheck that uses it."""
+    for name, worker in workers.items():
+        federation.create(manager, secret_manifest(f"{name}-kubeconfig", worker.kubeconfig()))
+        source = {"clusterSource": {"kubeConfig": {"locationType": "Secret", "location": f"{name}-kubeconfig"}}}
+        federation.create(manager, kueue_object("MultiKueueCluster", name, source))
+    federation.create(manager, kueue_object("MultiKueueConfig", CONFIG, {"clusters": sorted(workers)}))
+    parameters = {"apiGroup": c.GROUP, "kind": "MultiKueueConfig", "name": CONFIG}
+    federation.create(
+        manager, kueue_object("AdmissionCheck", CHECK, {"controllerName": c.MULTIKUEUE_CONTROLLER_NAME, "parameters": parameters})
+    )

@@ -4,6 +4,7 @@ worker's apiserver, rotating its Secret and restarting the manager."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -16,16 +17,19 @@ from manager.api import constants as c
 from manager.api import kueue
 from manager.api.core import Job, Secret
 from manager.api.meta import find_condition, is_condition_true
+from manager.kube.client import KubeClient
 from manager.kube.errors import NotFoundError
 from manager.multikueue.plan import multikueue_check
 from tests.e2e.federation import (
     CHECK,
+    GC_INTERVAL,
     PARKED,
     RUNS,
     WORKER_LOST_TIMEOUT,
     Clients,
     Federation,
     build,
+    build_second_manager,
     job_manifest,
     secret_manifest,
     stop,
@@ -363,3 +367,67 @@ async def test_orphans_are_collected_after_the_worker_returns_and_other_origins_
         return jobs == [] and wls == ["theirs"]
 
     await eventually(collected, timeout=90, what="worker1's orphaned Job and copy collected, the other origin's Workload kept")
+
+
+# --- what is in the way on a worker ------------------------------------------------------------------------------
+async def test_a_foreign_job_with_the_same_name_is_never_touched_and_the_conflict_is_reported(kube: Clients, tag: str) -> None:
+    ns = f"{tag}-foreign"
+    cqs = await kube.queues(ns, manager_cpu=4, worker_cpu={"worker1": 4, "worker2": 0}, labels=PARKED, tag=tag)
+    # A Job of worker1's own users, with the same name, not queued and not ours.
+    theirs = job_manifest("shared-name", ns)
+    theirs["metadata"]["labels"] = {}
+    theirs["spec"]["suspend"] = True
+    created = await kube.workers["worker1"].create(Job, theirs, namespace=ns)
+    await kube.manager.create(Job, job_manifest("shared-name", ns))
+
+    async def reported() -> Any:
+        wl = await kube.manager_workload(ns, "shared-name")
+        check = multikueue_check(wl, CHECK) if wl else None
+        return check if check is not None and "worker1" in check.message and "did not create" in check.message else None
+
+    check = await eventually(reported, timeout=60, what="the conflict on worker1 said on the manager's check")
+    assert check.state == "Pending"
+    still = await kube.workers["worker1"].get(Job, "shared-name", namespace=ns)
+    assert still.metadata.uid == created.metadata.uid and still.spec.suspend is True
+    assert c.MULTIKUEUE_ORIGIN_LABEL not in (still.metadata.labels or {})
+    # Another worker with room takes it.
+    await kube.set_quota(kube.workers["worker2"], cqs["worker2"], 4)
+    assert await eventually(lambda: admitted_on(kube, ns, "shared-name"), timeout=60, what="admission on worker2") == "worker2"
+    assert (await kube.workers["worker1"].get(Job, "shared-name", namespace=ns)).metadata.uid == created.metadata.uid
+
+
+# --- two managers share the workers --------------------------------------------------------------------------------
+async def test_two_managers_with_different_origins_share_workers_without_touching_each_other(
+    fed: Federation, provider: Provider, kube: Clients, tag: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    second = build_second_manager(fed, provider, tmp_path_factory.mktemp("second"), origin="second")
+    try:
+        other = await KubeClient.from_kubeconfig(second.manager.kubeconfig(), name="test-second")
+        try:
+            ns = f"{tag}-two"
+            await kube.queues(ns, manager_cpu=4, worker_cpu={"worker1": 8, "worker2": 0}, labels=PARKED, tag=tag)
+            await Clients(other, {})._queue(other, ns, f"{tag}-mgr", 4, {}, flavor=f"{tag}-flavor", check=CHECK)
+            await kube.manager.create(Job, job_manifest("first", ns))
+            await other.create(Job, job_manifest("second", ns), namespace=ns)
+            assert (
+                await eventually(lambda: admitted_on(kube, ns, "first"), timeout=60, what="the first manager's Job admitted") == "worker1"
+            )
+
+            async def both_running() -> Any:
+                jobs = {
+                    j.name: (j.metadata.labels or {}).get(c.MULTIKUEUE_ORIGIN_LABEL)
+                    for j in (await kube.workers["worker1"].list(Job, namespace=ns)).items
+                }
+                return jobs if jobs == {"first": "multikueue", "second": "second"} else None
+
+            await eventually(both_running, timeout=60, what="each manager's Job on worker1, with its own origin")
+            # Several GC rounds of both managers later, both are still there.
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            while loop.time() - started < 3 * GC_INTERVAL:
+                assert await both_running(), "a manager touched the other's objects"
+                await asyncio.sleep(0.5)  # the polling interval while both collectors run
+        finally:
+            await other.close()
+    finally:
+        second.stop_manager()
