@@ -21,6 +21,7 @@ from manager.dev.local import LocalCluster
 from manager.kube.client import KubeClient
 from tests.conftest import REPO_ROOT
 from tests.integration.controllers import SYSTEM_NAMESPACE, ControllerProcess, ensure_namespace, wait_webhooks
+from tests.integration.test_controllers import job_manifest as job_manifest
 
 CHECK = "mk"
 CONFIG = "mk"
@@ -45,27 +46,6 @@ def secret_manifest(name: str, kubeconfig: dict[str, Any]) -> dict[str, Any]:
         "kind": "Secret",
         "metadata": {"name": name, "namespace": SYSTEM_NAMESPACE},
         "data": {"kubeconfig": encoded},
-    }
-
-
-def job_manifest(name: str, namespace: str, *, cpu: str = "1", priority_class: str | None = None) -> dict[str, Any]:
-    labels = {c.QUEUE_NAME_LABEL: LQ}
-    if priority_class:
-        labels[c.PRIORITY_CLASS_LABEL] = priority_class
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name, "namespace": namespace, "labels": labels},
-        "spec": {
-            "parallelism": 1,
-            "completions": 1,
-            "template": {
-                "spec": {
-                    "restartPolicy": "Never",
-                    "containers": [{"name": "main", "image": "busybox", "resources": {"requests": {"cpu": cpu}}}],
-                }
-            },
-        },
     }
 
 
