@@ -104,6 +104,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     simulate.add_command(commands)
 
+    from manager.cli import fleet
+
+    fleet.add_commands(commands)
+
     from manager.cli import dev  # imported here: it pulls in the cluster harness
 
     dev.add_commands(commands)
