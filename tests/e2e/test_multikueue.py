@@ -7,8 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,32 +26,12 @@ from tests.e2e.federation import (
     WORKER_LOST_TIMEOUT,
     Clients,
     Federation,
-    build,
     build_second_manager,
     job_manifest,
     secret_manifest,
-    stop,
 )
 from tests.harness import Provider, eventually
 from tests.integration.controllers import SYSTEM_NAMESPACE
-
-
-@pytest.fixture(scope="module")
-def fed(provider: Provider, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]:
-    created = build(provider, Path(tmp_path_factory.mktemp("federation")))
-    try:
-        yield created
-    finally:
-        stop(created)
-
-
-@pytest.fixture
-async def kube(fed: Federation) -> AsyncIterator[Clients]:
-    clients = await Clients.open(fed)
-    try:
-        yield clients
-    finally:
-        await clients.close()
 
 
 @pytest.fixture
