@@ -162,67 +162,60 @@ def _filter(rows: list[views.JobView], args: argparse.Namespace, workloads: list
     return out
 
 
-@run_async
-async def cmd_jobs(args: argparse.Namespace) -> int:
+async def _refresh(args: argparse.Namespace, produce: Callable[[KubeClient], Coroutine[Any, Any, str]]) -> int:
+    """Print what `produce` makes from the manager; with --watch, again every --interval."""
     client = await manager_client(args)
     try:
-        while True:
-            state = await read_manager(client, _namespace(args))
-            rows = views.job_views(state["workloads"], checks=state["checks"], local_queues=state["local_queues"])
-            rows = _filter(rows, args, state["workloads"])
-            text = views.render(views.job_rows(rows, now=_now(), wide=args.output == "wide"), output=_table(args.output))
-            if not await _show(text, args):
-                return 0
+        while await _show(await produce(client), args):
+            pass
+        return 0
     finally:
         await client.close()
+
+
+@run_async
+async def cmd_jobs(args: argparse.Namespace) -> int:
+    async def produce(client: KubeClient) -> str:
+        state = await read_manager(client, _namespace(args))
+        rows = views.job_views(state["workloads"], checks=state["checks"], local_queues=state["local_queues"])
+        rows = _filter(rows, args, state["workloads"])
+        return views.render(views.job_rows(rows, now=_now(), wide=args.output == "wide"), output=_table(args.output))
+
+    return await _refresh(args, produce)
 
 
 @run_async
 async def cmd_queues(args: argparse.Namespace) -> int:
-    client = await manager_client(args)
-    try:
-        while True:
-            state = await read_manager(client, _namespace(args))
-            text = views.render(views.queue_rows(state["cluster_queues"], state["local_queues"].values()), output=_table(args.output))
-            if not await _show(text, args):
-                return 0
-    finally:
-        await client.close()
+    async def produce(client: KubeClient) -> str:
+        state = await read_manager(client, _namespace(args))
+        return views.render(views.queue_rows(state["cluster_queues"], state["local_queues"].values()), output=_table(args.output))
+
+    return await _refresh(args, produce)
 
 
 @run_async
 async def cmd_clusters(args: argparse.Namespace) -> int:
-    client = await manager_client(args)
-    try:
-        while True:
-            clusters = (await client.list(kueue.MultiKueueCluster)).items
-            workers = await read_workers(client, clusters, args)
-            text = views.render(views.cluster_rows(workers, now=_now()), output=_table(args.output), empty="No worker clusters registered.")
-            if not await _show(text, args):
-                return 0
-    finally:
-        await client.close()
+    async def produce(client: KubeClient) -> str:
+        workers = await read_workers(client, (await client.list(kueue.MultiKueueCluster)).items, args)
+        return views.render(views.cluster_rows(workers, now=_now()), output=_table(args.output), empty="No worker clusters registered.")
+
+    return await _refresh(args, produce)
 
 
 @run_async
 async def cmd_status(args: argparse.Namespace) -> int:
-    client = await manager_client(args)
-    try:
-        while True:
-            state = await read_manager(client, None)
-            workers = await read_workers(client, state["clusters"], args)
-            jobs = views.job_views(state["workloads"], checks=state["checks"], local_queues=state["local_queues"])
-            manager = f"{client.api.configuration.host} (reachable)"
-            now = _now()
-            if args.output in ("json", "yaml"):
-                data = views.status_data(manager=manager, workers=workers, cluster_queues=state["cluster_queues"], jobs=jobs, now=now)
-                text = views.render([data], output=args.output)
-            else:
-                text = views.status_text(manager=manager, workers=workers, cluster_queues=state["cluster_queues"], jobs=jobs, now=now)
-            if not await _show(text, args):
-                return 0
-    finally:
-        await client.close()
+    async def produce(client: KubeClient) -> str:
+        state = await read_manager(client, None)
+        workers = await read_workers(client, state["clusters"], args)
+        jobs = views.job_views(state["workloads"], checks=state["checks"], local_queues=state["local_queues"])
+        manager = f"{client.api.configuration.host} (reachable)"
+        now = _now()
+        if args.output in ("json", "yaml"):
+            data = views.status_data(manager=manager, workers=workers, cluster_queues=state["cluster_queues"], jobs=jobs, now=now)
+            return views.render([data], output=args.output)
+        return views.status_text(manager=manager, workers=workers, cluster_queues=state["cluster_queues"], jobs=jobs, now=now)
+
+    return await _refresh(args, produce)
 
 
 @run_async
