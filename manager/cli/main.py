@@ -108,6 +108,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     fleet.add_commands(commands)
 
+    from manager.cli import register
+
+    register.add_commands(commands)
+
     from manager.cli import dev  # imported here: it pulls in the cluster harness
 
     dev.add_commands(commands)

@@ -2,20 +2,26 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import subprocess
 import sys
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from manager.api import kueue
-from manager.api.core import Job
+from manager.api.core import Job, Secret
+from manager.api.meta import find_condition
 from manager.dev.local import LocalCluster
+from manager.kube.errors import NotFoundError
 from tests.conftest import REPO_ROOT
 from tests.e2e.federation import PARKED, Clients, Federation, job_manifest
 from tests.harness import eventually
+from tests.integration.controllers import SYSTEM_NAMESPACE
 
 
 def kfed(manager: LocalCluster, *args: str) -> subprocess.CompletedProcess[str]:
@@ -109,3 +115,66 @@ def test_a_missing_kubeconfig_is_one_clear_line_and_a_non_zero_exit(tmp_path: An
     )
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [f"error: cannot read kubeconfig {tmp_path / 'nope'}: No such file or directory"]
+
+
+# --- register ---------------------------------------------------------------------------------------------
+def register(fed: Federation, name: str, kubeconfig: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            sys.executable, "-m", "manager.cli.main", "register", name,
+            f"--kubeconfig={kubeconfig}", f"--manager-kubeconfig={fed.manager.kubeconfig_path}", *extra,
+        ],
+        capture_output=True, text=True, cwd=REPO_ROOT, timeout=120,
+    )  # fmt: skip
+
+
+async def test_register_checks_a_good_worker_then_creates_its_secret_and_cluster(fed: Federation, kube: Clients, tag: str) -> None:
+    name, config = f"{tag}-w2", f"{tag}-config"
+    dry = register(fed, name, fed.workers["worker2"].kubeconfig_path, f"--config={config}", "--dry-run")
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    assert "[FAIL]" not in dry.stdout and "[ok  ] access MultiKueue needs" in dry.stdout
+    assert "dry run: nothing was created" in dry.stdout
+    with pytest.raises(NotFoundError):
+        await kube.manager.get(kueue.MultiKueueCluster, name)
+    done = register(fed, name, fed.workers["worker2"].kubeconfig_path, f"--config={config}", "--create-service-account")
+    assert done.returncode == 0, done.stdout + done.stderr
+    secret = await kube.manager.get(Secret, f"{name}-kubeconfig", namespace=SYSTEM_NAMESPACE)
+    stored = yaml.safe_load(base64.b64decode((secret.data or {})["kubeconfig"]))
+    assert list(stored["users"][0]["user"]) == ["token"]  # the ServiceAccount's token, not the admin certificate
+    assert (await kube.manager.get(kueue.MultiKueueConfig, config)).spec.clusters == [name]
+
+    async def connected() -> bool:
+        cluster = await kube.manager.get(kueue.MultiKueueCluster, name)
+        cond = find_condition(cluster.status.conditions if cluster.status else None, "Active")
+        return cond is not None and cond.status == "True"
+
+    await eventually(connected, timeout=60, what="the registered worker connected with its least-privilege token")
+    gone = subprocess.run(
+        [sys.executable, "-m", "manager.cli.main", "unregister", name, f"--kubeconfig={fed.manager.kubeconfig_path}"],
+        capture_output=True, text=True, cwd=REPO_ROOT, timeout=60,
+    )  # fmt: skip
+    assert gone.returncode == 0, gone.stderr
+    with pytest.raises(NotFoundError):
+        await kube.manager.get(kueue.MultiKueueCluster, name)
+
+
+async def test_register_refuses_a_worker_without_crds_and_creates_nothing(fed: Federation, provider: Any, kube: Clients, tag: str) -> None:
+    bare = provider.create([f"bare-{tag}"])[0]
+    result = register(fed, f"{tag}-bare", bare.kubeconfig_path)
+    assert result.returncode == 1
+    assert "[FAIL] Kueue's API (kueue.x-k8s.io/v1beta2): not served: install the CRDs" in result.stdout
+    assert "nothing was created" in result.stderr
+    with pytest.raises(NotFoundError):
+        await kube.manager.get(kueue.MultiKueueCluster, f"{tag}-bare")
+    with pytest.raises(NotFoundError):
+        await kube.manager.get(Secret, f"{tag}-bare-kubeconfig", namespace=SYSTEM_NAMESPACE)
+
+
+def test_register_refuses_a_kubeconfig_with_an_exec_plugin(fed: Federation, tmp_path: Path) -> None:
+    kubeconfig = fed.workers["worker1"].kubeconfig()
+    kubeconfig["users"][0]["user"] = {"exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": "aws"}}
+    path = tmp_path / "exec.kubeconfig"
+    path.write_text(yaml.safe_dump(kubeconfig))
+    result = register(fed, "with-exec", path)
+    assert result.returncode == 1
+    assert result.stderr.strip() == f"error: kubeconfig {path} is refused (InsecureKubeConfig): exec plugins are not allowed"
