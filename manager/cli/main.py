@@ -108,9 +108,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     fleet.add_commands(commands)
 
-    from manager.cli import register
+    from manager.cli import explain, register
 
     register.add_commands(commands)
+    explain.add_command(commands)
 
     from manager.cli import dev  # imported here: it pulls in the cluster harness
 

@@ -152,7 +152,7 @@ def job_rows(views: Sequence[JobView], *, now: datetime, wide: bool = False) -> 
 
 
 # --- queues -----------------------------------------------------------------------------------------
-def _usage_text(cq: kueue.ClusterQueue) -> str:
+def usage_text(cq: kueue.ClusterQueue) -> str:
     """cpu 3/8, memory 1Gi/32Gi per flavor: what is reserved against the nominal quota."""
     reserved: dict[tuple[str, str], str] = {}
     for used in (cq.status.flavors_reservation if cq.status else None) or []:
@@ -177,7 +177,7 @@ def queue_rows(cluster_queues: Iterable[kueue.ClusterQueue], local_queues: Itera
                 "COHORT": cq.spec.cohort_name or "",
                 "PENDING": str((cq.status.pending_workloads if cq.status else 0) or 0),
                 "ADMITTED": str((cq.status.admitted_workloads if cq.status else 0) or 0),
-                "USAGE": _usage_text(cq),
+                "USAGE": usage_text(cq),
                 "STOPPED": "yes" if (cq.spec.stop_policy or "None") != "None" else "",
                 "ACTIVE": f"{active.status} ({active.reason})" if active else "",
             }

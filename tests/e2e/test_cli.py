@@ -63,6 +63,12 @@ async def test_jobs_shows_a_pending_job_with_quota_numbers_a_dispatching_one_and
     assert "insufficient quota for cpu" in rows["too-big"]["REASON"] and "request (10) > maximum capacity (4)" in rows["too-big"]["REASON"]
     running = kfed(fed.manager, "jobs", "-n", ns, "--state", "running")
     assert running.returncode == 0 and "runs" in running.stdout and "too-big" not in running.stdout
+    why = kfed(fed.manager, "explain", "too-big", "-n", ns)
+    assert why.returncode == 0, why.stderr
+    assert why.stdout.splitlines()[-1].startswith(f"Next: It asks for more than ClusterQueue {tag}-mgr can ever give")
+    assert "  worker1  not nominated yet: the manager has not reserved quota" in why.stdout
+    running_why = kfed(fed.manager, "explain", "runs", "-n", ns)
+    assert running_why.stdout.splitlines()[-1] == "Next: Nothing to do: it runs on worker1."
     table = kfed(fed.manager, "jobs", "-n", ns)
     assert table.returncode == 0
     assert table.stdout.splitlines()[0].split() == ["NAMESPACE", "NAME", "QUEUE", "STATE", "CLUSTER", "AGE", "POSITION", "REASON"]
@@ -80,6 +86,12 @@ async def test_a_job_waiting_because_a_worker_lacks_its_local_queue_says_so(fed:
 
     row = await eventually(explained, timeout=60, what="`kfed jobs` naming worker2's missing LocalQueue")
     assert row["STATE"] == "Dispatching"
+    why = kfed(fed.manager, "explain", "stuck", "-n", ns)
+    assert why.returncode == 0, why.stderr
+    lines = why.stdout.splitlines()
+    assert lines[1] == "State: Dispatching"
+    assert "  worker1  waiting: couldn't assign flavors to pod set main: insufficient quota" in "\n".join(lines)
+    assert lines[-1] == f"Next: Create LocalQueue user-queue in namespace {ns} on worker2, as on the manager."
 
 
 async def test_status_and_clusters_show_every_worker_and_an_unreachable_one(fed: Federation, kube: Clients) -> None:

@@ -1,0 +1,258 @@
+"""`kfed explain JOB|WORKLOAD`: why a job is where it is, on the manager and on each worker,
+ending with one line a person can act on. The verdicts are pure (`explain`); `cmd_explain`
+reads what they need."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from manager.api import constants as c
+from manager.api import kueue
+from manager.api.core import Job, Secret
+from manager.api.meta import find_condition, is_condition_true
+from manager.cli import views
+from manager.cli.fleet import WORKER_TIMEOUT, CommandError, manager_client, run_async
+from manager.kube.client import KubeClient, KubeconfigError
+from manager.kube.errors import KubeError, NotFoundError
+from manager.multikueue.kubeconfig import KubeconfigRejectedError, parse_kubeconfig
+
+
+@dataclass(frozen=True)
+class Remote:
+    """What was found on one worker: its connection and our copy there (or why not)."""
+
+    cluster: str
+    active: bool
+    reason: str = ""
+    copy: kueue.Workload | None = None
+    error: str = ""
+
+
+def _cond(wl: kueue.Workload, kind: str) -> tuple[str, str, str] | None:
+    found = find_condition(wl.status.conditions if wl.status else None, kind)
+    return (found.status, found.reason, found.message) if found else None
+
+
+def worker_verdict(remote: Remote, *, nominated: Sequence[str], winner: str, reserved: bool) -> str:
+    if not remote.active:
+        return f"unreachable ({remote.reason or 'not connected'}){': ' + remote.error if remote.error else ''}"
+    if remote.cluster == winner:
+        return "admitted here: the Job runs on this worker"
+    if remote.error:
+        return remote.error
+    if remote.copy is None:
+        if not reserved:
+            return "not nominated yet: the manager has not reserved quota"
+        if winner:
+            return f"no copy: the job was admitted on {winner}"
+        return "no copy yet" + (" (nominated)" if remote.cluster in nominated else " (not nominated)")
+    if is_condition_true(remote.copy.status.conditions if remote.copy.status else None, c.ADMITTED):
+        return "admitted here too (a copy that lost the race, about to be deleted)"
+    waiting = _cond(remote.copy, c.QUOTA_RESERVED)
+    if waiting is not None and waiting[0] == "False" and waiting[2]:
+        return f"waiting: {waiting[2]}"
+    if waiting is not None and waiting[0] == "True":
+        return "quota reserved here, waiting for its admission checks"
+    return "copied, waiting for the worker's scheduler"
+
+
+def next_step(
+    state: str,
+    *,
+    reason: str,
+    cluster_queue: str,
+    cq: kueue.ClusterQueue | None,
+    namespace: str,
+    queue: str,
+    remotes: Sequence[Remote],
+    verdicts: Mapping[str, str],
+    winner: str,
+) -> str:
+    """The one line to act on."""
+    if state == "Succeeded":
+        return "Nothing to do: it finished successfully."
+    if state == "Failed":
+        return f"It failed: {reason or 'see the Job'}. Fix the cause and submit it again."
+    if state == "Running":
+        return f"Nothing to do: it runs on {winner}." if winner else "Nothing to do: it runs."
+    if state == "Evicted":
+        return "It was evicted and will be queued again; nothing to do unless it keeps happening."
+    if state == "Pending" and "doesn't exist" in reason and "LocalQueue" in reason:
+        return f"Create LocalQueue {queue} in namespace {namespace} on the manager, or submit to an existing queue with --queue."
+    if cq is not None and (cq.spec.stop_policy or "None") != "None":
+        return f"ClusterQueue {cluster_queue} is stopped (stopPolicy {cq.spec.stop_policy}); set stopPolicy: None to let jobs in."
+    active = find_condition(cq.status.conditions if cq and cq.status else None, c.ACTIVE) if cq else None
+    if active is not None and active.status == "False":
+        return f"ClusterQueue {cluster_queue} is inactive ({active.reason}): {active.message}"
+    if state == "Pending" and ("maximum capacity" in reason or "exceeds" in reason.lower()):
+        return f"It asks for more than ClusterQueue {cluster_queue} can ever give: lower its requests or raise the queue's nominalQuota."
+    if state == "Pending":
+        return f"It waits for quota in ClusterQueue {cluster_queue}: running jobs must finish first, or raise its quota."
+    missing_queue = [name for name, verdict in verdicts.items() if "LocalQueue" in verdict and "doesn't exist" in verdict]
+    if missing_queue:
+        return f"Create LocalQueue {queue} in namespace {namespace} on {', '.join(missing_queue)}, as on the manager."
+    missing_ns = [name for name, verdict in verdicts.items() if "namespace" in verdict and "not found" in verdict]
+    if missing_ns:
+        return f"Create namespace {namespace} and LocalQueue {queue} on {', '.join(missing_ns)}."
+    usable = [r for r in remotes if r.active]
+    if not usable:
+        return "No worker is reachable: see `kfed clusters` and fix the connections."
+    return "Every reachable worker is busy: it runs when one of them has room (or add quota on a worker)."
+
+
+def explain(
+    *,
+    view: views.JobView,
+    wl: kueue.Workload,
+    cq: kueue.ClusterQueue | None,
+    remotes: Sequence[Remote],
+) -> str:
+    status = wl.status
+    nominated = list((status.nominated_cluster_names if status else None) or [])
+    winner = (status.cluster_name or "") if status else ""
+    reserved = is_condition_true(status.conditions if status else None, c.QUOTA_RESERVED)
+    lines = [
+        f"Job {view.namespace}/{view.name} (Workload {view.workload}), queue {view.queue} -> ClusterQueue {view.cluster_queue or '?'}",
+        f"State: {view.state}"
+        + (f" on {winner}" if winner else "")
+        + (f", position {view.position} in its ClusterQueue" if view.position else ""),
+        "",
+        "Manager:",
+    ]
+    if view.state in ("Pending",):
+        lines.append(f"  waiting for quota: {view.reason}")
+    elif reserved:
+        lines.append(
+            f"  quota reserved in ClusterQueue {status.admission.cluster_queue if status and status.admission else view.cluster_queue}"
+        )
+    else:
+        lines.append(f"  {view.reason or view.state}")
+    if cq is not None:
+        lines.append(f"  ClusterQueue {cq.name}: {views.usage_text(cq) or 'no quota'} (reserved/nominal)")
+        if (cq.spec.stop_policy or "None") != "None":
+            lines.append(f"  ClusterQueue {cq.name} is stopped (stopPolicy {cq.spec.stop_policy})")
+    for check in (status.admission_checks if status else None) or []:
+        lines.append(f"  admission check {check.name}: {check.state}" + (f" ({check.message})" if check.message else ""))
+    verdicts = {r.cluster: worker_verdict(r, nominated=nominated, winner=winner, reserved=reserved) for r in remotes}
+    if remotes:
+        lines.append("")
+        lines.append("Workers:")
+        width = max(len(r.cluster) for r in remotes)
+        for remote in remotes:
+            lines.append(f"  {remote.cluster.ljust(width)}  {verdicts[remote.cluster]}")
+    lines.append("")
+    lines.append(
+        "Next: "
+        + next_step(
+            view.state,
+            reason=view.reason,
+            cluster_queue=view.cluster_queue,
+            cq=cq,
+            namespace=view.namespace,
+            queue=view.queue,
+            remotes=remotes,
+            verdicts=verdicts,
+            winner=winner,
+        )
+    )
+    return "\n".join(lines) + "\n"
+
+
+# --- the command ----------------------------------------------------------------------------------------
+async def _remote(manager: KubeClient, cluster: kueue.MultiKueueCluster, key: str, system_namespace: str) -> Remote:
+    cond = find_condition(cluster.status.conditions if cluster.status else None, c.ACTIVE)
+    active = cond is not None and cond.status == "True"
+    reason = cond.reason if cond is not None else ""
+    ref = cluster.spec.cluster_source.kube_config
+    if not active or ref is None or ref.effective_location_type != "Secret":
+        return Remote(cluster.name, active, reason, error="" if active else (cond.message if cond else ""))
+    try:
+        secret = await manager.get(Secret, ref.location, namespace=system_namespace)
+        kubeconfig = parse_kubeconfig(base64.b64decode((secret.data or {}).get(c.MULTIKUEUE_SECRET_KEY, "")))
+        worker = await KubeClient.from_kubeconfig(kubeconfig, name=cluster.name)
+    except (KubeError, KubeconfigRejectedError, KubeconfigError, ValueError) as err:
+        return Remote(cluster.name, active, reason, error=f"cannot read it: {err}")
+    worker.retry_attempts = 1
+    namespace, _, name = key.partition("/")
+    try:
+        copy = await asyncio.wait_for(worker.get(kueue.Workload, name, namespace=namespace), timeout=WORKER_TIMEOUT)
+        return Remote(cluster.name, active, reason, copy=copy)
+    except NotFoundError:
+        return Remote(cluster.name, active, reason)
+    except (KubeError, TimeoutError) as err:
+        return Remote(cluster.name, False, "unreachable", error=str(err) or "timed out")
+    finally:
+        await worker.close()
+
+
+@run_async
+async def cmd_explain(args: argparse.Namespace) -> int:
+    namespace = args.namespace or "default"
+    client = await manager_client(args)
+    try:
+        workloads = (await client.list(kueue.Workload, namespace=namespace)).items
+        wl = next((w for w in workloads if w.name == args.name), None)
+        if wl is None:
+            try:
+                job = await client.get(Job, args.name, namespace=namespace)
+            except NotFoundError:
+                raise CommandError(f'no Job or Workload "{args.name}" in namespace {namespace}') from None
+            wl = next((w for w in workloads if any(ref.uid == job.metadata.uid for ref in w.metadata.owner_references or [])), None)
+            if wl is None:
+                queued = (job.metadata.labels or {}).get(c.QUEUE_NAME_LABEL)
+                hint = (
+                    "it has no Workload yet (is the manager running?)"
+                    if queued
+                    else f"it has no {c.QUEUE_NAME_LABEL} label, so kfed does not queue it"
+                )
+                print(f"Job {namespace}/{args.name}: {hint}")
+                return 0
+        checks = {ac.name: ac for ac in (await client.list(kueue.AdmissionCheck)).items}
+        lqs = {lq.key: lq for lq in (await client.list(kueue.LocalQueue, namespace=namespace)).items}
+        view = views.job_views([wl], checks=checks, local_queues=lqs)[0]
+        cq = None
+        if view.cluster_queue:
+            try:
+                cq = await client.get(kueue.ClusterQueue, view.cluster_queue)
+            except NotFoundError:
+                cq = None
+        remotes: list[Remote] = []
+        # The MultiKueue check: on the Workload once it has quota, else on its ClusterQueue.
+        named = [s.name for s in (wl.status.admission_checks if wl.status else None) or []] + (cq.admission_check_names if cq else [])
+        mk = next((name for name in named if name in checks and checks[name].spec.controller_name == c.MULTIKUEUE_CONTROLLER_NAME), None)
+        params = checks[mk].spec.parameters if mk is not None else None
+        if params is not None:
+            try:
+                config = await client.get(kueue.MultiKueueConfig, params.name)
+                clusters = {cl.name: cl for cl in (await client.list(kueue.MultiKueueCluster)).items}
+            except NotFoundError:
+                config, clusters = None, {}
+            names = list(config.spec.clusters) if config else []
+            found = await asyncio.gather(*(_remote(client, clusters[n], wl.key, args.system_namespace) for n in names if n in clusters))
+            remotes = sorted(
+                [
+                    *found,
+                    *(Remote(n, False, "MissingCluster", error="no MultiKueueCluster of this name") for n in names if n not in clusters),
+                ],
+                key=lambda r: r.cluster,
+            )
+        sys.stdout.write(explain(view=view, wl=wl, cq=cq, remotes=remotes))
+        return 0
+    finally:
+        await client.close()
+
+
+def add_command(commands: Any) -> None:
+    parser = commands.add_parser("explain", help="why a job is where it is, on the manager and on each worker")
+    parser.add_argument("name", help="a Job or Workload name")
+    parser.add_argument("-n", "--namespace")
+    parser.add_argument("--kubeconfig")
+    parser.add_argument("--context")
+    parser.add_argument("--system-namespace", default="kfed-system")
+    parser.set_defaults(func=cmd_explain)

@@ -1,0 +1,115 @@
+"""`kfed explain` verdicts on known states, each ending with one line to act on."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from manager.api import kueue
+from manager.cli import views
+from manager.cli.explain import Remote, explain
+
+MK = kueue.AdmissionCheck.model_validate({"metadata": {"name": "mk"}, "spec": {"controllerName": "kueue.x-k8s.io/multikueue"}})
+CQ = kueue.ClusterQueue.model_validate(
+    {
+        "metadata": {"name": "cq"},
+        "spec": {
+            "resourceGroups": [{"coveredResources": ["cpu"], "flavors": [{"name": "f", "resources": [{"name": "cpu", "nominalQuota": 4}]}]}]
+        },
+        "status": {"flavorsReservation": [{"name": "f", "resources": [{"name": "cpu", "total": "3"}]}]},
+    }
+)
+
+
+def cond(kind: str, status: str, reason: str = "R", message: str = "") -> dict[str, Any]:
+    return {"type": kind, "status": status, "reason": reason, "message": message, "lastTransitionTime": "2026-11-21T11:00:00Z"}
+
+
+def workload(status: dict[str, Any]) -> kueue.Workload:
+    return kueue.Workload.model_validate(
+        {
+            "metadata": {
+                "name": "job-train-abcde",
+                "namespace": "ns",
+                "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "u", "controller": True}],
+            },
+            "spec": {"queueName": "user-queue", "podSets": [{"name": "main", "count": 1, "template": {}}]},
+            "status": status,
+        }
+    )
+
+
+def copy(*conditions: dict[str, Any]) -> kueue.Workload:
+    return kueue.Workload.model_validate(
+        {
+            "metadata": {"name": "job-train-abcde", "namespace": "ns"},
+            "spec": {"queueName": "user-queue", "podSets": [{"name": "main", "count": 1, "template": {}}]},
+            "status": {"conditions": list(conditions)},
+        }
+    )
+
+
+def run(wl: kueue.Workload, remotes: list[Remote]) -> str:
+    lq = kueue.LocalQueue.model_validate({"metadata": {"name": "user-queue", "namespace": "ns"}, "spec": {"clusterQueue": "cq"}})
+    view = views.job_views([wl], checks={"mk": MK}, local_queues={lq.key: lq})[0]
+    return explain(view=view, wl=wl, cq=CQ, remotes=remotes)
+
+
+ADMISSION = {"clusterQueue": "cq", "podSetAssignments": [{"name": "main", "count": 1}]}
+PENDING_CHECK = [{"name": "mk", "state": "Pending", "message": "", "lastTransitionTime": "2026-11-21T11:00:00Z"}]
+
+
+def test_a_job_waiting_for_quota_on_the_manager_shows_the_numbers_and_what_to_do() -> None:
+    wl = workload(
+        {"conditions": [cond("QuotaReserved", "False", "Pending", "insufficient quota for cpu in flavor f, request (2) > 1 free")]}
+    )
+    text = run(wl, [Remote("worker1", True), Remote("worker2", False, "ClientConnectionFailed", error="dial tcp: refused")])
+    assert text.splitlines() == [
+        "Job ns/train (Workload job-train-abcde), queue user-queue -> ClusterQueue cq",
+        "State: Pending, position 1 in its ClusterQueue",
+        "",
+        "Manager:",
+        "  waiting for quota: insufficient quota for cpu in flavor f, request (2) > 1 free",
+        "  ClusterQueue cq: f: cpu 3/4 (reserved/nominal)",
+        "",
+        "Workers:",
+        "  worker1  not nominated yet: the manager has not reserved quota",
+        "  worker2  unreachable (ClientConnectionFailed): dial tcp: refused",
+        "",
+        "Next: It waits for quota in ClusterQueue cq: running jobs must finish first, or raise its quota.",
+    ]
+
+
+def test_a_job_a_worker_cannot_take_for_lack_of_a_local_queue_says_where_to_create_it() -> None:
+    wl = workload(
+        {
+            "admission": ADMISSION,
+            "conditions": [cond("QuotaReserved", "True")],
+            "admissionChecks": PENDING_CHECK,
+            "nominatedClusterNames": ["worker1", "worker2"],
+        }
+    )
+    full = copy(cond("QuotaReserved", "False", "Pending", "couldn't assign flavors: insufficient quota for cpu"))
+    missing = copy(cond("QuotaReserved", "False", "Misconfigured", "LocalQueue user-queue doesn't exist"))
+    text = run(wl, [Remote("worker1", True, copy=full), Remote("worker2", True, copy=missing)])
+    assert "  worker1  waiting: couldn't assign flavors: insufficient quota for cpu" in text
+    assert "  worker2  waiting: LocalQueue user-queue doesn't exist" in text
+    assert text.splitlines()[-1] == "Next: Create LocalQueue user-queue in namespace ns on worker2, as on the manager."
+
+
+def test_a_running_job_names_its_worker() -> None:
+    ready = [
+        {"name": "mk", "state": "Ready", "message": 'The workload was admitted on "worker2"', "lastTransitionTime": "2026-11-21T11:00:00Z"}
+    ]
+    wl = workload(
+        {
+            "admission": ADMISSION,
+            "clusterName": "worker2",
+            "conditions": [cond("QuotaReserved", "True"), cond("Admitted", "True")],
+            "admissionChecks": ready,
+        }
+    )
+    text = run(wl, [Remote("worker1", True), Remote("worker2", True, copy=copy(cond("Admitted", "True")))])
+    assert "State: Running on worker2" in text
+    assert "  worker1  no copy: the job was admitted on worker2" in text
+    assert "  worker2  admitted here: the Job runs on this worker" in text
+    assert text.splitlines()[-1] == "Next: Nothing to do: it runs on worker2."
