@@ -7,10 +7,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import json
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import yaml
 
 from manager.api import constants as c
 from manager.api import kueue
@@ -106,12 +109,33 @@ def next_step(
     return "Every reachable worker is busy: it runs when one of them has room (or add quota on a worker)."
 
 
+def preemption_candidates(wl: kueue.Workload, cq: kueue.ClusterQueue | None, others: Sequence[kueue.Workload]) -> list[str]:
+    """Workloads this one could preempt in its own ClusterQueue (withinClusterQueue), lowest
+    priority first, as Kueue's candidate order starts."""
+    policy = (cq.spec.preemption.within_cluster_queue if cq and cq.spec.preemption else None) or "Never"
+    if cq is None or policy == "Never":
+        return []
+    mine = wl.spec.priority or 0
+    found = []
+    for other in others:
+        admission = other.status.admission if other.status else None
+        if other.key == wl.key or admission is None or admission.cluster_queue != cq.name:
+            continue
+        if is_condition_true(other.status.conditions if other.status else None, c.FINISHED):
+            continue
+        theirs = other.spec.priority or 0
+        if theirs < mine or (policy == "LowerOrNewerEqualPriority" and theirs == mine):
+            found.append((theirs, other.key))
+    return [f"{key} (priority {priority})" for priority, key in sorted(found)]
+
+
 def explain(
     *,
     view: views.JobView,
     wl: kueue.Workload,
     cq: kueue.ClusterQueue | None,
     remotes: Sequence[Remote],
+    candidates: Sequence[str] = (),
 ) -> str:
     status = wl.status
     nominated = list((status.nominated_cluster_names if status else None) or [])
@@ -137,6 +161,8 @@ def explain(
         lines.append(f"  ClusterQueue {cq.name}: {views.usage_text(cq) or 'no quota'} (reserved/nominal)")
         if (cq.spec.stop_policy or "None") != "None":
             lines.append(f"  ClusterQueue {cq.name} is stopped (stopPolicy {cq.spec.stop_policy})")
+    if view.state == "Pending":
+        lines.append("  preemption candidates: " + (", ".join(candidates) if candidates else "none (nothing of lower priority to preempt)"))
     for check in (status.admission_checks if status else None) or []:
         lines.append(f"  admission check {check.name}: {check.state}" + (f" ({check.message})" if check.message else ""))
     verdicts = {r.cluster: worker_verdict(r, nominated=nominated, winner=winner, reserved=reserved) for r in remotes}
@@ -242,7 +268,24 @@ async def cmd_explain(args: argparse.Namespace) -> int:
                 ],
                 key=lambda r: r.cluster,
             )
-        sys.stdout.write(explain(view=view, wl=wl, cq=cq, remotes=remotes))
+        everyone = (await client.list(kueue.Workload)).items if view.state == "Pending" else []
+        text = explain(view=view, wl=wl, cq=cq, remotes=remotes, candidates=preemption_candidates(wl, cq, everyone))
+        if args.output in ("json", "yaml"):
+            sections = text.rstrip("\n").split("\n\n")
+            data = {
+                "job": f"{view.namespace}/{view.name}",
+                "workload": view.workload,
+                "state": view.state,
+                "cluster": (wl.status.cluster_name or "") if wl.status else "",
+                "manager": [line.strip() for line in sections[1].splitlines()[1:]],
+                "workers": {r.cluster: line.split(None, 1)[1] for r, line in zip(remotes, sections[2].splitlines()[1:], strict=False)}
+                if remotes
+                else {},
+                "next": text.rstrip("\n").splitlines()[-1].removeprefix("Next: "),
+            }
+            sys.stdout.write(json.dumps(data, indent=2) + "\n" if args.output == "json" else yaml.safe_dump(data, sort_keys=False))
+        else:
+            sys.stdout.write(text)
         return 0
     finally:
         await client.close()
@@ -255,4 +298,5 @@ def add_command(commands: Any) -> None:
     parser.add_argument("--kubeconfig")
     parser.add_argument("--context")
     parser.add_argument("--system-namespace", default="kfed-system")
+    parser.add_argument("-o", "--output", choices=("table", "wide", "json", "yaml"), default="table")
     parser.set_defaults(func=cmd_explain)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import json
 import os
 import sys
 from collections.abc import Callable, Coroutine
@@ -59,6 +60,26 @@ async def manager_client(args: argparse.Namespace) -> KubeClient:
         raise CommandError(str(err)) from None
     client.retry_attempts = 2
     return client
+
+
+class Reporter:
+    """What a command that changes things says: lines for a person (`-o table`), or one JSON or
+    YAML document at the end with every line and the command's result."""
+
+    def __init__(self, output: str) -> None:
+        self.output = output if output in ("json", "yaml") else "table"
+        self.messages: list[str] = []
+
+    def say(self, line: str) -> None:
+        self.messages.append(line)
+        if self.output == "table":
+            print(line, flush=True)
+
+    def done(self, **result: Any) -> None:
+        if self.output == "table":
+            return
+        document = {**result, "messages": self.messages}
+        sys.stdout.write(json.dumps(document, indent=2) + "\n" if self.output == "json" else yaml.safe_dump(document, sort_keys=False))
 
 
 def run_async(func: Callable[[argparse.Namespace], Coroutine[Any, Any, int]]) -> Callable[[argparse.Namespace], int]:
@@ -237,17 +258,18 @@ async def cmd_submit(args: argparse.Namespace) -> int:
     namespace = args.namespace or metadata.get("namespace") or "default"
     metadata["namespace"] = namespace
     client = await manager_client(args)
+    report = Reporter(args.output)
     try:
         created = await client.create(Job, job, namespace=namespace)
-        print(f"job/{created.name} submitted to queue {labels[c.QUEUE_NAME_LABEL]} in {namespace}")
-        if args.wait:
-            return await _follow(client, namespace, created)
-        return 0
+        report.say(f"job/{created.name} submitted to queue {labels[c.QUEUE_NAME_LABEL]} in {namespace}")
+        code, state = (await _follow(client, namespace, created, report)) if args.wait else (0, "Submitted")
+        report.done(job=created.name, namespace=namespace, queue=labels[c.QUEUE_NAME_LABEL], state=state)
+        return code
     finally:
         await client.close()
 
 
-async def _follow(client: KubeClient, namespace: str, job: Job) -> int:
+async def _follow(client: KubeClient, namespace: str, job: Job, report: Reporter) -> tuple[int, str]:
     """Print each state change until the Job finishes; exit 0 on success, 1 on failure."""
     last = ""
     while True:
@@ -257,14 +279,14 @@ async def _follow(client: KubeClient, namespace: str, job: Job) -> int:
             view = views.job_views(mine, checks=state["checks"], local_queues=state["local_queues"])[0]
             line = f"{view.state}" + (f" on {view.cluster}" if view.cluster else "") + (f": {view.reason}" if view.reason else "")
             if line != last:
-                print(f"{datetime.now(UTC).strftime('%H:%M:%S')} {line}", flush=True)
+                report.say(f"{datetime.now(UTC).strftime('%H:%M:%S')} {line}")
                 last = line
             if view.state in ("Succeeded", "Failed"):
                 current = await client.get(Job, job.name, namespace=namespace)
                 status = current.status
                 if status is not None:
-                    print(f"succeeded={status.succeeded or 0} failed={status.failed or 0}")
-                return 0 if view.state == "Succeeded" else 1
+                    report.say(f"succeeded={status.succeeded or 0} failed={status.failed or 0}")
+                return (0 if view.state == "Succeeded" else 1), view.state
         await asyncio.sleep(1.0)  # the polling interval of --wait
 
 
@@ -280,18 +302,21 @@ async def cmd_cancel(args: argparse.Namespace) -> int:
             names = list(args.names)
         if not names:
             raise CommandError("nothing to cancel: name Jobs or give -l SELECTOR")
-        failed = 0
+        report = Reporter(args.output)
+        deleted, missing = [], []
         for name in names:
             if args.dry_run:
-                print(f"job/{name} would be deleted (dry run)")
+                report.say(f"job/{name} would be deleted (dry run)")
                 continue
             try:
                 await client.delete(Job, name, namespace=namespace, propagation="Background")
-                print(f"job/{name} deleted")
+                report.say(f"job/{name} deleted")
+                deleted.append(name)
             except NotFoundError:
                 print(f"error: job/{name} not found in {namespace}", file=sys.stderr)
-                failed += 1
-        return 1 if failed else 0
+                missing.append(name)
+        report.done(namespace=namespace, deleted=deleted, notFound=missing, dryRun=args.dry_run)
+        return 1 if missing else 0
     finally:
         await client.close()
 
@@ -353,6 +378,7 @@ def add_commands(commands: Any) -> None:
     submit.add_argument("--wait", action="store_true", help="follow the Job to the end")
     submit.add_argument("--kubeconfig")
     submit.add_argument("--context")
+    submit.add_argument("-o", "--output", choices=("table", "wide", "json", "yaml"), default="table")
     submit.set_defaults(func=cmd_submit)
 
     cancel = commands.add_parser("cancel", help="delete Jobs (and their Workloads, everywhere)")
@@ -362,4 +388,5 @@ def add_commands(commands: Any) -> None:
     cancel.add_argument("--dry-run", action="store_true")
     cancel.add_argument("--kubeconfig")
     cancel.add_argument("--context")
+    cancel.add_argument("-o", "--output", choices=("table", "wide", "json", "yaml"), default="table")
     cancel.set_defaults(func=cmd_cancel)

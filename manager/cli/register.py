@@ -27,7 +27,7 @@ import yaml
 from manager.api import constants as c
 from manager.api import kueue
 from manager.api.core import Secret
-from manager.cli.fleet import CommandError, manager_client, run_async
+from manager.cli.fleet import CommandError, Reporter, manager_client, run_async
 from manager.kube.client import KubeClient, KubeconfigError
 from manager.kube.errors import AlreadyExistsError, KubeError, NotFoundError
 from manager.multikueue.kubeconfig import KubeconfigRejectedError, validate_kubeconfig
@@ -243,20 +243,25 @@ async def cmd_register(args: argparse.Namespace) -> int:
             checks = await check_worker(worker, manager, config=args.config)
         finally:
             await worker.close()
-        sys.stdout.write(checklist_text(args.name, checks))
+        report = Reporter(args.output)
+        for line in checklist_text(args.name, checks).splitlines():
+            report.say(line)
+        listed = [{"ok": check.ok, "check": check.what, "detail": check.detail} for check in checks]
         if not all(check.ok for check in checks):
             print(f"error: worker cluster {args.name} is not ready; nothing was created", file=sys.stderr)
+            report.done(cluster=args.name, ready=False, checks=listed)
             return 1
         if args.dry_run:
-            print("dry run: nothing was created")
-            return 0
-        await _create_registration(manager, args, kubeconfig)
+            report.say("dry run: nothing was created")
+        else:
+            await _create_registration(manager, args, kubeconfig, report)
+        report.done(cluster=args.name, ready=True, checks=listed, dryRun=args.dry_run)
         return 0
     finally:
         await manager.close()
 
 
-async def _create_registration(manager: KubeClient, args: argparse.Namespace, kubeconfig: dict[str, Any]) -> None:
+async def _create_registration(manager: KubeClient, args: argparse.Namespace, kubeconfig: dict[str, Any], report: Reporter) -> None:
     secret_name = f"{args.name}-kubeconfig"
     secret = {
         "apiVersion": "v1",
@@ -268,7 +273,7 @@ async def _create_registration(manager: KubeClient, args: argparse.Namespace, ku
         await manager.create(Secret, secret, namespace=args.system_namespace)
     except AlreadyExistsError:
         await manager.patch(Secret, secret_name, {"data": secret["data"]}, namespace=args.system_namespace)
-    print(f"secret/{secret_name} written in {args.system_namespace}")
+    report.say(f"secret/{secret_name} written in {args.system_namespace}")
     cluster = {
         "apiVersion": f"{c.GROUP}/{c.STORAGE_VERSION}",
         "kind": "MultiKueueCluster",
@@ -277,9 +282,9 @@ async def _create_registration(manager: KubeClient, args: argparse.Namespace, ku
     }
     try:
         await manager.create(kueue.MultiKueueCluster, cluster)
-        print(f"multikueuecluster/{args.name} created")
+        report.say(f"multikueuecluster/{args.name} created")
     except AlreadyExistsError:
-        print(f"multikueuecluster/{args.name} already exists")
+        report.say(f"multikueuecluster/{args.name} already exists")
     try:
         config = await manager.get(kueue.MultiKueueConfig, args.config)
         clusters = list(config.spec.clusters)
@@ -289,7 +294,7 @@ async def _create_registration(manager: KubeClient, args: argparse.Namespace, ku
                 args.config,
                 {"metadata": {"resourceVersion": config.metadata.resource_version}, "spec": {"clusters": [*clusters, args.name]}},
             )
-        print(f"multikueueconfig/{args.config} lists {args.name}")
+        report.say(f"multikueueconfig/{args.config} lists {args.name}")
     except NotFoundError:
         body = {
             "apiVersion": f"{c.GROUP}/{c.STORAGE_VERSION}",
@@ -298,12 +303,13 @@ async def _create_registration(manager: KubeClient, args: argparse.Namespace, ku
             "spec": {"clusters": [args.name]},
         }
         await manager.create(kueue.MultiKueueConfig, body)
-        print(f"multikueueconfig/{args.config} created with {args.name}")
+        report.say(f"multikueueconfig/{args.config} created with {args.name}")
 
 
 @run_async
 async def cmd_unregister(args: argparse.Namespace) -> int:
     manager = await manager_client(args)
+    report = Reporter(args.output)
     try:
         for config in (await manager.list(kueue.MultiKueueConfig)).items:
             if args.name in config.spec.clusters:
@@ -312,20 +318,21 @@ async def cmd_unregister(args: argparse.Namespace) -> int:
                     print(f"warning: multikueueconfig/{config.name} would have no clusters left; delete it yourself", file=sys.stderr)
                     continue
                 await manager.patch(kueue.MultiKueueConfig, config.name, {"spec": {"clusters": remaining}})
-                print(f"multikueueconfig/{config.name} no longer lists {args.name}")
+                report.say(f"multikueueconfig/{config.name} no longer lists {args.name}")
         try:
             cluster = await manager.get(kueue.MultiKueueCluster, args.name)
         except NotFoundError:
             raise CommandError(f"multikueuecluster/{args.name} not found") from None
         ref = cluster.spec.cluster_source.kube_config
         await manager.delete(kueue.MultiKueueCluster, args.name)
-        print(f"multikueuecluster/{args.name} deleted")
+        report.say(f"multikueuecluster/{args.name} deleted")
         if ref is not None and ref.effective_location_type == "Secret":
             try:
                 await manager.delete(Secret, ref.location, namespace=args.system_namespace)
-                print(f"secret/{ref.location} deleted")
+                report.say(f"secret/{ref.location} deleted")
             except NotFoundError:
                 pass
+        report.done(cluster=args.name, unregistered=True)
         return 0
     finally:
         await manager.close()
@@ -346,6 +353,7 @@ def add_commands(commands: Any) -> None:
     register.add_argument(
         "--system-namespace", default="kfed-system", help="where the Secret goes on the manager (and the ServiceAccount on the worker)"
     )
+    register.add_argument("-o", "--output", choices=("table", "wide", "json", "yaml"), default="table")
     register.set_defaults(func=cmd_register)
 
     unregister = commands.add_parser("unregister", help="remove a worker cluster: its MultiKueueCluster, Secret and config entries")
@@ -353,4 +361,5 @@ def add_commands(commands: Any) -> None:
     unregister.add_argument("--kubeconfig")
     unregister.add_argument("--context")
     unregister.add_argument("--system-namespace", default="kfed-system")
+    unregister.add_argument("-o", "--output", choices=("table", "wide", "json", "yaml"), default="table")
     unregister.set_defaults(func=cmd_unregister)

@@ -190,3 +190,26 @@ def test_register_refuses_a_kubeconfig_with_an_exec_plugin(fed: Federation, tmp_
     result = register(fed, "with-exec", path)
     assert result.returncode == 1
     assert result.stderr.strip() == f"error: kubeconfig {path} is refused (InsecureKubeConfig): exec plugins are not allowed"
+
+
+# --- submit and cancel -------------------------------------------------------------------------------------
+async def test_submit_waits_for_the_job_to_finish_and_cancel_deletes_jobs(fed: Federation, kube: Clients, tag: str, tmp_path: Path) -> None:
+    ns = f"{tag}-submit"
+    await kube.queues(ns, manager_cpu=4, worker_cpu={"worker1": 4, "worker2": 4}, labels={"type": "kwok"}, tag=tag)
+    manifest = job_manifest("hello", ns)
+    del manifest["metadata"]["labels"]  # kfed submit --queue adds the label
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(manifest))
+    done = kfed(fed.manager, "submit", "-f", str(path), "--queue", "user-queue", "--wait", "-o", "json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads(done.stdout)
+    assert (result["job"], result["namespace"], result["queue"], result["state"]) == ("hello", ns, "user-queue", "Succeeded")
+    assert any(message.endswith(("on worker1", "on worker2")) or " on worker" in message for message in result["messages"])
+    assert result["messages"][-1] == "succeeded=1 failed=0"
+    dry = kfed(fed.manager, "cancel", "hello", "-n", ns, "--dry-run")
+    assert dry.returncode == 0 and dry.stdout.strip() == "job/hello would be deleted (dry run)"
+    assert (await kube.manager.get(Job, "hello", namespace=ns)).name == "hello"
+    gone = kfed(fed.manager, "cancel", "hello", "-n", ns)
+    assert gone.returncode == 0 and gone.stdout.strip() == "job/hello deleted"
+    missing = kfed(fed.manager, "cancel", "hello", "-n", ns)
+    assert missing.returncode == 1 and missing.stderr.strip() == f"error: job/hello not found in {ns}"

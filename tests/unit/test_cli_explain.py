@@ -70,6 +70,7 @@ def test_a_job_waiting_for_quota_on_the_manager_shows_the_numbers_and_what_to_do
         "Manager:",
         "  waiting for quota: insufficient quota for cpu in flavor f, request (2) > 1 free",
         "  ClusterQueue cq: f: cpu 3/4 (reserved/nominal)",
+        "  preemption candidates: none (nothing of lower priority to preempt)",
         "",
         "Workers:",
         "  worker1  not nominated yet: the manager has not reserved quota",
@@ -113,3 +114,21 @@ def test_a_running_job_names_its_worker() -> None:
     assert "  worker1  no copy: the job was admitted on worker2" in text
     assert "  worker2  admitted here: the Job runs on this worker" in text
     assert text.splitlines()[-1] == "Next: Nothing to do: it runs on worker2."
+
+
+def test_preemption_candidates_are_the_lower_priority_workloads_of_its_queue() -> None:
+    from manager.cli.explain import preemption_candidates
+
+    cq = CQ.model_copy(deep=True)
+    cq.spec.preemption = kueue.ClusterQueuePreemption(within_cluster_queue="LowerPriority")
+    me = workload({}).model_copy(update={"spec": workload({}).spec.model_copy(update={"priority": 10})})
+
+    def holder(name: str, priority: int, queue: str = "cq") -> kueue.Workload:
+        other = workload({"admission": {**ADMISSION, "clusterQueue": queue}, "conditions": [cond("QuotaReserved", "True")]})
+        other.metadata.name = name
+        other.spec.priority = priority
+        return other
+
+    others = [holder("low", 1), holder("lowest", 0), holder("equal", 10), holder("elsewhere", 0, queue="other")]
+    assert preemption_candidates(me, cq, others) == ["ns/lowest (priority 0)", "ns/low (priority 1)"]
+    assert preemption_candidates(me, CQ, others) == []  # withinClusterQueue: Never
