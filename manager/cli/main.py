@@ -73,12 +73,12 @@ def cmd_crds(args: argparse.Namespace) -> int:
                 print(problem, file=sys.stderr)
             print("run `kfed crds` to regenerate", file=sys.stderr)
             return 1
-        print(f"{len(files)} CRDs in {directory} match the models")
+        print(f"{len(files) - 1} CRDs and their kustomization in {directory} match the models")
         return 0
     directory.mkdir(parents=True, exist_ok=True)
     for name, text in files.items():
         (directory / name).write_text(text, encoding="utf-8")
-    print(f"wrote {len(files)} CRDs to {directory}")
+    print(f"wrote {len(files) - 1} CRDs and their kustomization to {directory}")
     return 0
 
 

@@ -51,6 +51,16 @@ REQUIRED_ACCESS: tuple[tuple[str, str, str, str], ...] = (
     ("kueue.x-k8s.io", "localqueues", "", "list"),
 )
 
+# The manager's identity on a worker (Kueue's multikueue-setup): the same rules as
+# deploy/multikueue-worker-access/rbac.yaml (a unit test keeps them equal).
+WORKER_RULES: list[dict[str, list[str]]] = [
+    {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create", "delete", "get", "list", "watch"]},
+    {"apiGroups": ["batch"], "resources": ["jobs/status"], "verbs": ["get"]},
+    {"apiGroups": [c.GROUP], "resources": ["workloads"], "verbs": ["create", "delete", "get", "list", "watch", "update", "patch"]},
+    {"apiGroups": [c.GROUP], "resources": ["workloads/status"], "verbs": ["get", "patch", "update"]},
+    {"apiGroups": [c.GROUP], "resources": ["clusterqueues", "localqueues"], "verbs": ["get", "list", "watch"]},
+]
+
 
 @dataclass(frozen=True)
 class Check:
@@ -164,13 +174,6 @@ def _load(path: str, context: str | None) -> dict[str, Any]:
 async def create_service_account(worker: KubeClient, kubeconfig: dict[str, Any], *, namespace: str) -> dict[str, Any]:
     """Kueue's setup script, done through the API: a ServiceAccount with only MultiKueue's
     verbs, a long-lived token for it, and a kubeconfig that uses that token."""
-    rules = [
-        {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create", "delete", "get", "list", "watch"]},
-        {"apiGroups": ["batch"], "resources": ["jobs/status"], "verbs": ["get"]},
-        {"apiGroups": [c.GROUP], "resources": ["workloads"], "verbs": ["create", "delete", "get", "list", "watch", "update", "patch"]},
-        {"apiGroups": [c.GROUP], "resources": ["workloads/status"], "verbs": ["get", "patch", "update"]},
-        {"apiGroups": [c.GROUP], "resources": ["clusterqueues", "localqueues"], "verbs": ["get", "list", "watch"]},
-    ]
     objects = [
         ("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}),
         (
@@ -179,7 +182,12 @@ async def create_service_account(worker: KubeClient, kubeconfig: dict[str, Any],
         ),
         (
             "/apis/rbac.authorization.k8s.io/v1/clusterroles",
-            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": SERVICE_ACCOUNT}, "rules": rules},
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRole",
+                "metadata": {"name": SERVICE_ACCOUNT},
+                "rules": WORKER_RULES,
+            },
         ),
         (
             "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",

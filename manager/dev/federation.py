@@ -165,8 +165,10 @@ def create(cluster: LocalCluster, obj: dict[str, Any]) -> None:
 def crd_manifests(crds_dir: Path | None = None) -> list[dict[str, Any]]:
     """The CRDs from crds/ when given, else generated from the models (the same content)."""
     if crds_dir is not None and crds_dir.is_dir():
-        return [yaml.safe_load(path.read_text()) for path in sorted(crds_dir.glob("*.yaml"))]
-    return [yaml.safe_load(text) for text in crdgen.render_all().values()]
+        loaded = [yaml.safe_load(path.read_text()) for path in sorted(crds_dir.glob("*.yaml"))]
+    else:
+        loaded = [yaml.safe_load(text) for text in crdgen.render_all().values()]
+    return [obj for obj in loaded if obj.get("kind") == "CustomResourceDefinition"]  # not crds/kustomization.yaml
 
 
 def install_crds(cluster: LocalCluster, crds: list[dict[str, Any]], *, timeout: float = 60.0) -> None:
