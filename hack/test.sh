@@ -14,6 +14,8 @@ echo "==> mypy --strict" >&2
 mypy
 echo "==> import boundaries" >&2
 lint-imports
+echo "==> Dockerfile lint" >&2
+if command -v hadolint >/dev/null; then hadolint Dockerfile; else python hack/lint_dockerfile.py Dockerfile; fi
 echo "==> CRDs match the models" >&2
 kfed crds --check
 echo "==> control-plane binaries (built once per version, cached in ~/.cache/kfed)" >&2

@@ -35,6 +35,7 @@ from manager.runtime.server import make_probe_app, split_address
 log = logging.getLogger("kfed")
 
 EXIT_LOST_LEADERSHIP = 3
+SERVER_SHUTDOWN_SECONDS = 2.0
 
 
 def load_configuration(path: str | None) -> Configuration:
@@ -90,7 +91,9 @@ class Process:
 
     async def _serve(self, app: web.Application, address: str, ssl_context: object = None) -> int:
         host, port = split_address(address)
-        runner = web.AppRunner(app, access_log=None)
+        # aiohttp waits up to a minute for open connections on cleanup (the apiserver keeps
+        # webhook connections open); a process that lost its lease must exit well within that.
+        runner = web.AppRunner(app, access_log=None, shutdown_timeout=SERVER_SHUTDOWN_SECONDS)
         await runner.setup()
         site = web.TCPSite(runner, host, port, ssl_context=ssl_context)  # type: ignore[arg-type]
         await site.start()
