@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import signal
+import ssl
 import tempfile
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from pathlib import Path
@@ -17,17 +19,18 @@ import yaml
 from aiohttp import web
 
 from manager.api import constants as c
-from manager.api.config import Configuration
+from manager.api.config import Configuration, parse_duration
 from manager.controllers.admission import AdmissionController
 from manager.controllers.caches import Caches
 from manager.controllers.events import EventRecorder
 from manager.controllers.jobs import JobController
+from manager.controllers.webhookcerts import WebhookCertManager
 from manager.controllers.webhooks import WebhookEndpoint, install, make_app, server_ssl_context
 from manager.kube.client import KubeClient
 from manager.kube.errors import KubeError
 from manager.kube.leader import LeaderConfig, LeaderElector
 from manager.runtime import logs
-from manager.runtime.certs import ensure_serving_cert
+from manager.runtime.certs import ServingCert, ensure_serving_cert
 from manager.runtime.metrics import REGISTRY
 from manager.runtime.options import Options
 from manager.runtime.server import make_probe_app, split_address
@@ -77,6 +80,8 @@ class Process:
         self.opts = opts
         self.component = component
         self.extension_factories = list(extensions)
+        self.cert_manager: WebhookCertManager | None = None
+        self.ssl_context: ssl.SSLContext | None = None
         self.extensions: list[Extension] = []
         self.stop = asyncio.Event()
         self.runners: list[web.AppRunner] = []
@@ -109,8 +114,27 @@ class Process:
         if opts.webhook_service:
             namespace, _, name = opts.webhook_service.partition("/")
             names = (f"{name}.{namespace}.svc", f"{name}.{namespace}.svc.cluster.local", *names)
-        cert = ensure_serving_cert(cert_dir, names=names, ips=("127.0.0.1",))
+        ips = ("127.0.0.1",)
+        if opts.webhook_cert_secret:
+            # Every replica serves the certificate kept in one Secret (made and rotated by kfed).
+            self.cert_manager = WebhookCertManager(
+                self.client,
+                namespace=opts.namespace,
+                secret=opts.webhook_cert_secret,
+                names=names,
+                ips=ips,
+                directory=cert_dir,
+                validity=parse_duration(opts.webhook_cert_validity),
+                rotate_before=parse_duration(opts.webhook_cert_rotate_before),
+                check_interval=opts.webhook_cert_check_interval,
+                on_change=self._certificate_changed,
+            )
+            cert = await self.cert_manager.ensure()
+            self.tasks.append(asyncio.create_task(self.cert_manager.run(), name="webhook-certs"))
+        else:
+            cert = ensure_serving_cert(cert_dir, names=names, ips=ips)
         context = server_ssl_context(str(cert.cert_file), str(cert.key_file))
+        self.ssl_context = context
 
         def uses_multikueue(namespace: str, queue: str) -> bool:
             lq = self.caches.local_queues.get(f"{namespace}/{queue}")
@@ -133,9 +157,25 @@ class Process:
             self.webhook_endpoint = WebhookEndpoint(cert.ca_pem, url=url)
         log.info("webhooks serving", extra={"port": port})
 
+    async def _certificate_changed(self, cert: ServingCert) -> None:
+        """A new certificate in the Secret: serve it on new connections, and (the leader) trust
+        both the new and the previous CA while the other replicas catch up."""
+        assert self.ssl_context is not None and self.webhook_endpoint is not None
+        self.ssl_context.load_cert_chain(str(cert.cert_file), str(cert.key_file))
+        previous = self.webhook_endpoint.ca_bundle.split(b"-----END CERTIFICATE-----")[0] + b"-----END CERTIFICATE-----\n"
+        self.webhook_endpoint = dataclasses.replace(self.webhook_endpoint, ca_bundle=cert.ca_pem + previous)
+        log.info("webhook certificate reloaded", extra={"component": self.component})
+        if self.cert_manager is not None and self.cert_manager.is_leader:
+            try:
+                await install(self.client, self.webhook_endpoint)
+            except KubeError as err:
+                log.error("cannot update the webhook configurations", extra={"error": str(err)})
+
     async def _on_leader(self) -> None:
         self.admission.is_leader = True
         self.jobs.is_leader = True
+        if self.cert_manager is not None:
+            self.cert_manager.is_leader = True
         self.jobs.resync()
         self.admission.wake()
         if self.webhook_endpoint is not None:

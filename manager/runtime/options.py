@@ -36,6 +36,10 @@ class Options:
     log_level: str
     shutdown_timeout: float
     kubeconfig_path_prefix: str
+    webhook_cert_secret: str | None
+    webhook_cert_validity: str
+    webhook_cert_rotate_before: str
+    webhook_cert_check_interval: float
 
 
 def _env(name: str, default: str | None) -> str | None:
@@ -70,6 +74,16 @@ def parse(argv: list[str] | None, *, component: str) -> Options:
     p.add_argument("--webhook-cert-dir", default=_env("webhook-cert-dir", None), help="tls.crt, tls.key and ca.crt; generated when absent")
     p.add_argument("--webhook-url", default=_env("webhook-url", None), help="the URL the apiserver calls (local clusters)")
     p.add_argument("--webhook-service", default=_env("webhook-service", None), help="namespace/name of the webhook Service (in a cluster)")
+    p.add_argument(
+        "--webhook-cert-secret",
+        default=_env("webhook-cert-secret", None),
+        help="keep the webhook certificate in this Secret of --namespace (made, shared by replicas, rotated)",
+    )
+    p.add_argument("--webhook-cert-validity", default=_env("webhook-cert-validity", "8760h"), help="lifetime of a new certificate")
+    p.add_argument(
+        "--webhook-cert-rotate-before", default=_env("webhook-cert-rotate-before", "720h"), help="rotate this long before expiry"
+    )
+    p.add_argument("--webhook-cert-check-interval", type=float, default=float(_env("webhook-cert-check-interval", "60") or 60))
     p.add_argument("--config", default=_env("config", None), help="a Kueue Configuration file (fairSharing, admissionFairSharing, ...)")
     p.add_argument("--log-level", default=_env("log-level", "info"), choices=["debug", "info", "warning", "error"])
     p.add_argument(

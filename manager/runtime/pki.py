@@ -36,7 +36,7 @@ def _name(common_name: str, organization: str | None = None) -> x509.Name:
     return x509.Name(attributes)
 
 
-def new_ca(common_name: str) -> KeyPair:
+def new_ca(common_name: str, *, validity: datetime.timedelta = VALIDITY) -> KeyPair:
     key = _key()
     now = datetime.datetime.now(datetime.UTC)
     cert = (
@@ -46,7 +46,7 @@ def new_ca(common_name: str) -> KeyPair:
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + VALIDITY)
+        .not_valid_after(now + validity)
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
         .sign(key, hashes.SHA256())
@@ -62,6 +62,7 @@ def issue(
     server_names: tuple[str, ...] = (),
     server_ips: tuple[str, ...] = (),
     client: bool = False,
+    validity: datetime.timedelta = VALIDITY,
 ) -> KeyPair:
     """A leaf certificate signed by the CA, for serving (names/IPs) or for client auth."""
     ca_cert = x509.load_pem_x509_certificate(ca.cert_pem)
@@ -76,7 +77,7 @@ def issue(
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + VALIDITY)
+        .not_valid_after(now + validity)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(
             x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH if client else ExtendedKeyUsageOID.SERVER_AUTH]),
@@ -105,3 +106,8 @@ def write(directory: Path, name: str, pair: KeyPair) -> tuple[Path, Path]:
     key.write_bytes(pair.key_pem)
     key.chmod(0o600)
     return cert, key
+
+
+def not_after(cert_pem: bytes) -> datetime.datetime:
+    """When a certificate expires (timezone-aware UTC)."""
+    return x509.load_pem_x509_certificate(cert_pem).not_valid_after_utc

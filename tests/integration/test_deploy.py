@@ -45,6 +45,9 @@ COMMON = [
     ("patch", "validatingwebhookconfigurations.admissionregistration.k8s.io/kfed-validating-webhook-configuration", ""),
     ("create", "leases.coordination.k8s.io", "kfed-system"),
     ("update", "leases.coordination.k8s.io", "kfed-system"),
+    ("get", "secrets/kfed-webhook-cert", "kfed-system"),
+    ("update", "secrets/kfed-webhook-cert", "kfed-system"),
+    ("create", "secrets", "kfed-system"),
 ]
 MANAGER_ONLY = [
     ("watch", "multikueueclusters.kueue.x-k8s.io", ""),
@@ -55,6 +58,7 @@ MANAGER_ONLY = [
 ]
 NEVER = [
     ("get", "secrets", "default"),  # Secrets outside its own namespace
+    ("update", "secrets/worker1-kubeconfig", "kfed-system"),  # only its certificate, by name
     ("list", "secrets", ""),
     ("list", "pods", ""),  # pods are the Job controller's
     ("delete", "pods", "team-a"),

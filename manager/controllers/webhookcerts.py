@@ -1,0 +1,125 @@
+"""Webhook certificates managed by kfed itself (no cert-manager): a CA and serving
+certificate kept in one Secret, so that every replica behind the webhook Service serves the
+same certificate; rotated before it expires; and handed to the webhook and CRD conversion
+configurations whenever it changes."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import datetime
+import logging
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from manager.api.core import Secret
+from manager.kube.client import KubeClient
+from manager.kube.errors import AlreadyExistsError, ConflictError, KubeError, NotFoundError
+from manager.runtime.certs import BUNDLE_KEYS, ServingCert, needs_rotation, new_bundle, write_bundle
+
+log = logging.getLogger("kfed.webhookcerts")
+
+
+def _utcnow() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+class WebhookCertManager:
+    def __init__(
+        self,
+        client: KubeClient,
+        *,
+        namespace: str,
+        secret: str,
+        names: tuple[str, ...],
+        ips: tuple[str, ...],
+        directory: Path,
+        validity: datetime.timedelta,
+        rotate_before: datetime.timedelta,
+        check_interval: float,
+        on_change: Callable[[ServingCert], Awaitable[None]],
+        clock: Callable[[], datetime.datetime] = _utcnow,
+    ) -> None:
+        self.client = client
+        self.namespace = namespace
+        self.secret = secret
+        self.names = names
+        self.ips = ips
+        self.directory = directory
+        self.validity = validity
+        self.rotate_before = rotate_before
+        self.check_interval = check_interval
+        self.on_change = on_change
+        self.clock = clock
+        self.is_leader = False
+        self.serving: dict[str, bytes] | None = None
+        self.rotations = 0
+
+    async def _read(self) -> tuple[dict[str, bytes] | None, str]:
+        try:
+            secret = await self.client.get(Secret, self.secret, namespace=self.namespace)
+        except NotFoundError:
+            return None, ""
+        data = secret.data or {}
+        bundle = {key: base64.b64decode(data[key]) for key in BUNDLE_KEYS if key in data}
+        return bundle, secret.metadata.resource_version or ""
+
+    async def _store(self, resource_version: str) -> dict[str, bytes] | None:
+        """Write a new bundle; None when another replica wrote one first (read it again)."""
+        bundle = new_bundle(names=self.names, ips=self.ips, validity=self.validity)
+        metadata: dict[str, Any] = {"name": self.secret, "namespace": self.namespace, "labels": {"app.kubernetes.io/managed-by": "kfed"}}
+        body: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": "kubernetes.io/tls",
+            "metadata": metadata,
+            "data": {key: base64.b64encode(value).decode() for key, value in bundle.items()},
+        }
+        try:
+            if resource_version:
+                metadata["resourceVersion"] = resource_version
+                await self.client.replace(Secret, Secret.model_validate(body))
+            else:
+                await self.client.create(Secret, body, namespace=self.namespace)
+        except (AlreadyExistsError, ConflictError):
+            return None
+        self.rotations += 1
+        log.info(
+            "webhook certificate written", extra={"key": f"{self.namespace}/{self.secret}", "expires": str(self.clock() + self.validity)}
+        )
+        return bundle
+
+    async def ensure(self) -> ServingCert:
+        """At start: the Secret's bundle (made now if missing or expiring), on disk."""
+        for _ in range(5):
+            bundle, version = await self._read()
+            if bundle is not None and not needs_rotation(bundle, now=self.clock(), before=self.rotate_before):
+                break
+            bundle = await self._store(version)
+            if bundle is not None:
+                break
+        if bundle is None:
+            raise KubeError(f"cannot settle the webhook certificate in Secret {self.namespace}/{self.secret}")
+        self.serving = bundle
+        return write_bundle(self.directory, bundle)
+
+    async def check(self) -> None:
+        """One round: the leader rotates an expiring bundle; every replica serves what the Secret holds."""
+        bundle, version = await self._read()
+        if self.is_leader and needs_rotation(bundle, now=self.clock(), before=self.rotate_before):
+            bundle = await self._store(version) or (await self._read())[0]
+        if bundle is None or bundle == self.serving or needs_rotation(bundle, now=self.clock(), before=datetime.timedelta(0)):
+            return
+        self.serving = bundle
+        await self.on_change(write_bundle(self.directory, bundle))
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(self.check_interval)  # the rotation check period
+            try:
+                await self.check()
+            except asyncio.CancelledError:
+                raise
+            except KubeError as err:
+                log.warning("webhook certificate check failed", extra={"key": f"{self.namespace}/{self.secret}", "error": str(err)})
