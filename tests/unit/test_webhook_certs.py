@@ -19,6 +19,7 @@ def test_a_missing_or_partial_bundle_is_replaced() -> None:
 
 def test_a_bundle_is_rotated_within_the_window_before_it_expires() -> None:
     bundle = new_bundle(names=("svc.ns.svc",), ips=(), validity=datetime.timedelta(hours=10))
-    assert not needs_rotation(bundle, now=NOW, before=datetime.timedelta(hours=9))
-    assert needs_rotation(bundle, now=NOW, before=datetime.timedelta(hours=11))
-    assert needs_rotation(bundle, now=NOW + datetime.timedelta(hours=10), before=datetime.timedelta(0))
+    now = datetime.datetime.now(datetime.UTC)  # after it was made: it expires at most 10 h from here
+    assert not needs_rotation(bundle, now=now, before=datetime.timedelta(hours=9))
+    assert needs_rotation(bundle, now=now, before=datetime.timedelta(hours=11))
+    assert needs_rotation(bundle, now=now + datetime.timedelta(hours=10, minutes=1), before=datetime.timedelta(0))
