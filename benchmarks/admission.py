@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import statistics
 import subprocess
 import sys
@@ -33,6 +32,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from procstats import metric_sum, proc_stats
 
 from manager.api import constants as c
 from manager.api import kueue
@@ -116,22 +117,8 @@ def quota_bound(scale: float) -> float:
     return max(work / capacity, last)
 
 
-def proc_stats(pid: int) -> tuple[float, int]:
-    """(CPU seconds, peak RSS in bytes) of a process."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    ticks = os.sysconf("SC_CLK_TCK")
-    cpu = (int(fields[11]) + int(fields[12])) / ticks
-    peak = 0
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            peak = int(line.split()[1]) * 1024
-    return cpu, peak
-
-
 def manager_requests(port: int) -> float:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-        text = response.read().decode()
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("kfed_kube_requests_total{"))
+    return metric_sum(port, "kfed_kube_requests_total{")
 
 
 async def main(args: argparse.Namespace) -> None:

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from procstats import cpu_seconds, metric_sum, proc_stats
 
 from manager.api import constants as c
 from manager.api import kueue
@@ -88,24 +89,6 @@ def job(name: str) -> dict[str, Any]:
     }
 
 
-def proc_stats(pid: int) -> tuple[float, int]:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    import os
-
-    cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    peak = 0
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            peak = int(line.split()[1]) * 1024
-    return cpu, peak
-
-
-def metric_sum(port: int, prefix: str) -> float:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-        text = response.read().decode()
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(prefix))
-
-
 def machine_busy() -> tuple[float, float]:
     """(busy, total) CPU ticks of the whole machine since boot."""
     parts = [float(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
@@ -115,22 +98,19 @@ def machine_busy() -> tuple[float, float]:
 
 def cpu_by_kind(base: Path) -> dict[str, float]:
     """CPU seconds of every process of this run (its command line names the run's directory)."""
-    import os
-
     out: dict[str, float] = {}
-    ticks = os.sysconf("SC_CLK_TCK")
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
         try:
             cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+            seconds = cpu_seconds(int(proc.name))
         except OSError:
             continue
         if str(base) not in cmd:
             continue
         kind = next((k for k in ("kube-apiserver", "etcd", "worker_agent", "manager") if k in cmd.split()[0] or f"-m {k}" in cmd), "other")
-        out[kind] = out.get(kind, 0.0) + (int(fields[11]) + int(fields[12])) / ticks
+        out[kind] = out.get(kind, 0.0) + seconds
     return out
 
 

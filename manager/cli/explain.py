@@ -20,7 +20,7 @@ from manager.api import kueue
 from manager.api.core import Job, Secret
 from manager.api.meta import find_condition, is_condition_true
 from manager.cli import views
-from manager.cli.fleet import WORKER_TIMEOUT, CommandError, manager_client, run_async
+from manager.cli.fleet import WORKER_TIMEOUT, CommandError, add_cluster_options, manager_client, run_async
 from manager.kube.client import KubeClient, KubeconfigError
 from manager.kube.errors import KubeError, NotFoundError
 from manager.multikueue.kubeconfig import KubeconfigRejectedError, parse_kubeconfig
@@ -294,9 +294,5 @@ async def cmd_explain(args: argparse.Namespace) -> int:
 def add_command(commands: Any) -> None:
     parser = commands.add_parser("explain", help="why a job is where it is, on the manager and on each worker")
     parser.add_argument("name", help="a Job or Workload name")
-    parser.add_argument("-n", "--namespace")
-    parser.add_argument("--kubeconfig")
-    parser.add_argument("--context")
-    parser.add_argument("--system-namespace", default="kfed-system")
-    parser.add_argument("-o", "--output", choices=("table", "wide", "json", "yaml"), default="table")
+    add_cluster_options(parser, namespaced=True, all_namespaces=False, watch=False)
     parser.set_defaults(func=cmd_explain)

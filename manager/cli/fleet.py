@@ -336,35 +336,40 @@ async def _show(text: str, args: argparse.Namespace) -> bool:
     return False
 
 
-def add_commands(commands: Any) -> None:
-    def common(parser: argparse.ArgumentParser, *, namespaced: bool = False, watch: bool = True) -> None:
-        parser.add_argument("--kubeconfig", help="the manager's kubeconfig (default: $KUBECONFIG, then ~/.kube/config)")
-        parser.add_argument("--context", help="kubeconfig context")
-        parser.add_argument("-o", "--output", choices=("table", "wide", "json", "yaml"), default="table")
-        parser.add_argument("--system-namespace", default="kfed-system", help="where the worker kubeconfig Secrets are")
-        parser.add_argument("--origin", default=c.DEFAULT_MULTIKUEUE_ORIGIN, help="the manager's MultiKueue origin")
-        if namespaced:
-            parser.add_argument("-n", "--namespace")
+def add_cluster_options(
+    parser: argparse.ArgumentParser, *, namespaced: bool = False, all_namespaces: bool = True, watch: bool = True
+) -> None:
+    """The options every command that reads the fleet takes (kubectl's conventions)."""
+    parser.add_argument("--kubeconfig", help="the manager's kubeconfig (default: $KUBECONFIG, then ~/.kube/config)")
+    parser.add_argument("--context", help="kubeconfig context")
+    parser.add_argument("-o", "--output", choices=("table", "wide", "json", "yaml"), default="table")
+    parser.add_argument("--system-namespace", default="kfed-system", help="where the worker kubeconfig Secrets are")
+    parser.add_argument("--origin", default=c.DEFAULT_MULTIKUEUE_ORIGIN, help="the manager's MultiKueue origin")
+    if namespaced:
+        parser.add_argument("-n", "--namespace")
+        if all_namespaces:
             parser.add_argument("-A", "--all-namespaces", action="store_true")
-        if watch:
-            parser.add_argument("-w", "--watch", action="store_true", help="refresh in place")
-            parser.add_argument("--interval", type=float, default=2.0, help="seconds between refreshes with --watch")
+    if watch:
+        parser.add_argument("-w", "--watch", action="store_true", help="refresh in place")
+        parser.add_argument("--interval", type=float, default=2.0, help="seconds between refreshes with --watch")
 
+
+def add_commands(commands: Any) -> None:
     status = commands.add_parser("status", help="the fleet on one screen: manager, workers, queues, jobs")
-    common(status)
+    add_cluster_options(status)
     status.set_defaults(func=cmd_status)
 
     clusters = commands.add_parser("clusters", help="worker clusters: connection, workloads and quota use")
-    common(clusters)
+    add_cluster_options(clusters)
     clusters.set_defaults(func=cmd_clusters)
 
     queues = commands.add_parser("queues", help="ClusterQueues and LocalQueues")
-    common(queues, namespaced=True)
+    add_cluster_options(queues, namespaced=True)
     queues.set_defaults(func=cmd_queues)
 
     for name in ("jobs", "workloads"):
         jobs = commands.add_parser(name, help="jobs and where they stand (squeue-like)")
-        common(jobs, namespaced=True)
+        add_cluster_options(jobs, namespaced=True)
         jobs.add_argument("--queue", help="only this LocalQueue")
         jobs.add_argument("--state", choices=[s.lower() for s in views.STATES] + list(views.STATES), help="only this state")
         jobs.add_argument("--cluster", help="only jobs on this worker cluster")

@@ -9,7 +9,8 @@ import signal
 import subprocess
 import time
 import urllib.request
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -139,3 +140,23 @@ def ensure_namespace(cluster: LocalCluster, name: str) -> None:
 
 def now() -> float:
     return time.monotonic()
+
+
+def crd_cluster(provider: Any, prefix: str, *, jobs: bool = False) -> LocalCluster:
+    """A fresh harness cluster with kfed's CRDs and the system namespace."""
+    created: LocalCluster = provider.create([f"{prefix}{uuid.uuid4().hex[:4]}"], jobs=jobs)[0]
+    federation.install_crds(created, federation.crd_manifests(REPO_ROOT / "crds"))
+    ensure_namespace(created, SYSTEM_NAMESPACE)
+    return created
+
+
+@contextlib.contextmanager
+def running_manager(cluster: LocalCluster, directory: Path, *, extra: list[str] | None = None) -> Iterator[ControllerProcess]:
+    """`python -m manager` on the cluster, ready and with its webhooks registered; stopped after."""
+    process = ControllerProcess(cluster, directory, extra=extra).start()
+    try:
+        process.wait_ready()
+        wait_webhooks(cluster, process)
+        yield process
+    finally:
+        process.terminate()

@@ -12,13 +12,11 @@ from manager.api import constants as c
 from manager.api import kueue
 from manager.api.core import Job
 from manager.api.meta import find_condition, is_condition_true
-from manager.dev import federation
 from manager.dev.local import LocalCluster
 from manager.kube.client import KubeClient
 from manager.kube.errors import InvalidError, NotFoundError
-from tests.conftest import REPO_ROOT
 from tests.harness import Provider, eventually
-from tests.integration.controllers import SYSTEM_NAMESPACE, ControllerProcess, ensure_namespace, wait_webhooks
+from tests.integration.controllers import ControllerProcess, crd_cluster, running_manager
 
 RUNS = {"type": "kwok"}  # the fake nodes' label: pods with it schedule and complete
 PARKED = {"kfed-test/pool": "parked"}  # no node has it: pods stay Pending, the Job stays active
@@ -26,21 +24,13 @@ PARKED = {"kfed-test/pool": "parked"}  # no node has it: pods stay Pending, the 
 
 @pytest.fixture(scope="module")
 def cluster(provider: Provider) -> LocalCluster:
-    created: LocalCluster = provider.create([f"ctl{uuid.uuid4().hex[:4]}"], jobs=True)[0]
-    federation.install_crds(created, federation.crd_manifests(REPO_ROOT / "crds"))
-    ensure_namespace(created, SYSTEM_NAMESPACE)
-    return created
+    return crd_cluster(provider, "ctl", jobs=True)
 
 
 @pytest.fixture(scope="module")
 def manager(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControllerProcess]:
-    process = ControllerProcess(cluster, tmp_path_factory.mktemp("manager")).start()
-    try:
-        process.wait_ready()
-        wait_webhooks(cluster, process)
+    with running_manager(cluster, tmp_path_factory.mktemp("manager")) as process:
         yield process
-    finally:
-        process.terminate()
 
 
 @pytest.fixture

@@ -13,12 +13,10 @@ from manager.api import constants as c
 from manager.api import kueue
 from manager.api.core import Lease
 from manager.api.meta import is_condition_true
-from manager.dev import federation
 from manager.dev.local import LocalCluster
 from manager.kube.client import KubeClient
-from tests.conftest import REPO_ROOT
 from tests.harness import Provider, eventually
-from tests.integration.controllers import SYSTEM_NAMESPACE, ControllerProcess, ensure_namespace
+from tests.integration.controllers import SYSTEM_NAMESPACE, ControllerProcess, crd_cluster
 
 LEASE_DURATION = 4.0  # ControllerProcess passes --lease-duration=4
 LEASE = "kfed-manager"
@@ -26,10 +24,7 @@ LEASE = "kfed-manager"
 
 @pytest.fixture(scope="module")
 def cluster(provider: Provider) -> LocalCluster:
-    created: LocalCluster = provider.create([f"ha{uuid.uuid4().hex[:4]}"])[0]
-    federation.install_crds(created, federation.crd_manifests(REPO_ROOT / "crds"))
-    ensure_namespace(created, SYSTEM_NAMESPACE)
-    return created
+    return crd_cluster(provider, "ha")
 
 
 @pytest.fixture

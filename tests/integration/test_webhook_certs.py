@@ -10,12 +10,10 @@ from collections.abc import Iterator
 import pytest
 
 from manager.api.core import Job, Secret
-from manager.dev import federation
 from manager.dev.local import LocalCluster
 from manager.kube.client import KubeClient
-from tests.conftest import REPO_ROOT
 from tests.harness import Provider, eventually
-from tests.integration.controllers import SYSTEM_NAMESPACE, ControllerProcess, ensure_namespace, wait_webhooks
+from tests.integration.controllers import SYSTEM_NAMESPACE, ControllerProcess, crd_cluster, running_manager
 from tests.integration.test_controllers import job_manifest
 
 SECRET = "kfed-webhook-cert"
@@ -23,10 +21,7 @@ SECRET = "kfed-webhook-cert"
 
 @pytest.fixture(scope="module")
 def cluster(provider: Provider) -> LocalCluster:
-    created: LocalCluster = provider.create([f"certs{uuid.uuid4().hex[:4]}"])[0]
-    federation.install_crds(created, federation.crd_manifests(REPO_ROOT / "crds"))
-    ensure_namespace(created, SYSTEM_NAMESPACE)
-    return created
+    return crd_cluster(provider, "certs")
 
 
 @pytest.fixture(scope="module")
@@ -38,13 +33,8 @@ def manager(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> 
         "--webhook-cert-rotate-before=30s",
         "--webhook-cert-check-interval=1",
     ]
-    process = ControllerProcess(cluster, tmp_path_factory.mktemp("certs"), extra=extra).start()
-    try:
-        process.wait_ready()
-        wait_webhooks(cluster, process)
+    with running_manager(cluster, tmp_path_factory.mktemp("certs"), extra=extra) as process:
         yield process
-    finally:
-        process.terminate()
 
 
 async def _ca_bundle(kube: KubeClient) -> str:
