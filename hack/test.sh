@@ -21,5 +21,10 @@ kfed crds --check
 echo "==> control-plane binaries (built once per version, cached in ~/.cache/kfed)" >&2
 bin_dir=$(bash hack/kube/build.sh)
 export KFED_KUBE_BIN_DIR="$bin_dir"
+echo "==> helm (built once per version, cached in ~/.cache/kfed)" >&2
+KFED_HELM=$(bash hack/helm.sh)
+export KFED_HELM
+echo "==> helm lint" >&2
+"$KFED_HELM" lint --strict deploy/helm/kfed >&2
 echo "==> pytest" >&2
 exec pytest "$@"

@@ -62,23 +62,37 @@ def crd_drift(directory: Path, files: dict[str, str]) -> list[str]:
     return problems
 
 
-def cmd_crds(args: argparse.Namespace) -> int:
-    # In a checkout crds/ sits beside the manager package; elsewhere use the working directory.
-    directory = Path(args.dir) if args.dir else (checkout_crds_dir() or Path("crds"))
+def crd_targets(args: argparse.Namespace) -> list[tuple[Path, dict[str, str]]]:
+    """Where `kfed crds` writes: crds/ (with its kustomization) and, in a checkout, the Helm
+    chart's crds/ (the CRDs alone: Helm applies every file there as is)."""
     files = crdgen.render_all()
+    if args.dir:
+        return [(Path(args.dir), files)]
+    # In a checkout crds/ sits beside the manager package; elsewhere use the working directory.
+    crds_dir = checkout_crds_dir()
+    if crds_dir is None:
+        return [(Path("crds"), files)]
+    chart_crds = {name: text for name, text in files.items() if name != "kustomization.yaml"}
+    return [(crds_dir, files), (crds_dir.parent / "deploy" / "helm" / "kfed" / "crds", chart_crds)]
+
+
+def cmd_crds(args: argparse.Namespace) -> int:
+    targets = crd_targets(args)
     if args.check:
-        problems = crd_drift(directory, files)
+        problems = [problem for directory, files in targets for problem in crd_drift(directory, files)]
         if problems:
             for problem in problems:
                 print(problem, file=sys.stderr)
             print("run `kfed crds` to regenerate", file=sys.stderr)
             return 1
-        print(f"{len(files) - 1} CRDs and their kustomization in {directory} match the models")
+        for directory, files in targets:
+            print(f"{len(files)} generated file(s) in {directory} match the models")
         return 0
-    directory.mkdir(parents=True, exist_ok=True)
-    for name, text in files.items():
-        (directory / name).write_text(text, encoding="utf-8")
-    print(f"wrote {len(files) - 1} CRDs and their kustomization to {directory}")
+    for directory, files in targets:
+        directory.mkdir(parents=True, exist_ok=True)
+        for name, text in files.items():
+            (directory / name).write_text(text, encoding="utf-8")
+        print(f"wrote {len(files)} generated file(s) to {directory}")
     return 0
 
 
@@ -96,7 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     convert.set_defaults(func=cmd_convert)
 
     crds = commands.add_parser("crds", help="generate crds/ from the models, or --check for drift")
-    crds.add_argument("--check", action="store_true", help="fail if crds/ differs from the models")
+    crds.add_argument("--check", action="store_true", help="fail if crds/ (or the Helm chart's crds/) differs from the models")
     crds.add_argument("--dir", help="CRD directory (default: the checkout's crds/)")
     crds.set_defaults(func=cmd_crds)
 

@@ -1,17 +1,22 @@
-"""deploy/ on a real apiserver: every object of every base is accepted by server-side apply,
-and the RBAC grants exactly what the code uses: every verb it needs is allowed, and what it
-must never do is denied (checked with `kubectl auth can-i --as=<its ServiceAccount>`)."""
+"""deploy/ on a real apiserver: every object of every kustomize base and of the Helm chart is
+accepted by server-side apply, the chart renders the same objects as the bases, and the RBAC
+grants exactly what the code uses: every verb it needs is allowed, and what it must never do is
+denied (checked with `kubectl auth can-i --as=<its ServiceAccount>`)."""
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import uuid
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from manager.api.config import Configuration
 from manager.cli.register import WORKER_RULES
 from manager.dev.binaries import binary_dir
 from manager.dev.local import LocalCluster
@@ -20,6 +25,17 @@ from tests.harness import Provider
 
 DEPLOY = REPO_ROOT / "deploy"
 BASES = ("manager", "worker-agent", "multikueue-worker-access")
+CHART = DEPLOY / "helm" / "kfed"
+# The chart's values for each kind of cluster, and the kustomize bases that install the same.
+CHART_INSTALLS = {
+    "manager-cluster": ([], ("manager",)),
+    "worker-cluster": (
+        ["--set", "manager.enabled=false", "--set", "workerAgent.enabled=true", "--set", "multikueueWorkerAccess.enabled=true"],
+        ("worker-agent", "multikueue-worker-access"),
+    ),
+}
+# Labels only Helm adds (release bookkeeping); everything else must match the bases.
+HELM_LABELS = ("helm.sh/chart", "app.kubernetes.io/managed-by", "app.kubernetes.io/instance", "app.kubernetes.io/version")
 
 # (verb, resource, namespace or "" for cluster-wide) the code uses; see deploy/*/rbac.yaml.
 # `resource#status` is the status subresource, `resource/name` one named object.
@@ -95,6 +111,91 @@ def build(base: str) -> str:
     return result.stdout
 
 
+@cache
+def helm() -> str:
+    """hack/test.sh exports KFED_HELM; otherwise hack/helm.sh builds (or finds) the pinned helm."""
+    if os.environ.get("KFED_HELM"):
+        return os.environ["KFED_HELM"]
+    result = subprocess.run(["bash", str(REPO_ROOT / "hack" / "helm.sh")], capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, f"cannot build helm for the chart tests:\n{result.stderr}"
+    return result.stdout.strip()
+
+
+def helm_template(*values: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [helm(), "template", "kfed", str(CHART), "--namespace=kfed-system", "--include-crds", *values],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def chart(install: str) -> str:
+    result = helm_template(*CHART_INSTALLS[install][0])
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def objects(rendered: str, *, strip_helm: bool = False) -> dict[tuple[str, str, str], dict[str, Any]]:
+    """Rendered objects by (kind, namespace, name), without Helm's release labels if asked."""
+    out = {}
+    for doc in yaml.safe_load_all(rendered):
+        if not doc:
+            continue
+        metadata = doc["metadata"]
+        if strip_helm:
+            labels = {k: v for k, v in (metadata.get("labels") or {}).items() if k not in HELM_LABELS}
+            metadata.pop("labels", None)
+            if labels:
+                metadata["labels"] = labels
+        out[(doc["kind"], metadata.get("namespace", ""), metadata["name"])] = doc
+    return out
+
+
+@pytest.mark.parametrize("install", CHART_INSTALLS)
+def test_the_helm_chart_renders_what_the_kustomize_bases_render(install: str) -> None:
+    from_chart = objects(chart(install), strip_helm=True)
+    from_bases: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for base in CHART_INSTALLS[install][1]:
+        from_bases.update(objects(build(base)))
+    assert sorted(from_chart) == sorted(from_bases)
+    different = [key for key in from_bases if from_chart[key] != from_bases[key]]
+    assert different == [], f"the chart and the bases disagree on {different}"
+
+
+@pytest.mark.parametrize("install", CHART_INSTALLS)
+def test_every_object_of_the_helm_chart_is_accepted_by_server_side_apply(cluster: LocalCluster, install: str) -> None:
+    rendered = chart(install)
+    count = len([doc for doc in yaml.safe_load_all(rendered) if doc])
+    applied = kubectl(cluster, "apply", "--server-side", "--force-conflicts", "--field-manager=helm-test", "-f", "-", stdin=rendered)
+    assert applied.returncode == 0, applied.stderr
+    assert applied.stdout.count("serverside-applied") == count, applied.stdout
+
+
+def test_a_mistyped_chart_value_is_refused_with_its_path() -> None:
+    result = helm_template("--set", "manager.replica=3")
+    assert result.returncode != 0
+    assert "/manager" in result.stderr and "'replica' not allowed" in result.stderr, result.stderr
+    result = helm_template("--set", "workerAgent.logLevel=verbose")
+    assert result.returncode != 0 and "/workerAgent/logLevel" in result.stderr, result.stderr
+
+
+def test_a_kueue_configuration_in_the_values_reaches_the_manager() -> None:
+    settings = {"multiKueue": {"gcInterval": "2m", "workerLostTimeout": "10m"}, "fairSharing": {"enable": True}}
+    rendered = helm_template("--set-json", f"manager.config={json.dumps(settings)}")
+    assert rendered.returncode == 0, rendered.stderr
+    rendered_objects = objects(rendered.stdout)
+    config_map = rendered_objects[("ConfigMap", "kfed-system", "kfed-manager-config")]
+    configuration = Configuration.model_validate(yaml.safe_load(config_map["data"]["config.yaml"]))
+    assert configuration.multi_kueue is not None and configuration.multi_kueue.gc_interval == "2m"
+    assert configuration.fair_sharing is not None and configuration.fair_sharing.enable
+    deployment = rendered_objects[("Deployment", "kfed-system", "kfed-manager")]
+    pod = deployment["spec"]["template"]
+    assert "--config=/etc/kfed/config.yaml" in pod["spec"]["containers"][0]["args"]
+    assert {"name": "config", "configMap": {"name": "kfed-manager-config"}} in pod["spec"]["volumes"]
+    assert "kfed.dev/config-sha256" in pod["metadata"]["annotations"]  # a changed config rolls the pods
+
+
 @pytest.mark.parametrize("base", BASES)
 def test_every_object_of_a_base_is_accepted_by_server_side_apply(cluster: LocalCluster, base: str) -> None:
     rendered = build(base)
@@ -133,10 +234,11 @@ def test_rbac_allows_every_verb_the_code_uses_and_nothing_it_must_not_do(
 
 
 def test_no_wildcards_in_any_rbac_rule() -> None:
-    for base in BASES:
-        for doc in yaml.safe_load_all(build(base)):
+    renderings = [build(base) for base in BASES] + [chart(install) for install in CHART_INSTALLS]
+    for rendered in renderings:
+        for doc in yaml.safe_load_all(rendered):
             for rule in (doc or {}).get("rules") or []:
-                assert "*" not in rule.get("verbs", []) and "*" not in rule.get("resources", []), (base, rule)
+                assert "*" not in rule.get("verbs", []) and "*" not in rule.get("resources", []), (doc["metadata"]["name"], rule)
 
 
 def test_the_worker_access_role_is_what_register_creates() -> None:

@@ -23,7 +23,21 @@ def kfed(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[st
 def test_crds_in_the_repo_match_the_models() -> None:
     result = kfed("crds", "--check")
     assert result.returncode == 0, result.stderr
-    assert "9 CRDs" in result.stdout
+    # crds/ holds the 9 CRDs and their kustomization; the Helm chart's crds/ the same 9 CRDs.
+    assert f"10 generated file(s) in {REPO_ROOT / 'crds'} match" in result.stdout
+    assert f"9 generated file(s) in {REPO_ROOT / 'deploy/helm/kfed/crds'} match" in result.stdout
+
+
+def test_a_stale_crd_in_the_helm_chart_fails_the_check(tmp_path: Path) -> None:
+    chart_crd = REPO_ROOT / "deploy/helm/kfed/crds/kueue.x-k8s.io_cohorts.yaml"
+    original = chart_crd.read_text()
+    try:
+        chart_crd.write_text(original + "# edited\n")
+        result = kfed("crds", "--check")
+        assert result.returncode == 1
+        assert f"{chart_crd}: out of date with the models" in result.stderr
+    finally:
+        chart_crd.write_text(original)
 
 
 def test_changing_a_model_without_regenerating_is_drift() -> None:
