@@ -260,7 +260,7 @@ async def cmd_submit(args: argparse.Namespace) -> int:
     client = await manager_client(args)
     report = Reporter(args.output)
     try:
-        created = await client.create(Job, job, namespace=namespace)
+        created = await client.create(Job, job, namespace=namespace, retry_unreachable_webhook=True)
         report.say(f"job/{created.name} submitted to queue {labels[c.QUEUE_NAME_LABEL]} in {namespace}")
         code, state = (await _follow(client, namespace, created, report)) if args.wait else (0, "Submitted")
         report.done(job=created.name, namespace=namespace, queue=labels[c.QUEUE_NAME_LABEL], state=state)

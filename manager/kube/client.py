@@ -25,7 +25,7 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, stop
 from tenacity.wait import wait_base, wait_exponential, wait_random
 
 from manager.api.meta import Resource
-from manager.kube.errors import GoneError, KubeError, TransientError, error_from_response
+from manager.kube.errors import GoneError, KubeError, TransientError, error_from_response, rejected_by_unreachable_webhook
 from manager.kube.ratelimit import TokenBucket
 
 log = logging.getLogger("kfed.kube")
@@ -307,11 +307,26 @@ class KubeClient:
             if not token:
                 return ObjectList(items, resource_version)
 
-    async def create(self, model: type[R], obj: R | dict[str, Any], *, namespace: str | None = None) -> R:
+    async def create(
+        self, model: type[R], obj: R | dict[str, Any], *, namespace: str | None = None, retry_unreachable_webhook: bool = False
+    ) -> R:
+        """POST. Creates are not idempotent, so they are not retried, except (when asked) after
+        the apiserver refused them for want of a reachable webhook: nothing was stored then."""
         body = obj.to_dict() if isinstance(obj, Resource) else obj
         ns = namespace or (body.get("metadata") or {}).get("namespace")
         what = f"create {_describe(model, ns, (body.get('metadata') or {}).get('name'))}"
-        data = await self.request("POST", api_path(model, namespace=ns), body=body, what=what)
+        if not retry_unreachable_webhook:
+            data = await self.request("POST", api_path(model, namespace=ns), body=body, what=what)
+            return self._parse(model, data, what)
+        retrying = AsyncRetrying(
+            retry=retry_if_exception(rejected_by_unreachable_webhook),
+            wait=wait_exponential(multiplier=0.2, max=5) + wait_random(0, 0.2),
+            stop=stop_after_delay(60),
+            reraise=True,
+        )
+        async for attempt in retrying:
+            with attempt:
+                data = await self.request("POST", api_path(model, namespace=ns), body=body, what=what)
         return self._parse(model, data, what)
 
     async def replace(self, model: type[R], obj: R) -> R:

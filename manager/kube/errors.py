@@ -74,6 +74,13 @@ class TransientError(KubeError):
         self.retry_after = retry_after
 
 
+def rejected_by_unreachable_webhook(err: BaseException) -> bool:
+    """The apiserver could not call an admission webhook (a webhook replica crashed mid-call,
+    or none was ready) and refused the write before storing anything, so sending the same
+    create again cannot make a second object."""
+    return isinstance(err, TransientError) and "failed calling webhook" in str(err)
+
+
 def parse_retry_after(value: str | None) -> float | None:
     if not value:
         return None

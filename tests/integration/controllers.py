@@ -6,7 +6,9 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
+import threading
 import time
 import urllib.request
 import uuid
@@ -109,9 +111,67 @@ class ControllerProcess:
         return self.process.poll() if self.process is not None else None
 
 
-def wait_webhooks(cluster: LocalCluster, process: ControllerProcess, timeout: float = 60.0) -> None:
-    """The configurations point at this process (the leader installs them)."""
-    url = f"https://127.0.0.1:{process.webhook_port}"
+class ServiceProxy:
+    """What a Service in front of the replicas' webhook ports does in a real cluster: each new
+    connection goes to the next replica that accepts one, so webhooks keep answering while any
+    replica lives (the local harness has no kube-proxy; this forwards bytes, nothing more)."""
+
+    def __init__(self, backends: list[int]) -> None:
+        self.backends = backends
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.url = f"https://127.0.0.1:{self.port}"
+        self.next = 0
+        self.closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self.closed:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    def _connect(self) -> socket.socket | None:
+        for _ in range(len(self.backends)):
+            port = self.backends[self.next % len(self.backends)]
+            self.next += 1
+            try:
+                return socket.create_connection(("127.0.0.1", port), timeout=2)
+            except OSError:
+                continue  # this replica is gone: an endpoint that is not ready
+        return None
+
+    def _serve(self, client: socket.socket) -> None:
+        backend = self._connect()
+        if backend is None:
+            client.close()
+            return
+        backend.settimeout(None)
+        threading.Thread(target=self._pipe, args=(backend, client), daemon=True).start()
+        self._pipe(client, backend)
+
+    @staticmethod
+    def _pipe(source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for end in (source, sink):
+                with contextlib.suppress(OSError):
+                    end.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        self.closed = True
+        self.listener.close()
+
+
+def wait_webhooks(cluster: LocalCluster, process: ControllerProcess, timeout: float = 60.0, *, url: str | None = None) -> None:
+    """The configurations point at this process, or at `url` (the leader installs them)."""
+    url = url or f"https://127.0.0.1:{process.webhook_port}"
 
     def installed() -> bool:
         status, body = cluster.request(

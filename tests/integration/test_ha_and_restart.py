@@ -1,8 +1,10 @@
 """Leader election and restarts of `python -m manager` on a real cluster: one writer at a time,
-a fast handover, and state rebuilt from the cluster alone."""
+a fast handover (also with Jobs arriving through the webhook during it), and state rebuilt
+from the cluster alone."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -11,12 +13,13 @@ import pytest
 
 from manager.api import constants as c
 from manager.api import kueue
-from manager.api.core import Lease
+from manager.api.core import Job, Lease
 from manager.api.meta import is_condition_true
 from manager.dev.local import LocalCluster
 from manager.kube.client import KubeClient
 from tests.harness import Provider, eventually
-from tests.integration.controllers import SYSTEM_NAMESPACE, ControllerProcess, crd_cluster
+from tests.integration.controllers import SYSTEM_NAMESPACE, ControllerProcess, ServiceProxy, crd_cluster, wait_webhooks
+from tests.integration.test_controllers import job_manifest
 
 LEASE_DURATION = 4.0  # ControllerProcess passes --lease-duration=4
 LEASE = "kfed-manager"
@@ -42,7 +45,13 @@ def processes(cluster: LocalCluster, tmp_path: Any) -> Iterator[Any]:
         process.kill()
 
 
-async def setup_queue(kube: KubeClient, cpu: int) -> tuple[str, str]:
+@pytest.fixture(scope="module")
+def jobs_ha_cluster(provider: Provider) -> LocalCluster:
+    # Its own cluster: the webhook configurations installed here must not reach the other tests.
+    return crd_cluster(provider, "hajob")
+
+
+async def setup_queue(kube: KubeClient, cpu: int, *, queue: str = "q") -> tuple[str, str]:
     suffix = uuid.uuid4().hex[:6]
     ns, cq, flavor = f"ha-{suffix}", f"ha-cq-{suffix}", f"ha-flavor-{suffix}"
     await kube.request("POST", "/api/v1/namespaces", body={"metadata": {"name": ns}})
@@ -68,7 +77,7 @@ async def setup_queue(kube: KubeClient, cpu: int) -> tuple[str, str]:
         {
             "apiVersion": "kueue.x-k8s.io/v1beta2",
             "kind": "LocalQueue",
-            "metadata": {"name": "q", "namespace": ns},
+            "metadata": {"name": queue, "namespace": ns},
             "spec": {"clusterQueue": cq},
         },
     )
@@ -156,6 +165,71 @@ async def test_only_the_leader_admits_and_a_standby_takes_over_when_it_dies(proc
     events = await quota_reserved_events(kube, ns)
     assert events and all(count == 1 for count in events.values()), events
     assert sum(events.values()) == 5
+
+
+async def test_a_burst_of_jobs_during_a_handover_is_admitted_exactly_once_each(jobs_ha_cluster: LocalCluster, tmp_path: Any) -> None:
+    cluster = jobs_ha_cluster
+    # Both replicas serve the webhooks behind one address, as behind the Service in deploy/,
+    # with the certificate they share through the Secret. A longer lease than the other tests
+    # leaves a window of several seconds in which nobody leads.
+    replicas = [
+        ControllerProcess(cluster, tmp_path, identity=name, extra=["--lease-duration=8", "--renew-deadline=6"])
+        for name in ("jobs-a", "jobs-b")
+    ]
+    proxy = ServiceProxy([r.webhook_port for r in replicas])
+    for replica in replicas:
+        replica.extra += [f"--webhook-url={proxy.url}", "--webhook-cert-secret=kfed-webhook-cert"]
+    first, second = replicas
+    kube = await KubeClient.from_kubeconfig(cluster.kubeconfig(), name="test")
+    try:
+        first.start().wait_ready()
+        await eventually(lambda: _holder_is(kube, "jobs-a"), timeout=30, what="jobs-a holding the lease")
+        wait_webhooks(cluster, first, url=proxy.url)
+        second.start().wait_ready()
+        ns, _ = await setup_queue(kube, cpu=30, queue="user-queue")
+        early = [f"early-{i}" for i in range(5)]
+        for name in early:
+            await kube.create(Job, job_manifest(name, ns), namespace=ns)
+        await eventually(lambda: _unsuspended(kube, ns, early), timeout=30, what="the leader starting the first 5 Jobs")
+        await eventually(lambda: _events_total(kube, ns, 5), timeout=30, what="the leader's 5 QuotaReserved events")
+
+        first.kill()
+        burst = [f"burst-{i}" for i in range(20)]
+        # As `kfed submit` does: a create the apiserver refused because its webhook call hit the
+        # dead replica stored nothing, so it is sent again.
+        created = await asyncio.gather(
+            *(kube.create(Job, job_manifest(name, ns), namespace=ns, retry_unreachable_webhook=True) for name in burst)
+        )
+        # Accepted by the surviving replica's webhook and held, while nobody leads yet.
+        assert all(job.spec.suspend is True for job in created)
+        assert await holder(kube) == "jobs-a", "the burst must arrive before the standby takes over"
+        await eventually(lambda: _holder_is(kube, "jobs-b"), timeout=8 + 4, interval=0.1, what="jobs-b taking the lease")
+
+        await eventually(lambda: _unsuspended(kube, ns, early + burst), timeout=60, what="every Job started")
+        await eventually(lambda: _events_total(kube, ns, 25), timeout=30, what="25 QuotaReserved events")
+        events = await quota_reserved_events(kube, ns)
+        assert len(events) == 25 and all(count == 1 for count in events.values()), events
+        workloads = (await kube.list(kueue.Workload, namespace=ns)).items
+        owners = [ref.name for w in workloads for ref in w.metadata.owner_references or []]
+        assert sorted(owners) == sorted(early + burst)  # one Workload per Job, none twice
+        assert all(w.status is not None and is_condition_true(w.status.conditions, c.QUOTA_RESERVED) for w in workloads)
+    finally:
+        await kube.close()
+        for replica in replicas:
+            replica.kill()
+        proxy.close()
+
+
+async def _unsuspended(kube: KubeClient, ns: str, names: list[str]) -> bool:
+    jobs = {job.name: job for job in (await kube.list(Job, namespace=ns)).items}
+    return all(name in jobs and jobs[name].spec.suspend is False for name in names)
+
+
+async def _events_total(kube: KubeClient, ns: str, total: int) -> bool:
+    found = sum((await quota_reserved_events(kube, ns)).values())
+    if found > total:
+        raise AssertionError(f"{found} QuotaReserved events for {total} Jobs: something was admitted twice")
+    return found == total
 
 
 async def test_sigterm_releases_the_lease_and_losing_it_exits_non_zero(processes: Any, kube: KubeClient) -> None:

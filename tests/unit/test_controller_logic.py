@@ -27,6 +27,7 @@ from manager.kube.errors import (
     TooManyRequestsError,
     TransientError,
     error_from_response,
+    rejected_by_unreachable_webhook,
 )
 from manager.kube.ratelimit import TokenBucket
 from manager.runtime.logs import REDACTED, JsonFormatter
@@ -238,3 +239,23 @@ def test_broken_kubeconfigs_are_rejected_naming_the_field_and_never_the_credenti
     assert message in str(caught.value) and str(caught.value).startswith("Secret kfed-system/w1: ")
     assert "abc" not in str(caught.value)
     check_kubeconfig(GOOD_KUBECONFIG)
+
+
+def test_only_a_refused_webhook_call_makes_a_create_safe_to_send_again() -> None:
+    unreachable = error_from_response(
+        500,
+        json.dumps(
+            {
+                "kind": "Status",
+                "reason": "InternalError",
+                "message": 'Internal error occurred: failed calling webhook "mjob.kfed.x-k8s.io": failed to call webhook: '
+                'Post "https://kfed-webhook-service.kfed-system.svc:443/mutate-batch-v1-job": connection refused',
+            }
+        ),
+        what="create Job ns/train",
+    )
+    assert rejected_by_unreachable_webhook(unreachable)
+    # A 500 for any other reason may have stored the object; a webhook's own "no" is final.
+    assert not rejected_by_unreachable_webhook(error_from_response(500, "etcdserver: request timed out"))
+    denied = error_from_response(400, json.dumps({"kind": "Status", "reason": "BadRequest", "message": 'admission webhook "v" denied'}))
+    assert not rejected_by_unreachable_webhook(denied)
