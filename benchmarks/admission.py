@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import subprocess
 import sys
@@ -33,7 +34,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from procstats import metric_sum, proc_stats
+from procstats import cpu_by_kind, machine_busy, metric_sum, proc_stats
 
 from manager.api import constants as c
 from manager.api import kueue
@@ -154,6 +155,7 @@ async def main(args: argparse.Namespace) -> None:
         wait_for(ready, timeout=60, what="manager ready")
         cpu_before, _ = proc_stats(manager.pid)
         requests_before = manager_requests(port)
+        kinds_before, busy_before, runner_before = cpu_by_kind(base), machine_busy(), sum(os.times()[:2])
         runs: dict[str, Run] = {}
         informer: Informer[kueue.Workload] = Informer(client, kueue.Workload)
         finishing: set[str] = set()
@@ -238,6 +240,7 @@ async def main(args: argparse.Namespace) -> None:
         wall = time.monotonic() - start
         cpu_after, peak = proc_stats(manager.pid)
         requests = manager_requests(port) - requests_before
+        kinds_after, busy_after, runner_after = cpu_by_kind(base), machine_busy(), sum(os.times()[:2])
         watch.cancel()
         await client.close()
 
@@ -249,6 +252,9 @@ async def main(args: argparse.Namespace) -> None:
         print(f"quota bound                    {bound:.1f} s  (wall / bound = {wall / bound:.2f}; target <= 1.30)")
         for cls, *_ in CLASSES:
             waits = [run.admitted_at[0] - run.created for run in runs.values() if run.cls == cls and run.admitted_at]
+            if not waits:  # a small --scale rounds this class to no Workloads
+                print(f"time to admission, {cls:<7}     (none at this scale)")
+                continue
             print(f"time to admission, {cls:<7}     avg {statistics.fmean(waits):.2f} s, max {max(waits):.2f} s")
         print(f"average ClusterQueue usage     {100 * used / (capacity * wall):.1f} %  (target >= 85 %)")
         limit = f"client limit {args.qps:.0f} QPS, burst {args.burst}"
@@ -256,6 +262,20 @@ async def main(args: argparse.Namespace) -> None:
         print(f"manager CPU                    {cpu_after - cpu_before:.1f} s ({100 * (cpu_after - cpu_before) / wall:.0f} % of one core)")
         print(f"manager peak RSS               {peak / 2**20:.0f} MiB")
         print(f"preempted and re-run           {sum(len(run.admitted_at) - 1 for run in runs.values())}")
+        # What limits the run: the CPU each Workload costs, by process, against the machine's cores.
+        spent = {k: kinds_after.get(k, 0.0) - kinds_before.get(k, 0.0) for k in kinds_after}
+        spent["runner (this script)"] = runner_after - runner_before
+        busy = (busy_after[0] - busy_before[0]) / max(busy_after[1] - busy_before[1], 1)
+        cores = os.cpu_count() or 1
+        print(f"machine CPU busy               {100 * busy:.0f} % of {cores} cores")
+        per_workload = {k: 1000 * v / total for k, v in spent.items()}
+        print("CPU per Workload (ms)          " + ", ".join(f"{k} {v:.1f}" for k, v in sorted(per_workload.items(), key=lambda kv: -kv[1])))
+        cost = sum(per_workload.values()) / 1000
+        needed = total / (1.3 * bound)
+        print(
+            f"rate the cores allow           {cores / cost:.0f} Workloads/s at that cost; the 1.3x target needs {needed:.0f}/s"
+            f" ({needed * cost:.1f} cores)"
+        )
     finally:
         if manager is not None:
             manager.terminate()

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from procstats import cpu_seconds, metric_sum, proc_stats
+from procstats import cpu_by_kind, machine_busy, metric_sum, proc_stats
 
 from manager.api import constants as c
 from manager.api import kueue
@@ -87,31 +87,6 @@ def job(name: str) -> dict[str, Any]:
             },
         },
     }
-
-
-def machine_busy() -> tuple[float, float]:
-    """(busy, total) CPU ticks of the whole machine since boot."""
-    parts = [float(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
-    idle = parts[3] + parts[4]
-    return sum(parts) - idle, sum(parts)
-
-
-def cpu_by_kind(base: Path) -> dict[str, float]:
-    """CPU seconds of every process of this run (its command line names the run's directory)."""
-    out: dict[str, float] = {}
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            seconds = cpu_seconds(int(proc.name))
-        except OSError:
-            continue
-        if str(base) not in cmd:
-            continue
-        kind = next((k for k in ("kube-apiserver", "etcd", "worker_agent", "manager") if k in cmd.split()[0] or f"-m {k}" in cmd), "other")
-        out[kind] = out.get(kind, 0.0) + seconds
-    return out
 
 
 def p95(values: list[float]) -> float:

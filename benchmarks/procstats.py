@@ -28,3 +28,28 @@ def metric_sum(port: int, prefix: str) -> float:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
         text = response.read().decode()
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(prefix))
+
+
+def cpu_by_kind(base: Path) -> dict[str, float]:
+    """CPU seconds of every process of this run (its command line names the run's directory)."""
+    out: dict[str, float] = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            seconds = cpu_seconds(int(proc.name))
+        except OSError:
+            continue
+        if str(base) not in cmd:
+            continue
+        kind = next((k for k in ("kube-apiserver", "etcd", "worker_agent", "manager") if k in cmd.split()[0] or f"-m {k}" in cmd), "other")
+        out[kind] = out.get(kind, 0.0) + seconds
+    return out
+
+
+def machine_busy() -> tuple[float, float]:
+    """(busy, total) CPU ticks of the whole machine since boot."""
+    parts = [float(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle = parts[3] + parts[4]
+    return sum(parts) - idle, sum(parts)

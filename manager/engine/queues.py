@@ -66,6 +66,24 @@ class ClusterQueueQueue:
         self.active[wl.key] = wl
         heapq.heappush(self._heaps.setdefault(self._lq(wl), []), (order_key(wl), self._counter, wl.key))
 
+    def _push_all_active(self, workloads: list[WorkloadInfo]) -> None:
+        """Many at once (a requeue of the parked ones): one heapify, instead of a push each,
+        after dropping the entries of workloads that left or were pushed again."""
+        if len(workloads) < 64:
+            for wl in workloads:
+                self._push_active(wl)
+            return
+        added: dict[str, list[tuple[tuple[int, float, str], int, str]]] = {}
+        for wl in workloads:
+            self._counter += 1
+            self._version[wl.key] = self._counter
+            self.active[wl.key] = wl
+            added.setdefault(self._lq(wl), []).append((order_key(wl), self._counter, wl.key))
+        for lq, entries in added.items():
+            heap = self._heaps.setdefault(lq, [])
+            heap[:] = [e for e in heap if e[2] in self.active and self._version.get(e[2]) == e[1]] + entries
+            heapq.heapify(heap)
+
     def delete(self, key: str) -> None:
         self.active.pop(key, None)
         self.inadmissible.pop(key, None)
@@ -122,11 +140,8 @@ class ClusterQueueQueue:
         """Move every inadmissible workload back to the heap (Kueue's QueueInadmissibleWorkloads)."""
         self.requeue_cycle = cycle
         self.bulk_hashes.clear()
-        moved = 0
-        for key, wl in list(self.inadmissible.items()):
-            if still_admissible is not None and not still_admissible(wl):
-                continue
-            del self.inadmissible[key]
-            self._push_active(wl)
-            moved += 1
-        return moved
+        moving = [wl for wl in self.inadmissible.values() if still_admissible is None or still_admissible(wl)]
+        for wl in moving:
+            del self.inadmissible[wl.key]
+        self._push_all_active(moving)
+        return len(moving)

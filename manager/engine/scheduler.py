@@ -617,8 +617,14 @@ class Scheduler:
                 queue.requeue_inadmissible(self.cycle_number, self._namespace_still_matches(cq))
 
     def _namespace_still_matches(self, cq: ClusterQueueInfo) -> Callable[[WorkloadInfo], bool]:
+        # Thousands of parked workloads share a few namespaces: match each namespace once.
+        seen: dict[str, bool] = {}
+
         def check(wl: WorkloadInfo) -> bool:
-            labels = self.namespaces.get(wl.namespace)
-            return labels is not None and selector_matches(cq.namespace_selector, labels)
+            matches = seen.get(wl.namespace)
+            if matches is None:
+                labels = self.namespaces.get(wl.namespace)
+                matches = seen[wl.namespace] = labels is not None and selector_matches(cq.namespace_selector, labels)
+            return matches
 
         return check

@@ -106,6 +106,8 @@ class WorkloadInfo:
     check_resets: dict[str, tuple[str, int | None]] = field(default_factory=dict)
     reset_nomination: bool = False
     _candidate_key: tuple[bool, int, float, str] | None = None
+    # What the last flush saw (see AdmissionState.flush): unchanged means no status to compute.
+    flushed_view: tuple[Any, ...] | None = None
 
     def candidate_key(self) -> tuple[bool, int, float, str]:
         """Kueue's CandidatesOrdering within one group: evicted first, lower priority, newest

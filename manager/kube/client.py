@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import builtins
 import copy
+import ipaddress
 import json
 import logging
+import os
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+import urllib.parse
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 from urllib.parse import quote
@@ -37,6 +40,8 @@ DEFAULT_BURST = 500
 DEFAULT_TIMEOUT = 30.0
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
+# As kubernetes_asyncio sets it: one watch event of a large object can exceed aiohttp's default.
+WATCH_READ_BUFFER = 2**21
 
 
 class KubeconfigError(ValueError):
@@ -141,6 +146,7 @@ class KubeClient:
         timeout: float = DEFAULT_TIMEOUT,
     ) -> None:
         self.api = api
+        _stop_netrc_lookups(api)
         self.name = name
         self.limiter = TokenBucket(qps, burst)
         self.timeout = timeout
@@ -426,6 +432,58 @@ class KubeClient:
                     yield WatchEvent(kind, obj)
         finally:
             response.release()
+
+
+def proxy_from_environment(server: str, env: Mapping[str, str]) -> str | None:
+    """The proxy HTTPS_PROXY (or HTTP_PROXY for an http server) names for `server`, unless
+    NO_PROXY exempts it. NO_PROXY is read as Go's net/http reads it for client-go: `*`, host
+    names and domain suffixes (with or without a leading dot), IP addresses and CIDR ranges,
+    each optionally with a port."""
+    url = urllib.parse.urlsplit(server)
+    scheme = url.scheme or "https"
+    proxy = env.get(f"{scheme.upper()}_PROXY") or env.get(f"{scheme}_proxy")
+    host = (url.hostname or "").lower()
+    if not proxy or not host:
+        return None
+    port = str(url.port or (443 if scheme == "https" else 80))
+    try:
+        address: ipaddress.IPv4Address | ipaddress.IPv6Address | None = ipaddress.ip_address(host)
+    except ValueError:
+        address = None
+    for entry in (env.get("NO_PROXY") or env.get("no_proxy") or "").split(","):
+        entry = entry.strip().lower()
+        if not entry:
+            continue
+        if entry == "*":
+            return None
+        if "/" in entry:
+            try:
+                if address is not None and address in ipaddress.ip_network(entry, strict=False):
+                    return None
+            except ValueError:
+                pass
+            continue
+        name, _, entry_port = entry.rpartition(":") if entry.count(":") == 1 else (entry, "", "")
+        if entry_port and entry_port != port:
+            continue
+        name = name.strip("[]")
+        if host == name.lstrip(".") or (name.lstrip(".") and host.endswith("." + name.lstrip("."))):
+            return None
+    return proxy
+
+
+def _stop_netrc_lookups(api: client.ApiClient) -> None:
+    """kubernetes_asyncio's session trusts the environment, so aiohttp looks for a ~/.netrc in a
+    worker thread on every request that carries no credentials of aiohttp's own (all of ours:
+    the token is a header). That was a quarter of a busy manager's CPU. Resolve the
+    environment's proxy for this server once instead (HTTPS_PROXY and NO_PROXY, as client-go
+    honours them) and give the session's connection pool to one that does not look."""
+    rest = api.rest_client
+    if rest.proxy is None:
+        rest.proxy = proxy_from_environment(api.configuration.host, os.environ)
+    old = rest.pool_manager
+    rest.pool_manager = aiohttp.ClientSession(connector=old.connector, trust_env=False, read_bufsize=WATCH_READ_BUFFER)
+    old.detach()
 
 
 async def api_client_from_kubeconfig(kubeconfig: dict[str, Any], *, context: str | None = None) -> client.ApiClient:

@@ -17,7 +17,7 @@ from manager.api import kueue
 from manager.api.core import Job
 from manager.controllers.webhooks import convert_review, default_job, validate
 from manager.engine.jobs import restore_job_patch, start_job_patch, suspend_job_patch
-from manager.kube.client import KubeconfigError, check_kubeconfig
+from manager.kube.client import KubeClient, KubeconfigError, check_kubeconfig, proxy_from_environment
 from manager.kube.errors import (
     AlreadyExistsError,
     ConflictError,
@@ -259,3 +259,43 @@ def test_only_a_refused_webhook_call_makes_a_create_safe_to_send_again() -> None
     assert not rejected_by_unreachable_webhook(error_from_response(500, "etcdserver: request timed out"))
     denied = error_from_response(400, json.dumps({"kind": "Status", "reason": "BadRequest", "message": 'admission webhook "v" denied'}))
     assert not rejected_by_unreachable_webhook(denied)
+
+
+@pytest.mark.parametrize(
+    ("server", "no_proxy", "expected"),
+    [
+        ("https://10.0.0.1:6443", "", "http://proxy.corp:3128"),
+        ("https://10.0.0.1:6443", "10.0.0.1", None),
+        ("https://10.0.0.1:6443", ".internal, 10.0.0.0/8", None),  # CIDR, as Go reads NO_PROXY
+        ("https://10.0.0.1:6443", "10.0.0.1:443", "http://proxy.corp:3128"),  # another port
+        ("https://api.worker1.internal:6443", ".internal", None),
+        ("https://api.worker1.internal:6443", "internal", None),
+        ("https://notinternal:6443", "internal", "http://proxy.corp:3128"),
+        ("https://anything:6443", "*", None),
+        ("http://127.0.0.1:8080", "", None),  # no HTTP_PROXY set
+    ],
+)
+def test_the_environments_proxy_for_a_server(server: str, no_proxy: str, expected: str | None) -> None:
+    env = {"HTTPS_PROXY": "http://proxy.corp:3128", "NO_PROXY": no_proxy}
+    assert proxy_from_environment(server, env) == expected
+
+
+def test_a_client_takes_the_proxy_once_and_never_reads_netrc(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kubernetes_asyncio import client as k8s_client
+
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.corp:3128")
+    monkeypatch.setenv("NO_PROXY", "")
+
+    async def build() -> tuple[object, bool]:
+        configuration = k8s_client.Configuration()
+        configuration.host = "https://10.0.0.1:6443"
+        kube = KubeClient(k8s_client.ApiClient(configuration=configuration))
+        try:
+            rest = kube.api.rest_client
+            return rest.proxy, rest.pool_manager.trust_env
+        finally:
+            await kube.close()
+
+    proxy, trusts_env = asyncio.run(build())
+    assert proxy == "http://proxy.corp:3128"
+    assert trusts_env is False  # so aiohttp does not stat ~/.netrc in a thread per request
