@@ -191,7 +191,7 @@ class AdmissionController:
     def _issue(self, flush: Any) -> None:
         for write in flush.writes:
             if write.key in self._inflight:
-                self.state.dirty.add(write.key)  # one write per workload at a time; redo after it
+                self.state.redo(write.key)  # one write per workload at a time; redo after it
                 continue
             self._inflight.add(write.key)
             task = asyncio.create_task(self._write(write))

@@ -40,6 +40,7 @@ class ClusterQueueQueue:
     requeue_cycle: int = -2
     _heaps: dict[str, list[tuple[tuple[int, float, str], int, str]]] = field(default_factory=dict)
     _version: dict[str, int] = field(default_factory=dict)
+    _order: dict[str, tuple[int, float, str]] = field(default_factory=dict)
     _counter: int = 0
 
     @property
@@ -55,6 +56,7 @@ class ClusterQueueQueue:
     def push(self, wl: WorkloadInfo) -> None:
         """Put a workload in the heap (or straight into inadmissible if its shape already failed)."""
         self.inadmissible.pop(wl.key, None)
+        self._order.pop(wl.key, None)  # a new or changed workload: its order is computed afresh
         if self.best_effort and wl.scheduling_hash in self.bulk_hashes and wl.key not in self.active:
             self.inadmissible[wl.key] = wl
             return
@@ -64,7 +66,15 @@ class ClusterQueueQueue:
         self._counter += 1
         self._version[wl.key] = self._counter
         self.active[wl.key] = wl
-        heapq.heappush(self._heaps.setdefault(self._lq(wl), []), (order_key(wl), self._counter, wl.key))
+        heapq.heappush(self._heaps.setdefault(self._lq(wl), []), (self._order_key(wl), self._counter, wl.key))
+
+    def _order_key(self, wl: WorkloadInfo) -> tuple[int, float, str]:
+        """order_key, kept while the workload stays queued: its priority and queue time change
+        only through push (an update, or a requeue after eviction), which forgets it."""
+        found = self._order.get(wl.key)
+        if found is None:
+            found = self._order[wl.key] = order_key(wl)
+        return found
 
     def _push_all_active(self, workloads: list[WorkloadInfo]) -> None:
         """Many at once (a requeue of the parked ones): one heapify, instead of a push each,
@@ -78,7 +88,7 @@ class ClusterQueueQueue:
             self._counter += 1
             self._version[wl.key] = self._counter
             self.active[wl.key] = wl
-            added.setdefault(self._lq(wl), []).append((order_key(wl), self._counter, wl.key))
+            added.setdefault(self._lq(wl), []).append((self._order_key(wl), self._counter, wl.key))
         for lq, entries in added.items():
             heap = self._heaps.setdefault(lq, [])
             heap[:] = [e for e in heap if e[2] in self.active and self._version.get(e[2]) == e[1]] + entries
@@ -87,6 +97,7 @@ class ClusterQueueQueue:
     def delete(self, key: str) -> None:
         self.active.pop(key, None)
         self.inadmissible.pop(key, None)
+        self._order.pop(key, None)
         if self.sticky == key:
             self.sticky = None
 
@@ -110,7 +121,7 @@ class ClusterQueueQueue:
             if key is None:
                 continue
             wl = self.active[key]
-            rank = (self.lq_usage(wl) if self.lq_usage is not None else 0.0, order_key(wl))
+            rank = (self.lq_usage(wl) if self.lq_usage is not None else 0.0, self._order_key(wl))
             if best is None or rank < best:
                 best, best_key = rank, key
         if best_key is None:

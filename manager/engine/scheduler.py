@@ -109,6 +109,8 @@ class Scheduler:
         self.strategies = tuple(fair.preemption_strategies) if fair and fair.preemption_strategies else ()
         self.queues: dict[str, ClusterQueueQueue] = {}
         self.cycle_number = 0
+        # ClusterQueue name -> the cycle in which capacity freed in its tree (see requeue_inadmissible_in_tree).
+        self._pending_requeues: dict[str, int] = {}
         afs = self.config.admission_fair_sharing
         self.afs_enabled = afs is not None
         self.lq_consumed: dict[str, float] = {}
@@ -182,6 +184,7 @@ class Scheduler:
         self._last_cycle_at = now
 
     def cycle(self, now: datetime) -> CycleResult:
+        self._apply_requeues()
         self.cycle_number += 1
         if self.afs_enabled:
             self._decay_lq_usage(now)
@@ -612,9 +615,18 @@ class Scheduler:
             cqs = [found] if found else []
         for cq in cqs:
             cq.generation += 1
-            queue = self.queues.get(cq.name)
-            if queue is not None:
-                queue.requeue_inadmissible(self.cycle_number, self._namespace_still_matches(cq))
+            if cq.name in self.queues:
+                # Moved at the start of the next cycle, the only reader of the heaps: the same
+                # outcome as moving now, but once per cycle instead of once per finished
+                # workload, which with thousands parked was most of the manager's CPU.
+                self._pending_requeues[cq.name] = self.cycle_number
+
+    def _apply_requeues(self) -> None:
+        pending, self._pending_requeues = self._pending_requeues, {}
+        for name, asked_in_cycle in pending.items():
+            queue, cq = self.queues.get(name), self.cache.cluster_queues.get(name)
+            if queue is not None and cq is not None:
+                queue.requeue_inadmissible(asked_in_cycle, self._namespace_still_matches(cq))
 
     def _namespace_still_matches(self, cq: ClusterQueueInfo) -> Callable[[WorkloadInfo], bool]:
         # Thousands of parked workloads share a few namespaces: match each namespace once.

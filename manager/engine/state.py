@@ -578,6 +578,14 @@ class AdmissionState:
         self.dirty.update(result.touched)
         return result
 
+    def redo(self, key: str) -> None:
+        """Flush this workload again (its write was held back behind one still in flight), even
+        though its engine view has not changed since."""
+        info = self.infos.get(key)
+        if info is not None:
+            info.flushed_view = None
+        self.dirty.add(key)
+
     def write_succeeded(self, write: StatusWrite, stored: Workload) -> None:
         info = self.infos.get(write.key)
         if info is None:

@@ -107,6 +107,27 @@ def test_a_pending_workload_gets_one_write_with_its_reason_and_no_more_until_it_
     assert run(state) == []
 
 
+def test_a_write_held_back_behind_one_in_flight_is_flushed_again_until_sent() -> None:
+    state = ready_state(cpu=1)
+    state.upsert_workload(workload("big", cpu="2"), T0)
+    first = run(state)
+    assert len(first) == 1  # in flight: its Pending reason
+    # The queue's quota changes before that write returns, and so does the reason.
+    state.upsert_cluster_queue(cluster_queue(cpu=1, stopPolicy="Hold"))
+    state.rebuild_if_needed(T0)
+    state.dirty.add("ns/big")
+    second = state.flush(T0).writes
+    assert len(second) == 1 and second[0].status != first[0].status
+    state.redo("ns/big")  # the controller holds it back: one write per workload at a time
+    # Nothing else changes, yet the held-back write is produced again on the next flush.
+    again = state.flush(T0).writes
+    assert [w.status for w in again] == [second[0].status]
+    # Once sent and stored, the same view produces no more writes.
+    state.write_succeeded(again[0], stored(again[0], workload("big", cpu="2"), "3"))
+    state.dirty.add("ns/big")
+    assert state.flush(T0).writes == []
+
+
 def test_a_lost_race_undoes_the_assumed_admission_and_frees_the_quota() -> None:
     state = ready_state(cpu=1)
     state.upsert_workload(workload("a", at=0), T0)
