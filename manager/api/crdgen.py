@@ -159,9 +159,9 @@ def crd(hub: type[Resource], spoke: type[Resource]) -> dict[str, Any]:
                 "categories": ["kueue"],
             },
             "scope": "Namespaced" if hub.NAMESPACED else "Cluster",
-            # Without a webhook the API server can only relabel the version; kfed's conversion
-            # webhook (manager/controllers) is wired in by deploy/ when it runs in a cluster.
-            "conversion": {"strategy": "None"},
+            # No `conversion` here (the apiserver defaults it to None): the manager points it at
+            # its conversion webhook when it leads, and a later `kubectl apply --server-side` of
+            # these files (an upgrade) must not fight it for that field.
             "versions": versions,
         },
     }

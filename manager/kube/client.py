@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import builtins
 import copy
+import importlib.metadata
 import ipaddress
 import json
 import logging
@@ -33,6 +34,14 @@ from manager.kube.ratelimit import TokenBucket
 
 log = logging.getLogger("kfed.kube")
 
+
+def _package_version() -> str:
+    try:
+        return importlib.metadata.version("kfed")
+    except importlib.metadata.PackageNotFoundError:
+        return "dev"  # run from a checkout that was never installed
+
+
 R = TypeVar("R", bound=Resource)
 
 DEFAULT_QPS = 300.0
@@ -40,6 +49,7 @@ DEFAULT_BURST = 500
 DEFAULT_TIMEOUT = 30.0
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
+USER_AGENT = f"kfed/{_package_version()} (python; kubernetes_asyncio)"
 # As kubernetes_asyncio sets it: one watch event of a large object can exceed aiohttp's default.
 WATCH_READ_BUFFER = 2**21
 
@@ -146,6 +156,9 @@ class KubeClient:
         timeout: float = DEFAULT_TIMEOUT,
     ) -> None:
         self.api = api
+        # The apiserver names the field manager of our writes after this (managedFields), so an
+        # administrator sees "kfed", not the generated client's default.
+        api.user_agent = USER_AGENT
         _stop_netrc_lookups(api)
         self.name = name
         self.limiter = TokenBucket(qps, burst)

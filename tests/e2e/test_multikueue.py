@@ -303,11 +303,18 @@ async def test_a_job_preempted_on_the_manager_is_stopped_on_its_worker_and_quota
     await eventually(lambda: victim_gone_from(victim_on), timeout=60, what="the victim's Job and copy gone from its worker")
     victim = await kube.manager.get(Job, "victim", namespace=ns)
     assert victim.spec.suspend is True and not (victim.status and victim.status.active)
-    worker_cq = await kube.workers[victim_on].get(kueue.ClusterQueue, cqs[victim_on])
-    reserved = worker_cq.status.flavors_reservation if worker_cq.status else None
     urgent_on = await admitted_on(kube, ns, "urgent")
     expected = "1" if urgent_on == victim_on else "0"
-    assert reserved is not None and str((reserved[0].resources or [])[0].total) == expected
+
+    async def worker_reservation() -> str | None:
+        # Written by the agent's periodic status round, after the victim's copy and the
+        # preemptor's losing copy (which reserved there too until it was deleted) are gone.
+        worker_cq = await kube.workers[victim_on].get(kueue.ClusterQueue, cqs[victim_on])
+        reserved = worker_cq.status.flavors_reservation if worker_cq.status else None
+        total = str((reserved[0].resources or [])[0].total) if reserved else None
+        return total if total == expected else None
+
+    await eventually(worker_reservation, timeout=30, what=f"the victim's worker reserving {expected} cpu")
 
 
 # --- the garbage collector -------------------------------------------------------------------------------------

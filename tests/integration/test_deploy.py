@@ -18,8 +18,11 @@ import yaml
 
 from manager.api.config import Configuration
 from manager.cli.register import WORKER_RULES
+from manager.controllers.webhooks import WebhookEndpoint, install
 from manager.dev.binaries import binary_dir
 from manager.dev.local import LocalCluster
+from manager.kube.client import KubeClient
+from manager.runtime.pki import new_ca
 from tests.conftest import REPO_ROOT
 from tests.harness import Provider
 
@@ -231,6 +234,38 @@ def test_rbac_allows_every_verb_the_code_uses_and_nothing_it_must_not_do(
     if account == "kfed-worker-agent":
         leaked = [entry for entry in MANAGER_ONLY if _can(cluster, account, *entry)]
         assert leaked == [], f"the worker agent may {leaked}"
+
+
+async def test_reapplying_the_crds_in_an_upgrade_keeps_the_conversion_the_manager_set(cluster: LocalCluster) -> None:
+    """An upgrade applies the CRDs again (docs/upgrade.md) after the manager pointed their
+    conversion at its webhook; the apply must succeed without --force-conflicts and leave that."""
+    crds = build("../crds")
+    first = kubectl(cluster, "apply", "--server-side", "--field-manager=upgrade-test", "-f", "-", stdin=crds)
+    assert first.returncode == 0, first.stderr
+    endpoint = WebhookEndpoint(new_ca("kfed-test-ca").cert_pem, url="https://127.0.0.1:9443")
+    client = await KubeClient.from_kubeconfig(cluster.kubeconfig(), name="test")
+    try:
+        await install(client, endpoint)  # what the leader does
+        again = kubectl(cluster, "apply", "--server-side", "--field-manager=upgrade-test", "-f", "-", stdin=crds)
+        assert again.returncode == 0, again.stderr  # no conflict over spec.conversion
+        crd = await client.request("GET", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/workloads.kueue.x-k8s.io")
+        assert crd["spec"]["conversion"]["strategy"] == "Webhook"
+        assert crd["spec"]["conversion"]["webhook"]["clientConfig"]["url"] == "https://127.0.0.1:9443/convert"
+    finally:
+        # Leave nothing pointing at a webhook that does not run for the module's other tests.
+        for plural in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations"):
+            for item in (await client.request("GET", f"/apis/admissionregistration.k8s.io/v1/{plural}"))["items"]:
+                if item["metadata"]["name"].startswith("kfed-"):
+                    await client.request("DELETE", f"/apis/admissionregistration.k8s.io/v1/{plural}/{item['metadata']['name']}")
+        for doc in yaml.safe_load_all(crds):
+            if doc:
+                await client.request(
+                    "PATCH",
+                    f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{doc['metadata']['name']}",
+                    body={"spec": {"conversion": {"strategy": "None", "webhook": None}}},
+                    content_type="application/merge-patch+json",
+                )
+        await client.close()
 
 
 def test_no_wildcards_in_any_rbac_rule() -> None:
