@@ -26,7 +26,7 @@ from manager.api import constants as c
 from manager.api import conversion, kueue
 from manager.api.manifest import validate_object
 from manager.kube.client import KubeClient
-from manager.kube.errors import NotFoundError
+from manager.kube.errors import ForbiddenError, NotFoundError
 
 log = logging.getLogger("kfed.webhooks")
 
@@ -230,7 +230,15 @@ async def install(client: KubeClient, endpoint: WebhookEndpoint) -> None:
                 what=f"patch {obj['kind']} {name}",
             )
         except NotFoundError:
-            await client.request("POST", base, body=obj, what=f"create {obj['kind']} {name}")
+            # Local clusters (`kfed dev`) have no deploy/ base, so kfed makes them; in a cluster
+            # the base ships them and kfed's RBAC may only patch them, by name.
+            try:
+                await client.request("POST", base, body=obj, what=f"create {obj['kind']} {name}")
+            except ForbiddenError:
+                raise ForbiddenError(
+                    f"{obj['kind']} {name} is missing and kfed may not create it: apply the webhooks.yaml of "
+                    "deploy/manager or deploy/worker-agent (or the Helm chart), which ship it"
+                ) from None
 
 
 def server_ssl_context(cert_file: str, key_file: str) -> ssl.SSLContext:

@@ -18,7 +18,7 @@ import yaml
 
 from manager.api.config import Configuration
 from manager.cli.register import WORKER_RULES
-from manager.controllers.webhooks import WebhookEndpoint, install
+from manager.controllers.webhooks import WebhookEndpoint, install, webhook_configurations
 from manager.dev.binaries import binary_dir
 from manager.dev.local import LocalCluster
 from manager.kube.client import KubeClient
@@ -60,7 +60,7 @@ COMMON = [
     ("create", "events", "team-a"),
     ("get", "customresourcedefinitions.apiextensions.k8s.io/workloads.kueue.x-k8s.io", ""),
     ("patch", "customresourcedefinitions.apiextensions.k8s.io/clusterqueues.kueue.x-k8s.io", ""),
-    ("create", "mutatingwebhookconfigurations.admissionregistration.k8s.io", ""),
+    ("patch", "mutatingwebhookconfigurations.admissionregistration.k8s.io/kfed-mutating-webhook-configuration", ""),
     ("patch", "validatingwebhookconfigurations.admissionregistration.k8s.io/kfed-validating-webhook-configuration", ""),
     ("create", "leases.coordination.k8s.io", "kfed-system"),
     ("update", "leases.coordination.k8s.io", "kfed-system"),
@@ -85,6 +85,8 @@ NEVER = [
     ("delete", "jobs.batch", "team-a"),
     ("patch", "customresourcedefinitions.apiextensions.k8s.io/other.example.com", ""),
     ("patch", "mutatingwebhookconfigurations.admissionregistration.k8s.io/someone-else", ""),
+    ("create", "mutatingwebhookconfigurations.admissionregistration.k8s.io", ""),  # deploy/ ships its own
+    ("create", "validatingwebhookconfigurations.admissionregistration.k8s.io", ""),
     ("update", "clusterqueues.kueue.x-k8s.io", ""),  # the administrator's spec
     ("patch", "clusterqueues.kueue.x-k8s.io", ""),
     ("update", "workloads.kueue.x-k8s.io#status", "team-a"),  # status is patched, with a resourceVersion
@@ -274,6 +276,16 @@ def test_no_wildcards_in_any_rbac_rule() -> None:
         for doc in yaml.safe_load_all(rendered):
             for rule in (doc or {}).get("rules") or []:
                 assert "*" not in rule.get("verbs", []) and "*" not in rule.get("resources", []), (doc["metadata"]["name"], rule)
+
+
+@pytest.mark.parametrize(("base", "service"), [("manager", "kfed-webhook-service"), ("worker-agent", "kfed-agent-webhook-service")])
+def test_the_shipped_webhook_configurations_are_what_the_code_installs(base: str, service: str) -> None:
+    shipped = [d for d in yaml.safe_load_all((DEPLOY / base / "webhooks.yaml").read_text()) if d]
+    expected = webhook_configurations(WebhookEndpoint(b"", service_namespace="kfed-system", service_name=service))
+    for obj in expected:
+        for webhook in obj["webhooks"]:
+            del webhook["clientConfig"]["caBundle"]  # injected by the leader
+    assert shipped == expected
 
 
 def test_the_worker_access_role_is_what_register_creates() -> None:
