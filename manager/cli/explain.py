@@ -109,24 +109,51 @@ def next_step(
     return "Every reachable worker is busy: it runs when one of them has room (or add quota on a worker)."
 
 
-def preemption_candidates(wl: kueue.Workload, cq: kueue.ClusterQueue | None, others: Sequence[kueue.Workload]) -> list[str]:
-    """Workloads this one could preempt in its own ClusterQueue (withinClusterQueue), lowest
-    priority first, as Kueue's candidate order starts."""
-    policy = (cq.spec.preemption.within_cluster_queue if cq and cq.spec.preemption else None) or "Never"
-    if cq is None or policy == "Never":
+def _borrowing(cq: kueue.ClusterQueue) -> bool:
+    """Its status shows quota borrowed from the cohort (what reclaimWithinCohort takes back)."""
+    for flavor in (cq.status.flavors_reservation if cq.status else None) or []:
+        if any(usage.borrowed is not None and usage.borrowed.milli > 0 for usage in flavor.resources or []):
+            return True
+    return False
+
+
+def _allowed(policy: str, mine: int, theirs: int) -> bool:
+    return policy == "Any" or theirs < mine or (policy == "LowerOrNewerEqualPriority" and theirs == mine)
+
+
+def preemption_candidates(
+    wl: kueue.Workload,
+    cq: kueue.ClusterQueue | None,
+    others: Sequence[kueue.Workload],
+    cluster_queues: Mapping[str, kueue.ClusterQueue] | None = None,
+) -> list[str]:
+    """Workloads this one could preempt, lowest priority first as Kueue's candidate order starts:
+    in its own ClusterQueue (withinClusterQueue), and in the other ClusterQueues of its cohort
+    that are borrowing (reclaimWithinCohort). A hint from status, not the scheduler's decision."""
+    if cq is None:
         return []
+    preemption = cq.spec.preemption
+    within = (preemption.within_cluster_queue if preemption else None) or "Never"
+    reclaim = (preemption.reclaim_within_cohort if preemption else None) or "Never"
+    borrowing = {
+        name
+        for name, other_cq in (cluster_queues or {}).items()
+        if name != cq.name and cq.spec.cohort_name and other_cq.spec.cohort_name == cq.spec.cohort_name and _borrowing(other_cq)
+    }
     mine = wl.spec.priority or 0
     found = []
     for other in others:
         admission = other.status.admission if other.status else None
-        if other.key == wl.key or admission is None or admission.cluster_queue != cq.name:
+        if other.key == wl.key or admission is None:
             continue
         if is_condition_true(other.status.conditions if other.status else None, c.FINISHED):
             continue
         theirs = other.spec.priority or 0
-        if theirs < mine or (policy == "LowerOrNewerEqualPriority" and theirs == mine):
-            found.append((theirs, other.key))
-    return [f"{key} (priority {priority})" for priority, key in sorted(found)]
+        if admission.cluster_queue == cq.name and within != "Never" and _allowed(within, mine, theirs):
+            found.append((theirs, other.key, ""))
+        elif admission.cluster_queue in borrowing and reclaim != "Never" and _allowed(reclaim, mine, theirs):
+            found.append((theirs, other.key, f", borrowing in {admission.cluster_queue}"))
+    return [f"{key} (priority {priority}{where})" for priority, key, where in sorted(found)]
 
 
 def explain(
@@ -162,7 +189,14 @@ def explain(
         if (cq.spec.stop_policy or "None") != "None":
             lines.append(f"  ClusterQueue {cq.name} is stopped (stopPolicy {cq.spec.stop_policy})")
     if view.state == "Pending":
-        lines.append("  preemption candidates: " + (", ".join(candidates) if candidates else "none (nothing of lower priority to preempt)"))
+        lines.append(
+            "  preemption candidates: "
+            + (
+                ", ".join(candidates)
+                if candidates
+                else "none (nothing its preemption policy allows it to take, in its queue or its cohort)"
+            )
+        )
     for check in (status.admission_checks if status else None) or []:
         lines.append(f"  admission check {check.name}: {check.state}" + (f" ({check.message})" if check.message else ""))
     verdicts = {r.cluster: worker_verdict(r, nominated=nominated, winner=winner, reserved=reserved) for r in remotes}
@@ -269,7 +303,13 @@ async def cmd_explain(args: argparse.Namespace) -> int:
                 key=lambda r: r.cluster,
             )
         everyone = (await client.list(kueue.Workload)).items if view.state == "Pending" else []
-        text = explain(view=view, wl=wl, cq=cq, remotes=remotes, candidates=preemption_candidates(wl, cq, everyone))
+        cohort_queues = (
+            {q.name: q for q in (await client.list(kueue.ClusterQueue)).items}
+            if view.state == "Pending" and cq and cq.spec.cohort_name
+            else {}
+        )
+        candidates = preemption_candidates(wl, cq, everyone, cohort_queues)
+        text = explain(view=view, wl=wl, cq=cq, remotes=remotes, candidates=candidates)
         if args.output in ("json", "yaml"):
             sections = text.rstrip("\n").split("\n\n")
             data = {

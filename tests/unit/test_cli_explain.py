@@ -70,7 +70,7 @@ def test_a_job_waiting_for_quota_on_the_manager_shows_the_numbers_and_what_to_do
         "Manager:",
         "  waiting for quota: insufficient quota for cpu in flavor f, request (2) > 1 free",
         "  ClusterQueue cq: f: cpu 3/4 (reserved/nominal)",
-        "  preemption candidates: none (nothing of lower priority to preempt)",
+        "  preemption candidates: none (nothing its preemption policy allows it to take, in its queue or its cohort)",
         "",
         "Workers:",
         "  worker1  not nominated yet: the manager has not reserved quota",
@@ -132,3 +132,45 @@ def test_preemption_candidates_are_the_lower_priority_workloads_of_its_queue() -
     others = [holder("low", 1), holder("lowest", 0), holder("equal", 10), holder("elsewhere", 0, queue="other")]
     assert preemption_candidates(me, cq, others) == ["ns/lowest (priority 0)", "ns/low (priority 1)"]
     assert preemption_candidates(me, CQ, others) == []  # withinClusterQueue: Never
+
+
+def test_preemption_candidates_include_workloads_of_borrowing_queues_in_the_cohort() -> None:
+    from manager.cli.explain import preemption_candidates
+
+    def queue(name: str, borrowed: str, reclaim: str | None = None) -> kueue.ClusterQueue:
+        out = CQ.model_copy(deep=True)
+        out.metadata.name = name
+        out.spec.cohort_name = "research"
+        if reclaim:
+            out.spec.preemption = kueue.ClusterQueuePreemption(reclaim_within_cohort=reclaim)
+        out.status = kueue.ClusterQueueStatus.model_validate(
+            {"flavorsReservation": [{"name": "f", "resources": [{"name": "cpu", "total": "6", "borrowed": borrowed}]}]}
+        )
+        return out
+
+    mine = queue("cq", "0", reclaim="LowerPriority")
+    queues = {"cq": mine, "lender": queue("lender", "0"), "borrower": queue("borrower", "2"), "outsider": queue("outsider", "2")}
+    queues["outsider"].spec.cohort_name = "other"
+    me = workload({}).model_copy(update={"spec": workload({}).spec.model_copy(update={"priority": 10})})
+
+    def holder(name: str, priority: int, queue_name: str) -> kueue.Workload:
+        other = workload({"admission": {**ADMISSION, "clusterQueue": queue_name}, "conditions": [cond("QuotaReserved", "True")]})
+        other.metadata.name = name
+        other.spec.priority = priority
+        return other
+
+    others = [
+        holder("b-low", 1, "borrower"),
+        holder("b-high", 50, "borrower"),
+        holder("l-low", 0, "lender"),
+        holder("o-low", 0, "outsider"),
+    ]
+    # Only the borrowing queue of its own cohort, and (LowerPriority) only below its priority.
+    assert preemption_candidates(me, mine, others, queues) == ["ns/b-low (priority 1, borrowing in borrower)"]
+    mine.spec.preemption = kueue.ClusterQueuePreemption(reclaim_within_cohort="Any")
+    assert preemption_candidates(me, mine, others, queues) == [
+        "ns/b-low (priority 1, borrowing in borrower)",
+        "ns/b-high (priority 50, borrowing in borrower)",
+    ]
+    mine.spec.preemption = None  # reclaimWithinCohort: Never
+    assert preemption_candidates(me, mine, others, queues) == []
