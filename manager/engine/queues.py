@@ -63,10 +63,14 @@ class ClusterQueueQueue:
         self._push_active(wl)
 
     def _push_active(self, wl: WorkloadInfo) -> None:
+        heapq.heappush(self._heaps.setdefault(self._lq(wl), []), self._enter(wl))
+
+    def _enter(self, wl: WorkloadInfo) -> tuple[tuple[int, float, str], int, str]:
+        """Make it active; its heap entry, whose version makes every older entry of it stale."""
         self._counter += 1
         self._version[wl.key] = self._counter
         self.active[wl.key] = wl
-        heapq.heappush(self._heaps.setdefault(self._lq(wl), []), (self._order_key(wl), self._counter, wl.key))
+        return (self._order_key(wl), self._counter, wl.key)
 
     def _order_key(self, wl: WorkloadInfo) -> tuple[int, float, str]:
         """order_key, kept while the workload stays queued: its priority and queue time change
@@ -85,10 +89,7 @@ class ClusterQueueQueue:
             return
         added: dict[str, list[tuple[tuple[int, float, str], int, str]]] = {}
         for wl in workloads:
-            self._counter += 1
-            self._version[wl.key] = self._counter
-            self.active[wl.key] = wl
-            added.setdefault(self._lq(wl), []).append((self._order_key(wl), self._counter, wl.key))
+            added.setdefault(self._lq(wl), []).append(self._enter(wl))
         for lq, entries in added.items():
             heap = self._heaps.setdefault(lq, [])
             heap[:] = [e for e in heap if e[2] in self.active and self._version.get(e[2]) == e[1]] + entries
