@@ -334,11 +334,8 @@ class KubeClient:
         body = obj.to_dict() if isinstance(obj, Resource) else obj
         ns = namespace or (body.get("metadata") or {}).get("namespace")
         what = f"create {_describe(model, ns, (body.get('metadata') or {}).get('name'))}"
-        if not retry_unreachable_webhook:
-            data = await self.request("POST", api_path(model, namespace=ns), body=body, what=what)
-            return self._parse(model, data, what)
         retrying = AsyncRetrying(
-            retry=retry_if_exception(rejected_by_unreachable_webhook),
+            retry=retry_if_exception(lambda err: retry_unreachable_webhook and rejected_by_unreachable_webhook(err)),
             wait=wait_exponential(multiplier=0.2, max=5) + wait_random(0, 0.2),
             stop=stop_after_delay(60),
             reraise=True,
@@ -479,8 +476,8 @@ def proxy_from_environment(server: str, env: Mapping[str, str]) -> str | None:
         name, _, entry_port = entry.rpartition(":") if entry.count(":") == 1 else (entry, "", "")
         if entry_port and entry_port != port:
             continue
-        name = name.strip("[]")
-        if host == name.lstrip(".") or (name.lstrip(".") and host.endswith("." + name.lstrip("."))):
+        domain = name.strip("[]").lstrip(".")
+        if domain and (host == domain or host.endswith("." + domain)):
             return None
     return proxy
 
