@@ -12,6 +12,7 @@ from manager.api import kueue
 from manager.api.core import Job, LimitRange, Namespace, PriorityClass
 from manager.kube.client import KubeClient
 from manager.kube.informer import Informer
+from manager.runtime.tasks import cancel_and_wait
 
 
 def _owner_uids(obj: Any) -> Iterable[str]:
@@ -86,7 +87,5 @@ class Caches:
         return all(informer.synced.is_set() for informer in self.all())
 
     async def stop(self) -> None:
-        for task in self.tasks:
-            task.cancel()
-        await asyncio.gather(*self.tasks, return_exceptions=True)
+        await cancel_and_wait(self.tasks)
         self.tasks.clear()

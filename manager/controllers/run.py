@@ -34,6 +34,7 @@ from manager.runtime.certs import ServingCert, ensure_serving_cert
 from manager.runtime.metrics import REGISTRY
 from manager.runtime.options import Options
 from manager.runtime.server import make_probe_app, split_address
+from manager.runtime.tasks import cancel_and_wait
 
 log = logging.getLogger("kfed")
 
@@ -275,9 +276,7 @@ class Process:
             self.jobs.controller.stop()
             for extension in self.extensions:
                 await extension.stop()
-            for task in self.tasks:
-                task.cancel()
-            await asyncio.gather(*self.tasks, return_exceptions=True)
+            await cancel_and_wait(self.tasks)
             await self.caches.stop()
             for runner in self.runners:
                 await runner.cleanup()

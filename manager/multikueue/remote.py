@@ -25,6 +25,7 @@ from manager.api.kueue import Workload
 from manager.kube.client import KubeClient, KubeconfigError
 from manager.kube.errors import KubeError
 from manager.kube.informer import Informer
+from manager.runtime.tasks import cancel_and_wait
 
 log = logging.getLogger("kfed.multikueue.remote")
 
@@ -213,9 +214,7 @@ class RemoteCluster:
                     raise ConnectionFailedError(_describe(failure))
             raise ConnectionFailedError("the watch ended")
         finally:
-            for task in watches:
-                task.cancel()
-            await asyncio.gather(*watches, return_exceptions=True)
+            await cancel_and_wait(watches)
 
     # --- events ---------------------------------------------------------------------------------
     def _on_workload(self, kind: str, old: Workload | None, new: Workload | None) -> None:

@@ -299,3 +299,29 @@ def test_a_client_takes_the_proxy_once_and_never_reads_netrc(monkeypatch: pytest
     proxy, trusts_env = asyncio.run(build())
     assert proxy == "http://proxy.corp:3128"
     assert trusts_env is False  # so aiohttp does not stat ~/.netrc in a thread per request
+
+
+def test_a_task_that_swallowed_a_cancellation_is_cancelled_again_until_it_ends() -> None:
+    from manager.runtime.tasks import cancel_and_wait
+
+    swallowed = 0
+
+    async def loop_that_loses_one_cancel() -> None:
+        # What asyncio.wait_for does on Python 3.11 when the cancel races its completion.
+        nonlocal swallowed
+        while True:
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                if swallowed:
+                    raise
+                swallowed += 1
+
+    async def scenario() -> bool:
+        task = asyncio.create_task(loop_that_loses_one_cancel())
+        await asyncio.sleep(0)
+        await asyncio.wait_for(cancel_and_wait([task]), timeout=5)  # one cancel alone would hang
+        return task.cancelled()
+
+    assert asyncio.run(scenario())
+    assert swallowed == 1
