@@ -105,7 +105,10 @@ def start_controller(cluster: LocalCluster, component: str) -> Component:
     argv = federation.controller_argv(
         cluster, component, health_port=health, webhook_port=webhook, cert_dir=cluster.directory / "webhook-certs"
     )
-    process = Component(component, argv, cluster.directory / "logs" / f"{component}.log")
+    # Supervised, as a Deployment would be: a controller that exits (a lost lease after its
+    # apiserver froze) is started again with backoff, and each restart is logged.
+    supervised = [sys.executable, "-m", "manager.dev.supervise", f"--name={component}", "--", *argv]
+    process = Component(component, supervised, cluster.directory / "logs" / f"{component}.log")
     process.start()
     cluster.components[component] = process
 
