@@ -449,11 +449,12 @@ class Scheduler:
             entry.skip_reason, entry.skip_message = REASON_WAITING_FOR_QUOTA, NO_LONGER_FITS
             entry.requeue_reason = FAILED_AFTER_NOMINATION
             return
-        for target in entry.targets:
-            preempted[target.wl.key] = target
-        cq.node.add_usages(usage)
-        undo.append((cq, usage))
         if mode == PREEMPT:
+            for target in entry.targets:
+                preempted[target.wl.key] = target
+            # A preemptor holds its quota for the rest of the cycle only (Kueue's snapshot charge).
+            cq.node.add_usages(usage)
+            undo.append((cq, usage))
             entry.status = "preempting"
             entry.skip_reason = REASON_WAITING_FOR_PREEMPTED
             entry.skip_message = f"{assignment.message()}. Pending the preemption of {len(entry.targets)} workload(s)"
@@ -464,6 +465,7 @@ class Scheduler:
             wl.last_assignment = None
             return
         entry.status = "assumed"
+        # The reservation is the one charge: it stays after the cycle, as Kueue's cache does.
         self._admit(entry, now)
         result.admitted.append(wl)
 
