@@ -443,11 +443,13 @@ class Preemptor:
             quota = node.quota.get(fr)
             nominal = quota.nominal if quota is not None else 0
             if not allow_borrowing:
-                if nominal < usage + value:
-                    return True
+                cap = nominal
             elif quota is not None and quota.borrowing_limit is not None and node.parent is not None:
-                if nominal + quota.borrowing_limit < usage + value:
-                    return True
+                cap = nominal + quota.borrowing_limit
+            else:
+                continue
+            if cap < usage + value:
+                return True
         return False
 
     def _afs_key(self, cq: ClusterQueueInfo) -> Callable[[_Candidate], tuple[Any, ...]] | None:

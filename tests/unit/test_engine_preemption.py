@@ -218,6 +218,7 @@ def test_overlapping_targets_wait_for_the_same_preemption() -> None:
 # Each row: ClusterQueues, admitted (name, queue, priority, requests), the incoming workload
 # (queue, priority, requests), and the victims Kueue picks with their reasons.
 
+LOWER_PRIORITY_BOTH = {"withinClusterQueue": "LowerPriority", "reclaimWithinCohort": "LowerPriority"}
 KUEUE_QUEUES: dict[str, dict[str, Any]] = {
     name: cluster_queue(name, groups, cohort=cohort_name, preemption=preemption)
     for name, groups, cohort_name, preemption in [
@@ -225,7 +226,7 @@ KUEUE_QUEUES: dict[str, dict[str, Any]] = {
             "c1",
             {"default": {"cpu": (6, 6, None), "memory": ("3Gi", "3Gi", None)}},
             "cohort",
-            {"withinClusterQueue": "LowerPriority", "reclaimWithinCohort": "LowerPriority"},
+            LOWER_PRIORITY_BOTH,
         ),
         (
             "c2",
@@ -233,8 +234,8 @@ KUEUE_QUEUES: dict[str, dict[str, Any]] = {
             "cohort",
             {"withinClusterQueue": "Never", "reclaimWithinCohort": "Any"},
         ),
-        ("lend1", {"default": {"cpu": (6, None, 4)}}, "cohort-lend", {"withinClusterQueue": "LowerPriority", "reclaimWithinCohort": "LowerPriority"}),
-        ("lend2", {"default": {"cpu": (6, None, 2)}}, "cohort-lend", {"withinClusterQueue": "LowerPriority", "reclaimWithinCohort": "LowerPriority"}),
+        ("lend1", {"default": {"cpu": (6, None, 4)}}, "cohort-lend", LOWER_PRIORITY_BOTH),
+        ("lend2", {"default": {"cpu": (6, None, 2)}}, "cohort-lend", LOWER_PRIORITY_BOTH),
         ("a", {"default": {"cpu": 2, "memory": 2}}, "cohort-three", {"withinClusterQueue": "LowerPriority", "reclaimWithinCohort": "Any"}),
         ("b", {"default": {"cpu": 2, "memory": 2}}, "cohort-three", None),
         ("c", {"default": {"cpu": 2, "memory": 2}}, "cohort-three", None),

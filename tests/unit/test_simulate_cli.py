@@ -340,7 +340,9 @@ def test_negative_cycles_is_rejected(capsys: pytest.CaptureFixture[str]) -> None
 KUEUE_V1BETA2 = "kueue.x-k8s.io/v1beta2"
 
 
-def cq_doc(name: str, cohort: str, cpu: str, *, borrowing_limit: str | None = None, preemption: dict[str, str] | None = None) -> dict[str, Any]:
+def cq_doc(
+    name: str, cohort: str, cpu: str, *, borrowing_limit: str | None = None, preemption: dict[str, str] | None = None
+) -> dict[str, Any]:
     resource = {"name": "cpu", "nominalQuota": cpu}
     if borrowing_limit is not None:
         resource["borrowingLimit"] = borrowing_limit
@@ -356,15 +358,15 @@ def cq_doc(name: str, cohort: str, cpu: str, *, borrowing_limit: str | None = No
 
 def queue_docs(*cq_names: str) -> list[dict[str, Any]]:
     docs: list[dict[str, Any]] = [{"apiVersion": KUEUE_V1BETA2, "kind": "ResourceFlavor", "metadata": {"name": "default"}}]
-    docs += [
-        {"apiVersion": KUEUE_V1BETA2, "kind": "LocalQueue", "metadata": {"namespace": "default", "name": f"lq-{cq}"}, "spec": {"clusterQueue": cq}}
-        for cq in cq_names
-    ]
+    for cq in cq_names:
+        meta = {"namespace": "default", "name": f"lq-{cq}"}
+        docs.append({"apiVersion": KUEUE_V1BETA2, "kind": "LocalQueue", "metadata": meta, "spec": {"clusterQueue": cq}})
     return docs
 
 
 def running_workload(name: str, cq: str, cpu: str, priority: int, created: int) -> dict[str, Any]:
     at = f"2026-03-01T12:00:{created:02d}Z"
+    container = {"name": "c", "resources": {"requests": {"cpu": cpu}}}
     return {
         "apiVersion": KUEUE_V1BETA2,
         "kind": "Workload",
@@ -372,7 +374,7 @@ def running_workload(name: str, cq: str, cpu: str, priority: int, created: int) 
         "spec": {
             "queueName": f"lq-{cq}",
             "priority": priority,
-            "podSets": [{"name": "main", "count": 1, "template": {"spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]}}}],
+            "podSets": [{"name": "main", "count": 1, "template": {"spec": {"containers": [container]}}}],
         },
         "status": {
             "admission": {
@@ -399,8 +401,9 @@ def test_preemptor_over_nominal_takes_its_own_and_a_cohort_borrowers_workload(ca
     # Kueue's "preempt from all ClusterQueues in cohort": c1 holds 5 of its 6 cpu, c2 borrows 1.
     # The incoming 4 cpu put c1 over nominal; only evicting c1-low (own queue) together with
     # c2-low (the borrower) makes room without borrowing.
+    c1_policy = {"withinClusterQueue": "LowerPriority", "reclaimWithinCohort": "LowerPriority"}
     docs = queue_docs("c1", "c2") + [
-        cq_doc("c1", "cohort", "6", borrowing_limit="6", preemption={"withinClusterQueue": "LowerPriority", "reclaimWithinCohort": "LowerPriority"}),
+        cq_doc("c1", "cohort", "6", borrowing_limit="6", preemption=c1_policy),
         cq_doc("c2", "cohort", "6", borrowing_limit="6", preemption={"withinClusterQueue": "Never", "reclaimWithinCohort": "Any"}),
         running_workload("c1-low", "c1", "3", -1, 0),
         running_workload("c1-mid", "c1", "2", 0, 1),
