@@ -184,8 +184,8 @@ class Preemptor:
         """Add back, in reverse order (never the last one), every target not needed after all.
 
         The leading targets from other queues (often many) are first added back all at once:
-        if the workload still fits, each one-by-one test would have passed too (usage only
-        grows along the way), so all of them go, in Kueue's swap order.
+        if the workload still fits, each one-by-one test (which sees less usage) would have
+        passed too, so all of them go, in Kueue's swap order.
         """
         others = 0
         while others < len(targets) - 1 and targets[others].cq is not cq:
