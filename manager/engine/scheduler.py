@@ -90,6 +90,9 @@ class CycleResult:
 class Scheduler:
     """Queues, the quota tree and the rules that connect them."""
 
+    # Tests swap in a variant without the search shortcuts to check that they are exact.
+    preemptor_class: type[Preemptor] = Preemptor
+
     def __init__(
         self,
         cache: Cache,
@@ -189,7 +192,7 @@ class Scheduler:
         if self.afs_enabled:
             self._decay_lq_usage(now)
         result = CycleResult()
-        preemptor = Preemptor(
+        preemptor = self.preemptor_class(
             self.cache,
             fair_sharing=self.fair_sharing,
             strategies=self.strategies or (),
