@@ -414,15 +414,23 @@ class Preemptor:
         """
         if not self._own_cap_blocks(cq, requests, allow_borrowing):
             return False
+        if not self._own_candidates_lift_cap(cq, requests, allow_borrowing, same, evicted):
+            return None
+        node = cq.node
+        return all(value <= 0 or value <= node.raw_available(fr, own_limit=False) for fr, value in requests.items())
+
+    def _own_candidates_lift_cap(
+        self, cq: ClusterQueueInfo, requests: dict[FlavorResource, int], allow_borrowing: bool, same: _Lazy, evicted: bool
+    ) -> bool:
+        """Whether removing the own-queue candidates still to come lifts the own cap at some point."""
         freed: dict[FlavorResource, int] = {}
         for phase in (True, False) if evicted else (False,):
             for cand in same.items(phase):
                 for fr, value in cand.wl.usage.items():
                     freed[fr] = freed.get(fr, 0) + value
-        if self._own_cap_blocks(cq, requests, allow_borrowing, freed):
-            return None
-        node = cq.node
-        return all(value <= 0 or value <= node.raw_available(fr, own_limit=False) for fr, value in requests.items())
+                if not self._own_cap_blocks(cq, requests, allow_borrowing, freed):
+                    return True
+        return False
 
     @staticmethod
     def _own_cap_blocks(
