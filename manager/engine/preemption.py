@@ -64,12 +64,23 @@ class _Candidate:
 
 def satisfies_policy(preemptor: WorkloadInfo, candidate: WorkloadInfo, policy: str) -> bool:
     """Kueue's SatisfiesPreemptionPolicy."""
+    if not policy_admits_priority(preemptor, candidate.priority, policy):
+        return False
+    if policy == "LowerOrNewerEqualPriority" and candidate.priority == preemptor.priority:
+        return preemptor.queue_time < candidate.queue_time
+    return True
+
+
+def policy_admits_priority(preemptor: WorkloadInfo, priority: int, policy: str) -> bool:
+    """Whether a candidate of this priority may satisfy the policy at all.
+
+    False for every priority from some bound up, so a scan in ascending priority stops at
+    the first candidate for which it is False.
+    """
     if policy == "LowerPriority":
-        return candidate.priority < preemptor.priority
+        return priority < preemptor.priority
     if policy == "LowerOrNewerEqualPriority":
-        if candidate.priority < preemptor.priority:
-            return True
-        return candidate.priority == preemptor.priority and preemptor.queue_time < candidate.queue_time
+        return priority <= preemptor.priority
     return policy == "Any"
 
 
@@ -170,15 +181,39 @@ class Preemptor:
     def _fill_back(
         self, cq: ClusterQueueInfo, requests: dict[FlavorResource, int], targets: list[Target], allow_borrowing: bool
     ) -> list[Target]:
-        """Add back, in reverse order (never the last one), every target not needed after all."""
-        for i in range(len(targets) - 2, -1, -1):
+        """Add back, in reverse order (never the last one), every target not needed after all.
+
+        The leading targets from other queues (often many) are first added back all at once:
+        if the workload still fits, each one-by-one test (which sees less usage) would have
+        passed too, so all of them go, in Kueue's swap order.
+        """
+        others = 0
+        while others < len(targets) - 1 and targets[others].cq is not cq:
+            others += 1
+        self._fill_back_range(cq, requests, targets, allow_borrowing, len(targets) - 2, others)
+        if others > 1:
+            for target in targets[:others]:
+                self._add(target.cq, target.wl)
+            if self.fits(cq, requests, allow_borrowing):
+                for i in range(others - 1, -1, -1):
+                    targets[i] = targets[-1]
+                    targets.pop()
+                return targets
+            for target in targets[:others]:
+                self._remove(target.cq, target.wl)
+        self._fill_back_range(cq, requests, targets, allow_borrowing, others - 1, 0)
+        return targets
+
+    def _fill_back_range(
+        self, cq: ClusterQueueInfo, requests: dict[FlavorResource, int], targets: list[Target], allow_borrowing: bool, first: int, last: int
+    ) -> None:
+        for i in range(first, last - 1, -1):
             self._add(targets[i].cq, targets[i].wl)
             if self.fits(cq, requests, allow_borrowing):
                 targets[i] = targets[-1]
                 targets.pop()
             else:
                 self._remove(targets[i].cq, targets[i].wl)
-        return targets
 
     # --- ordering --------------------------------------------------------------------------------
     def _order_key(self, preemptor_cq: ClusterQueueInfo) -> Callable[[WorkloadInfo], tuple[object, ...]]:
@@ -256,11 +291,8 @@ class Preemptor:
         for candidate in source.sorted_workloads():
             if candidate is wl:
                 continue
-            if not candidate.evicted:
-                if policy == "LowerPriority" and candidate.priority >= wl.priority:
-                    return
-                if policy == "LowerOrNewerEqualPriority" and candidate.priority > wl.priority:
-                    return
+            if not candidate.evicted and not policy_admits_priority(wl, candidate.priority, policy):
+                return
             variant = self._classify(wl, cq, candidate, frs, advantage)
             if variant:
                 yield candidate.candidate_key(), _Candidate(candidate, source, lca, variant)
@@ -322,26 +354,111 @@ class Preemptor:
         else:
             runs = (True, False)
         for allow_borrowing in runs:
-            targets: list[Target] = []
-            # Kueue's order: evicted (hierarchy, priority, same queue), then the others likewise.
-            for evicted in (True, False):
-                for group in (hierarchy, priority, same):
-                    if group is not same and self._others_cannot_help(cq, requests, allow_borrowing):
-                        # Kueue would remove these and add every one back in fill-back: freeing
-                        # quota in other queues cannot make this workload fit, so skip the round
-                        # trip. (Only same-queue removals change the preemptor's own usage.)
-                        continue
-                    for cand in group.items(evicted):
-                        if not self._valid(cq, cand, frs, allow_borrowing):
-                            continue
-                        self._remove(cand.cq, cand.wl)
-                        targets.append(Target(cand.wl, cand.cq, _VARIANT_REASON[cand.variant]))
-                        if self.fits(cq, requests, allow_borrowing):
-                            targets = self._fill_back(cq, requests, targets, allow_borrowing)
-                            self._restore(targets)
-                            return targets
-            self._restore(targets)
+            targets = self._classical_run(cq, frs, requests, allow_borrowing, (hierarchy, priority, same))
+            if targets:
+                return targets
         return []
+
+    def _classical_run(
+        self,
+        cq: ClusterQueueInfo,
+        frs: set[FlavorResource],
+        requests: dict[FlavorResource, int],
+        allow_borrowing: bool,
+        groups: tuple[_Lazy, _Lazy, _Lazy],
+    ) -> list[Target]:
+        """One of Kueue's runs: remove candidates in order until the workload fits, then fill back.
+
+        Order: the evicted ones (hierarchy, priority, own queue), then the rest likewise. Two
+        exact shortcuts leave out work whose outcome is known (see `_skip_others`).
+        """
+        same = groups[2]
+        targets: list[Target] = []
+        for evicted in (True, False):
+            for group in groups:
+                if group is not same and group:
+                    skip = self._skip_others(cq, requests, allow_borrowing, same, evicted)
+                    if skip is None:
+                        self._restore(targets)
+                        return []
+                    if skip:
+                        continue
+                for cand in group.items(evicted):
+                    if not self._valid(cq, cand, frs, allow_borrowing):
+                        continue
+                    self._remove(cand.cq, cand.wl)
+                    targets.append(Target(cand.wl, cand.cq, _VARIANT_REASON[cand.variant]))
+                    if not self._own_cap_blocks(cq, requests, allow_borrowing) and self.fits(cq, requests, allow_borrowing):
+                        targets = self._fill_back(cq, requests, targets, allow_borrowing)
+                        self._restore(targets)
+                        return targets
+        self._restore(targets)
+        return []
+
+    def _skip_others(
+        self, cq: ClusterQueueInfo, requests: dict[FlavorResource, int], allow_borrowing: bool, same: _Lazy, evicted: bool
+    ) -> bool | None:
+        """Whether to leave out the next group of other queues' candidates; None: the run fails.
+
+        While the preemptor's own ClusterQueue caps it below its request (nominal quota in a
+        no-borrowing run, or nominal + borrowingLimit), removing other queues' workloads
+        cannot make it fit; only removing its own lower-priority workloads, which come later,
+        lowers that cap. Kueue still removes the others first, and they stay evicted when the
+        cohort is short of room too: the minimal set then needs both kinds. So:
+        - if even removing every own-queue candidate still to come leaves it capped, the run
+          finds nothing (None);
+        - if the tree above already has room for the request with the others in place, each
+          fit test Kueue makes is decided by the own cap alone and fill-back adds every other
+          workload back: skipping them gives the same targets (True);
+        - otherwise the others are removed as Kueue does (False).
+        """
+        if not self._own_cap_blocks(cq, requests, allow_borrowing):
+            return False
+        if not self._own_candidates_lift_cap(cq, requests, allow_borrowing, same, evicted):
+            return None
+        node = cq.node
+        return all(value <= 0 or value <= node.raw_available(fr, own_limit=False) for fr, value in requests.items())
+
+    def _own_candidates_lift_cap(
+        self, cq: ClusterQueueInfo, requests: dict[FlavorResource, int], allow_borrowing: bool, same: _Lazy, evicted: bool
+    ) -> bool:
+        """Whether removing the own-queue candidates still to come lifts the own cap at some point."""
+        freed: dict[FlavorResource, int] = {}
+        for phase in (True, False) if evicted else (False,):
+            for cand in same.items(phase):
+                for fr, value in cand.wl.usage.items():
+                    freed[fr] = freed.get(fr, 0) + value
+                if not self._own_cap_blocks(cq, requests, allow_borrowing, freed):
+                    return True
+        return False
+
+    @staticmethod
+    def _own_cap_blocks(
+        cq: ClusterQueueInfo, requests: dict[FlavorResource, int], allow_borrowing: bool, freed: dict[FlavorResource, int] | None = None
+    ) -> bool:
+        """True when the queue's own quota alone rules out the request, at its usage less `freed`.
+
+        `available` is the smaller of what the tree above offers and nominal + borrowingLimit
+        − usage, so this cap depends only on the queue's own usage.
+        """
+        node = cq.node
+        for fr, value in requests.items():
+            if value <= 0:
+                continue
+            usage = node.usage.get(fr, 0)
+            if freed:
+                usage -= freed.get(fr, 0)
+            quota = node.quota.get(fr)
+            nominal = quota.nominal if quota is not None else 0
+            if not allow_borrowing:
+                cap = nominal
+            elif quota is not None and quota.borrowing_limit is not None and node.parent is not None:
+                cap = nominal + quota.borrowing_limit
+            else:
+                continue
+            if cap < usage + value:
+                return True
+        return False
 
     def _afs_key(self, cq: ClusterQueueInfo) -> Callable[[_Candidate], tuple[Any, ...]] | None:
         """With admission fair sharing, same-queue candidates from busier LocalQueues go first."""
@@ -349,27 +466,6 @@ class Preemptor:
             return None
         usage = self.lq_usage
         return lambda cand: (not cand.wl.evicted, -usage(cand.wl), *cand.wl.candidate_key()[1:])
-
-    @staticmethod
-    def _others_cannot_help(cq: ClusterQueueInfo, requests: dict[FlavorResource, int], allow_borrowing: bool) -> bool:
-        """True when the preemptor's own queue caps it below its request whatever others use.
-
-        Without borrowing the queue must stay within nominal; with a borrowingLimit it can
-        never get more than its guaranteed part plus what it lends plus the limit.
-        """
-        node = cq.node
-        for fr, value in requests.items():
-            usage = node.usage.get(fr, 0)
-            if not allow_borrowing and node.nominal(fr) < usage + value:
-                return True
-            quota = node.quota.get(fr)
-            if quota is not None and quota.borrowing_limit is not None and node.parent is not None:
-                local = node.local_quota(fr)
-                own = local - usage if local > usage else 0
-                lent = node.subtree.get(fr, 0) - local - (usage - local if usage > local else 0)
-                if value > own + lent + quota.borrowing_limit:
-                    return True
-        return False
 
     @staticmethod
     def _valid(cq: ClusterQueueInfo, cand: _Candidate, frs: set[FlavorResource], allow_borrowing: bool) -> bool:

@@ -79,10 +79,12 @@ class QuotaNode:
     def local_available(self, fr: FlavorResource) -> int:
         return max(0, self.local_quota(fr) - self.usage.get(fr, 0))
 
-    def raw_available(self, fr: FlavorResource) -> int:
+    def raw_available(self, fr: FlavorResource, *, own_limit: bool = True) -> int:
         """Kueue's `available`: may be negative after over-admission.
 
         Folded from the root down instead of recursing up: this is the scheduler's hottest call.
+        With `own_limit=False` this node's own borrowingLimit is left out: what the tree above
+        could give it (preemption uses it to tell the queue's own cap from the cohort's).
         """
         path = [self]
         node = self.parent
@@ -101,7 +103,7 @@ class QuotaNode:
                 local = node.subtree.get(fr, 0) - quota.lending_limit
                 if local < 0:
                     local = 0
-            if quota.borrowing_limit is not None:
+            if quota.borrowing_limit is not None and (own_limit or node is not self):
                 used_in_parent = usage - local if usage > local else 0
                 limited = node.subtree.get(fr, 0) - local - used_in_parent + quota.borrowing_limit
                 if limited < available:

@@ -90,6 +90,9 @@ class CycleResult:
 class Scheduler:
     """Queues, the quota tree and the rules that connect them."""
 
+    # Tests swap in a variant without the search shortcuts to check that they are exact.
+    preemptor_class: type[Preemptor] = Preemptor
+
     def __init__(
         self,
         cache: Cache,
@@ -189,7 +192,7 @@ class Scheduler:
         if self.afs_enabled:
             self._decay_lq_usage(now)
         result = CycleResult()
-        preemptor = Preemptor(
+        preemptor = self.preemptor_class(
             self.cache,
             fair_sharing=self.fair_sharing,
             strategies=self.strategies or (),
@@ -449,11 +452,12 @@ class Scheduler:
             entry.skip_reason, entry.skip_message = REASON_WAITING_FOR_QUOTA, NO_LONGER_FITS
             entry.requeue_reason = FAILED_AFTER_NOMINATION
             return
-        for target in entry.targets:
-            preempted[target.wl.key] = target
-        cq.node.add_usages(usage)
-        undo.append((cq, usage))
         if mode == PREEMPT:
+            for target in entry.targets:
+                preempted[target.wl.key] = target
+            # A preemptor holds its quota for the rest of the cycle only (Kueue's snapshot charge).
+            cq.node.add_usages(usage)
+            undo.append((cq, usage))
             entry.status = "preempting"
             entry.skip_reason = REASON_WAITING_FOR_PREEMPTED
             entry.skip_message = f"{assignment.message()}. Pending the preemption of {len(entry.targets)} workload(s)"
@@ -464,6 +468,7 @@ class Scheduler:
             wl.last_assignment = None
             return
         entry.status = "assumed"
+        # The reservation is the one charge: it stays after the cycle, as Kueue's cache does.
         self._admit(entry, now)
         result.admitted.append(wl)
 

@@ -475,3 +475,27 @@ def test_flavor_scan_resumes_after_the_last_tried_flavor() -> None:
     ).assign()
     assert resumed.pod_sets[0].flavors["cpu"].name == "second"
     assert not resumed.last.pending_flavors()
+
+
+@pytest.mark.parametrize(
+    ("team_a_quota", "team_b_quota", "a_request", "b_request", "cohort_milli_cpu"),
+    [
+        (4, 0, "2", "2", 4000),  # team-b borrows the half team-a leaves
+        (2, 2, "3", "1", 4000),  # team-b's head fits within nominal and goes first; team-a borrows the rest
+        (3, 3, "3", "3", 6000),  # each fills its own nominal quota
+        ("1500m", "500m", "1", "1", 2000),
+    ],
+)
+def test_heads_that_together_fill_the_quota_exactly_are_admitted_in_one_cycle(
+    team_a_quota: object, team_b_quota: object, a_request: str, b_request: str, cohort_milli_cpu: int
+) -> None:
+    # Kueue charges an admission once; charging it again for the rest of the cycle would turn the
+    # second head away with "no longer fits" although it fits beside the first.
+    objs = two_teams(a=team_a_quota, b=team_b_quota) + [
+        workload("a1", "a", {"cpu": a_request}, namespace="team-a", created=0),
+        workload("b1", "b", {"cpu": b_request}, namespace="team-b", created=1),
+    ]
+    outcome = run(objs, cycles=1)
+    assert outcome.admitted() == ["a1", "b1"]
+    used = outcome.usage("team-a-cq", "default-flavor", "cpu") + outcome.usage("team-b-cq", "default-flavor", "cpu")
+    assert used == cohort_milli_cpu, "each admission is charged once, also after the cycle"

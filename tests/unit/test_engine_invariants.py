@@ -8,8 +8,12 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from manager.engine.cache import ClusterQueueInfo
+from manager.engine.preemption import Preemptor, Target
 from manager.engine.quota import Quota, QuotaNode, recompute_tree
-from tests.unit.scenario import cluster_queue, flavor, local_queue, run, workload
+from manager.engine.simulate import Simulation
+from manager.engine.units import FlavorResource
+from tests.unit.scenario import cluster_queue, flavor, local_queue, run, sources, workload
 
 F = flavor("default-flavor")
 CPU = ("default-flavor", "cpu")
@@ -128,3 +132,62 @@ def test_result_does_not_depend_on_document_order(
     random.Random(seed).shuffle(shuffled)
     config: dict[str, Any] | None = {"fairSharing": {}} if fair else None
     assert run(objs, config=config, cycles=30).result.as_list() == run(shuffled, config=config, cycles=30).result.as_list()
+
+
+class _KueueWalk(Preemptor):
+    """Kueue's classic walk with none of kfed's shortcuts: every candidate removed in order,
+    fill-back one by one. The shortcuts must give exactly its victims."""
+
+    def _skip_others(self, *args: Any, **kwargs: Any) -> bool | None:
+        return False
+
+    def _fill_back(
+        self, cq: ClusterQueueInfo, requests: dict[FlavorResource, int], targets: list[Target], allow_borrowing: bool
+    ) -> list[Target]:
+        self._fill_back_range(cq, requests, targets, allow_borrowing, len(targets) - 2, 0)
+        return targets
+
+
+def _outcome(objs: list[dict[str, Any]], preemptor: type[Preemptor], config: dict[str, Any] | None) -> dict[str, Any]:
+    if config is not None:
+        objs = [{"apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration", **config}, *objs]
+    simulation = Simulation(sources(objs))
+    simulation.scheduler.preemptor_class = preemptor
+    return simulation.run(12).as_list()
+
+
+running_specs = st.lists(st.tuples(st.integers(0, 3), st.integers(1, 3), st.integers(-2, 2)), min_size=1, max_size=14)
+pending_specs = st.lists(st.tuples(st.integers(0, 3), st.integers(1, 4), st.integers(0, 5)), min_size=1, max_size=6)
+policies = st.tuples(
+    st.sampled_from(["Never", "LowerPriority", "LowerOrNewerEqualPriority"]),
+    st.sampled_from(["LowerPriority", "Any"]),
+    st.one_of(st.none(), st.integers(-1, 3)),
+)
+policy_lists = st.lists(policies, min_size=4, max_size=4)
+
+
+@SETTINGS
+@given(queues=queue_specs, pols=policy_lists, running=running_specs, pending=pending_specs, fair=st.booleans())
+def test_preemption_shortcuts_pick_the_victims_of_kueues_full_walk(
+    queues: list[tuple[int, int | None, int | None]],
+    pols: list[tuple[str, str, int | None]],
+    running: list[tuple[int, int, int]],
+    pending: list[tuple[int, int, int]],
+    fair: bool,
+) -> None:
+    objs: list[dict[str, Any]] = [F]
+    n = len(queues)
+    for i, ((nominal, borrowing, lending), (within, reclaim, threshold)) in enumerate(zip(queues, pols, strict=False)):
+        lending = None if lending is None else min(lending, nominal)
+        preemption: dict[str, Any] = {"withinClusterQueue": within, "reclaimWithinCohort": reclaim}
+        if threshold is not None:
+            preemption["borrowWithinCohort"] = {"policy": "LowerPriority", "maxPriorityThreshold": threshold}
+        objs.append(cluster_queue(f"cq{i}", {"default-flavor": {"cpu": (nominal, borrowing, lending)}}, cohort="co", preemption=preemption))
+        objs.append(local_queue(f"q{i}", f"cq{i}"))
+    for j, (queue, cpu, priority) in enumerate(running):
+        admitted = (f"cq{queue % n}", {"cpu": "default-flavor"})
+        objs.append(workload(f"r{j:02d}", f"q{queue % n}", {"cpu": str(cpu)}, priority=priority, created=j, admitted=admitted))
+    for j, (queue, cpu, priority) in enumerate(pending):
+        objs.append(workload(f"p{j:02d}", f"q{queue % n}", {"cpu": str(cpu)}, priority=priority, created=100 + j))
+    config: dict[str, Any] | None = {"fairSharing": {}} if fair else None
+    assert _outcome(objs, Preemptor, config) == _outcome(objs, _KueueWalk, config)

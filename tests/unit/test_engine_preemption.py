@@ -211,3 +211,180 @@ def test_overlapping_targets_wait_for_the_same_preemption() -> None:
         assert (status, reason) == ("False", "WaitingForPreemptedWorkloads")
         assert message.endswith("Pending the preemption of 1 workload(s)")
     assert run(objs).admitted() == ["mine-1", "mine-2"]
+
+
+# --- Kueue's preemption table (pkg/scheduler/preemption/preemption_test.go, v0.19.2) ---------------
+# The rows whose candidates mix the preemptor's own ClusterQueue and other queues of its cohort.
+# Each row: ClusterQueues, admitted (name, queue, priority, requests), the incoming workload
+# (queue, priority, requests), and the victims Kueue picks with their reasons.
+
+LOWER_PRIORITY_BOTH = {"withinClusterQueue": "LowerPriority", "reclaimWithinCohort": "LowerPriority"}
+KUEUE_QUEUES: dict[str, dict[str, Any]] = {
+    name: cluster_queue(name, groups, cohort=cohort_name, preemption=preemption)
+    for name, groups, cohort_name, preemption in [
+        (
+            "c1",
+            {"default": {"cpu": (6, 6, None), "memory": ("3Gi", "3Gi", None)}},
+            "cohort",
+            LOWER_PRIORITY_BOTH,
+        ),
+        (
+            "c2",
+            {"default": {"cpu": (6, 6, None), "memory": ("3Gi", "3Gi", None)}},
+            "cohort",
+            {"withinClusterQueue": "Never", "reclaimWithinCohort": "Any"},
+        ),
+        ("lend1", {"default": {"cpu": (6, None, 4)}}, "cohort-lend", LOWER_PRIORITY_BOTH),
+        ("lend2", {"default": {"cpu": (6, None, 2)}}, "cohort-lend", LOWER_PRIORITY_BOTH),
+        ("a", {"default": {"cpu": 2, "memory": 2}}, "cohort-three", {"withinClusterQueue": "LowerPriority", "reclaimWithinCohort": "Any"}),
+        ("b", {"default": {"cpu": 2, "memory": 2}}, "cohort-three", None),
+        ("c", {"default": {"cpu": 2, "memory": 2}}, "cohort-three", None),
+        *(
+            (
+                name,
+                {"default": {"cpu": (nominal, limit, None)}},
+                "with-shared-cq",
+                {
+                    "withinClusterQueue": within,
+                    "reclaimWithinCohort": reclaim,
+                    "borrowWithinCohort": {"policy": "LowerPriority", "maxPriorityThreshold": 0},
+                },
+            )
+            for name, nominal, limit, within, reclaim in [
+                ("a-standard", 1, 12, "Never", "LowerPriority"),
+                ("b-standard", 1, 12, "LowerPriority", "Any"),
+                ("a-best-effort", 1, 12, "Never", "LowerPriority"),
+                ("b-best-effort", 0, 13, "Never", "LowerPriority"),
+            ]
+        ),
+        ("shared", {"default": {"cpu": 10}}, "with-shared-cq", None),
+    ]
+}
+
+Admitted = tuple[str, str, int, dict[str, str]]
+KUEUE_MIXED_ROWS: list[tuple[str, list[str], list[Admitted], tuple[str, int, dict[str, str]], dict[str, str]]] = [
+    (
+        "preempt from all ClusterQueues in cohort",
+        ["c1", "c2"],
+        [
+            ("c1-low", "c1", -1, {"cpu": "3"}),
+            ("c1-mid", "c1", 0, {"cpu": "2"}),
+            ("c2-low", "c2", -1, {"cpu": "3"}),
+            ("c2-mid", "c2", 0, {"cpu": "4"}),
+        ],
+        ("c1", 0, {"cpu": "4"}),
+        {"c1-low": "InClusterQueue", "c2-low": "InCohortReclamation"},
+    ),
+    (
+        "preempt from all ClusterQueues in cohort-lend",
+        ["lend1", "lend2"],
+        [
+            ("lend1-low", "lend1", -1, {"cpu": "3"}),
+            ("lend1-mid", "lend1", 0, {"cpu": "2"}),
+            ("lend2-low", "lend2", -1, {"cpu": "3"}),
+            ("lend2-mid", "lend2", 0, {"cpu": "4"}),
+        ],
+        ("lend1", 0, {"cpu": "4"}),
+        {"lend1-low": "InClusterQueue", "lend2-low": "InCohortReclamation"},
+    ),
+    (
+        "allow preemption from other cluster queues if target cq is not exhausted for the requested resource",
+        ["a", "b", "c"],
+        [
+            ("a1", "a", -1, {"cpu": "1"}),
+            ("b1", "b", 0, {"cpu": "1"}),
+            ("b2", "b", 0, {"cpu": "1"}),
+            ("b3", "b", 0, {"cpu": "1"}),
+            ("b4", "b", 0, {"cpu": "1"}),
+            ("b5", "b", -1, {"cpu": "1"}),
+        ],
+        ("a", 0, {"cpu": "2"}),
+        {"a1": "InClusterQueue", "b5": "InCohortReclamation"},
+    ),
+    (
+        "use BorrowWithinCohort; preempt from CQ and from other CQs with workloads below threshold",
+        ["a-standard", "b-standard", "a-best-effort", "b-best-effort", "shared"],
+        [
+            ("b-standard-high", "b-standard", 2, {"cpu": "10"}),
+            ("b-standard-mid", "b-standard", 1, {"cpu": "1"}),
+            ("a-best-effort-low", "a-best-effort", -1, {"cpu": "1"}),
+            ("a-best-effort-lower", "a-best-effort", -2, {"cpu": "1"}),
+        ],
+        ("b-standard", 2, {"cpu": "2"}),
+        {"a-best-effort-lower": "InCohortReclaimWhileBorrowing", "b-standard-mid": "InClusterQueue"},
+    ),
+    (
+        "preemptions from cq when target queue is exhausted for the single requested resource",
+        ["a", "b", "c"],
+        [
+            ("a1", "a", -2, {"cpu": "1"}),
+            ("a2", "a", -2, {"cpu": "1"}),
+            ("a3", "a", -1, {"cpu": "1"}),
+            ("b1", "b", 0, {"cpu": "1"}),
+            ("b2", "b", 0, {"cpu": "1"}),
+            ("b3", "b", 0, {"cpu": "1"}),
+        ],
+        ("a", 0, {"cpu": "2"}),
+        {"a1": "InClusterQueue", "a2": "InClusterQueue"},
+    ),
+    (
+        "preemptions from cq when target queue is exhausted for two requested resources",
+        ["a", "b", "c"],
+        [
+            ("a1", "a", -2, {"cpu": "1", "memory": "1"}),
+            ("a2", "a", -2, {"cpu": "1", "memory": "1"}),
+            ("a3", "a", -1, {"cpu": "1", "memory": "1"}),
+            ("b1", "b", 0, {"cpu": "1", "memory": "1"}),
+            ("b2", "b", 0, {"cpu": "1", "memory": "1"}),
+            ("b3", "b", 0, {"cpu": "1", "memory": "1"}),
+        ],
+        ("a", 0, {"cpu": "2", "memory": "2"}),
+        {"a1": "InClusterQueue", "a2": "InClusterQueue"},
+    ),
+    (
+        "preempting locally and borrowing same resource in cohort",
+        ["c1", "c2"],
+        [
+            ("c1-med", "c1", 0, {"cpu": "4"}),
+            ("c1-low", "c1", -1, {"cpu": "4"}),
+            ("c2-low-1", "c2", -1, {"cpu": "4"}),
+        ],
+        ("c1", 1, {"cpu": "4"}),
+        {"c1-low": "InClusterQueue"},
+    ),
+    (
+        "preempting locally and borrowing other resources in cohort, with cohort candidates",
+        ["c1", "c2"],
+        [
+            ("c1-med", "c1", 0, {"cpu": "4"}),
+            ("c2-low-1", "c2", -1, {"cpu": "5"}),
+            ("c2-low-2", "c2", -1, {"cpu": "1"}),
+            ("c2-low-3", "c2", -1, {"cpu": "1"}),
+        ],
+        ("c1", 1, {"cpu": "2", "memory": "5Gi"}),
+        {"c1-med": "InClusterQueue"},
+    ),
+]
+
+
+def kueue_row_objects(queues: list[str], admitted: list[Admitted], incoming: tuple[str, int, dict[str, str]]) -> list[dict[str, object]]:
+    objs: list[dict[str, object]] = [flavor("default")]
+    objs += [KUEUE_QUEUES[name] for name in queues]
+    objs += [local_queue(f"lq-{name}", name) for name in queues]
+    for i, (name, cq, priority, requests) in enumerate(admitted):
+        objs.append(workload(name, f"lq-{cq}", requests, priority=priority, created=i, admitted=(cq, dict.fromkeys(requests, "default"))))
+    cq, priority, requests = incoming
+    objs.append(workload("in", f"lq-{cq}", requests, priority=priority, created=100))
+    return objs
+
+
+@pytest.mark.parametrize(
+    ("queues", "admitted", "incoming", "victims"), [row[1:] for row in KUEUE_MIXED_ROWS], ids=[row[0] for row in KUEUE_MIXED_ROWS]
+)
+def test_kueue_table_own_queue_and_cohort_candidates(
+    queues: list[str], admitted: list[Admitted], incoming: tuple[str, int, dict[str, str]], victims: dict[str, str]
+) -> None:
+    first = run(kueue_row_objects(queues, admitted, incoming), cycles=1)
+    preempted = {i.name: i.conditions[c.PREEMPTED].reason for i in first.result.infos if i.condition_true(c.PREEMPTED)}
+    assert preempted == victims
+    assert first.condition("in")[1] == "WaitingForPreemptedWorkloads"

@@ -333,3 +333,101 @@ def test_bad_container_resources_are_located(capsys: pytest.CaptureFixture[str],
 def test_negative_cycles_is_rejected(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = simulate(capsys, EXAMPLE["single-clusterqueue"], output="table", extra=("--cycles", "-1"))
     assert code == 1 and "--cycles" in err
+
+
+# --- agreement with Kueue: preemption across queues, one charge per admission ---------------------
+
+KUEUE_V1BETA2 = "kueue.x-k8s.io/v1beta2"
+
+
+def cq_doc(
+    name: str, cohort: str, cpu: str, *, borrowing_limit: str | None = None, preemption: dict[str, str] | None = None
+) -> dict[str, Any]:
+    resource = {"name": "cpu", "nominalQuota": cpu}
+    if borrowing_limit is not None:
+        resource["borrowingLimit"] = borrowing_limit
+    spec: dict[str, Any] = {
+        "cohortName": cohort,
+        "namespaceSelector": {},
+        "resourceGroups": [{"coveredResources": ["cpu"], "flavors": [{"name": "default", "resources": [resource]}]}],
+    }
+    if preemption:
+        spec["preemption"] = preemption
+    return {"apiVersion": KUEUE_V1BETA2, "kind": "ClusterQueue", "metadata": {"name": name}, "spec": spec}
+
+
+def queue_docs(*cq_names: str) -> list[dict[str, Any]]:
+    docs: list[dict[str, Any]] = [{"apiVersion": KUEUE_V1BETA2, "kind": "ResourceFlavor", "metadata": {"name": "default"}}]
+    for cq in cq_names:
+        meta = {"namespace": "default", "name": f"lq-{cq}"}
+        docs.append({"apiVersion": KUEUE_V1BETA2, "kind": "LocalQueue", "metadata": meta, "spec": {"clusterQueue": cq}})
+    return docs
+
+
+def running_workload(name: str, cq: str, cpu: str, priority: int, created: int) -> dict[str, Any]:
+    at = f"2026-03-01T12:00:{created:02d}Z"
+    container = {"name": "c", "resources": {"requests": {"cpu": cpu}}}
+    return {
+        "apiVersion": KUEUE_V1BETA2,
+        "kind": "Workload",
+        "metadata": {"name": name, "namespace": "default", "creationTimestamp": at},
+        "spec": {
+            "queueName": f"lq-{cq}",
+            "priority": priority,
+            "podSets": [{"name": "main", "count": 1, "template": {"spec": {"containers": [container]}}}],
+        },
+        "status": {
+            "admission": {
+                "clusterQueue": cq,
+                "podSetAssignments": [{"name": "main", "count": 1, "flavors": {"cpu": "default"}, "resourceUsage": {"cpu": cpu}}],
+            },
+            "conditions": [
+                {"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved", "message": "", "lastTransitionTime": at},
+                {"type": "Admitted", "status": "True", "reason": "Admitted", "message": "", "lastTransitionTime": at},
+            ],
+        },
+    }
+
+
+def preempted_reasons(result: dict[str, Any]) -> dict[str, str]:
+    return {
+        name: condition(wl, "Preempted")["reason"]
+        for name, wl in workloads(result).items()
+        if any(c["type"] == "Preempted" and c["status"] == "True" for c in wl["status"].get("conditions", []))
+    }
+
+
+def test_preemptor_over_nominal_takes_its_own_and_a_cohort_borrowers_workload(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    # Kueue's "preempt from all ClusterQueues in cohort": c1 holds 5 of its 6 cpu, c2 borrows 1.
+    # The incoming 4 cpu put c1 over nominal; only evicting c1-low (own queue) together with
+    # c2-low (the borrower) makes room without borrowing.
+    c1_policy = {"withinClusterQueue": "LowerPriority", "reclaimWithinCohort": "LowerPriority"}
+    docs = queue_docs("c1", "c2") + [
+        cq_doc("c1", "cohort", "6", borrowing_limit="6", preemption=c1_policy),
+        cq_doc("c2", "cohort", "6", borrowing_limit="6", preemption={"withinClusterQueue": "Never", "reclaimWithinCohort": "Any"}),
+        running_workload("c1-low", "c1", "3", -1, 0),
+        running_workload("c1-mid", "c1", "2", 0, 1),
+        running_workload("c2-low", "c2", "3", -1, 2),
+        running_workload("c2-mid", "c2", "4", 0, 3),
+        job("incoming", "lq-c1", cpu="4", created=30),
+    ]
+    code, result, _ = simulate(capsys, write(tmp_path, "mixed.yaml", docs))
+    assert code == 0
+    assert preempted_reasons(result) == {"c1-low": "InClusterQueue", "c2-low": "InCohortReclamation"}
+    admitted = sorted(name for name, wl in workloads(result).items() if wl["status"].get("admission"))
+    assert admitted[:2] == ["c1-mid", "c2-mid"] and len(admitted) == 3
+    assert admitted[2].startswith("job-incoming-")
+    assert reserved_cpu(cluster_queue(result, "c1")) == "6"
+
+
+def test_two_heads_that_fill_the_cohort_exactly_are_admitted_in_one_cycle(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    docs = queue_docs("team-a", "team-b") + [
+        cq_doc("team-a", "co", "4"),
+        cq_doc("team-b", "co", "0"),
+        job("a", "lq-team-a", cpu="2", created=0),
+        job("b", "lq-team-b", cpu="2", created=1),
+    ]
+    code, text, _ = simulate(capsys, write(tmp_path, "exact.yaml", docs), output="table", extra=("--cycles", "1"))
+    assert code == 0
+    assert "1 cycle(s): 2 admitted, 0 quota reserved, 0 pending" in text
+    assert "no longer fits" not in text
