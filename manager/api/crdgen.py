@@ -1,8 +1,10 @@
 """Generate kfed's CustomResourceDefinitions from the models (nobody edits crds/ by hand).
 
 The pydantic JSON schema of each version's model is turned into a structural OpenAPI v3
-schema: references inlined, `X | None` unions collapsed to X, titles and null defaults dropped,
-quantities as int-or-string, CEL rules carried through `x-kubernetes-validations`.
+schema: references inlined, `X | None` unions collapsed to X, titles and pydantic's defaults
+dropped (the API server applies only those declared with `crd_default`), quantities as
+int-or-string, list and map markers and CEL rules carried through as the models declare them.
+tests/unit/test_crds_upstream.py diffs the result against the pinned Kueue's CRDs.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import yaml
 
 from manager.api import kueue, v1beta1
 from manager.api.constants import GROUP, STORAGE_VERSION
-from manager.api.meta import Resource
+from manager.api.meta import CRD_DEFAULT, Resource
 
 # Kueue's short names and printer columns, plus `wl` for Workloads.
 SHORT_NAMES: dict[str, list[str]] = {
@@ -90,6 +92,8 @@ def _structural(node: Any, defs: dict[str, Any]) -> Any:
             out[key] = {name: _structural(schema, defs) for name, schema in value.items()}
         elif key == "const":
             out["enum"] = [value]
+        elif key == CRD_DEFAULT:
+            out["default"] = copy.deepcopy(value)
         else:
             out[key] = _structural(value, defs)
     if "enum" in out and "type" not in out:
@@ -112,7 +116,8 @@ def openapi_schema(model: type[Resource]) -> dict[str, Any]:
     properties["apiVersion"] = {"type": "string"}
     properties["kind"] = {"type": "string"}
     properties["metadata"] = {"type": "object"}
-    schema["required"] = [name for name in schema.get("required", []) if name not in ("metadata", "apiVersion", "kind")]
+    # Kueue's CRDs require no spec (an object without one is stored; kfed's models refuse it).
+    schema["required"] = [name for name in schema.get("required", []) if name not in ("metadata", "apiVersion", "kind", "spec")]
     if not schema["required"]:
         del schema["required"]
     schema["type"] = "object"

@@ -1,8 +1,9 @@
 """kueue.x-k8s.io/v1beta2, the stored version: every Kueue kind kfed reads or writes.
 
-Field names, enums and limits follow Kueue's Go types. Defaults that Kueue's CRDs apply are
-kept as properties (`effective_*`) instead of model defaults, so that a manifest written back
-is exactly the manifest read.
+Field names, enums, limits, defaults and list markers follow Kueue's CRDs (a test diffs the
+generated CRDs against the pinned Kueue's). Defaults that Kueue's CRDs apply are declared with
+`crd_default` for the API server and read through `effective_*` properties, not set as model
+defaults, so that a manifest written back is exactly the manifest read.
 """
 
 from __future__ import annotations
@@ -14,7 +15,12 @@ from pydantic import Field
 from manager.api import constants as c
 from manager.api.meta import (
     DNS_LABEL_PATTERN,
-    Condition,
+    LIST_ATOMIC,
+    LIST_SET,
+    MAP_ATOMIC,
+    TAINT_RULES,
+    TOLERATION_RULES,
+    Conditions,
     KubeModel,
     LabelSelector,
     Name,
@@ -23,28 +29,27 @@ from manager.api.meta import (
     Taint,
     Time,
     Toleration,
+    cel,
+    crd_default,
+    list_map,
 )
 from manager.api.quantity import Quantity
 
-ResourceName = Annotated[str, Field(max_length=253)]
+# Kueue's CRDs take any string as a resource name (the webhook checks its form).
+ResourceName = str
 StopPolicy = Literal["None", "Hold", "HoldAndDrain"]
 QueueingStrategy = Literal["StrictFIFO", "BestEffortFIFO"]
 FungibilityPolicy = Literal["MayStopSearch", "TryNextFlavor"]
 CheckState = Literal["Pending", "Ready", "Retry", "Rejected"]
 
 
-def _cel(*rules: tuple[str, str]) -> dict[str, Any]:
-    """Schema extras carrying CEL rules, so the API server enforces what OpenAPI cannot say."""
-    return {"x-kubernetes-validations": [{"rule": rule, "message": message} for rule, message in rules]}
-
-
 # --- ResourceFlavor ---------------------------------------------------------------------------
 
 
 class ResourceFlavorSpec(KubeModel):
-    node_labels: dict[str, str] | None = Field(default=None, max_length=8)
-    node_taints: list[Taint] | None = Field(default=None, max_length=8)
-    tolerations: list[Toleration] | None = Field(default=None, max_length=8)
+    node_labels: dict[str, str] | None = Field(default=None, max_length=8, json_schema_extra=MAP_ATOMIC)
+    node_taints: list[Taint] | None = Field(default=None, max_length=8, json_schema_extra={**LIST_ATOMIC, **TAINT_RULES})
+    tolerations: list[Toleration] | None = Field(default=None, max_length=8, json_schema_extra={**LIST_ATOMIC, **TOLERATION_RULES})
     topology_name: Name | None = None
 
 
@@ -69,12 +74,12 @@ class ResourceQuota(KubeModel):
 
 class FlavorQuotas(KubeModel):
     name: Name
-    resources: list[ResourceQuota] = Field(min_length=1, max_length=64)
+    resources: list[ResourceQuota] = Field(min_length=1, max_length=64, json_schema_extra=list_map("name"))
 
 
 class ResourceGroup(KubeModel):
     model_config = {
-        "json_schema_extra": _cel(
+        "json_schema_extra": cel(
             (
                 "self.flavors.all(x, size(x.resources) == size(self.coveredResources))",
                 "flavors must have the same number of resources as the coveredResources",
@@ -82,16 +87,25 @@ class ResourceGroup(KubeModel):
         )
     }
 
-    covered_resources: list[ResourceName] = Field(min_length=1, max_length=64)
-    flavors: list[FlavorQuotas] = Field(min_length=1, max_length=64)
+    covered_resources: list[ResourceName] = Field(min_length=1, max_length=64, json_schema_extra=LIST_ATOMIC)
+    flavors: list[FlavorQuotas] = Field(min_length=1, max_length=64, json_schema_extra=list_map("name"))
 
 
 class FairSharing(KubeModel):
-    weight: Quantity | None = None
+    weight: Quantity | None = Field(default=None, json_schema_extra=crd_default(1))
 
 
 class FairSharingStatus(KubeModel):
     weighted_share: int = 0
+
+
+class AdmissionFairSharingStatus(KubeModel):
+    consumed_resources: dict[str, Quantity] = Field(default_factory=dict)
+    last_update: Time | None = None
+
+
+class LocalQueueFairSharingStatus(FairSharingStatus):
+    admission_fair_sharing_status: AdmissionFairSharingStatus | None = None
 
 
 # --- ClusterQueue -----------------------------------------------------------------------------
@@ -99,82 +113,94 @@ class FairSharingStatus(KubeModel):
 
 class FlavorFungibility(KubeModel):
     model_config = {
-        "json_schema_extra": _cel(
+        # The API server defaults both policies first, so `has()` is not needed.
+        "json_schema_extra": cel(
             (
-                "!has(self.preference) || (has(self.whenCanBorrow) && self.whenCanBorrow == 'TryNextFlavor'"
-                " && has(self.whenCanPreempt) && self.whenCanPreempt == 'TryNextFlavor')",
+                "!has(self.preference) || (self.whenCanBorrow == 'TryNextFlavor' && self.whenCanPreempt == 'TryNextFlavor')",
                 "preference can only be set when both whenCanBorrow and whenCanPreempt are TryNextFlavor",
             )
         )
     }
 
-    when_can_borrow: FungibilityPolicy | None = None
-    when_can_preempt: FungibilityPolicy | None = None
+    when_can_borrow: FungibilityPolicy | None = Field(default=None, json_schema_extra=crd_default("MayStopSearch"))
+    when_can_preempt: FungibilityPolicy | None = Field(default=None, json_schema_extra=crd_default("TryNextFlavor"))
     preference: Literal["BorrowingOverPreemption", "PreemptionOverBorrowing"] | None = None
 
 
 class BorrowWithinCohort(KubeModel):
-    policy: Literal["Never", "LowerPriority"] | None = None
+    policy: Literal["Never", "LowerPriority"] | None = Field(default=None, json_schema_extra=crd_default("Never"))
     max_priority_threshold: int | None = None
 
 
 class ClusterQueuePreemption(KubeModel):
     model_config = {
-        "json_schema_extra": _cel(
+        "json_schema_extra": cel(
             (
-                "!(has(self.reclaimWithinCohort) && self.reclaimWithinCohort == 'Never'"
-                " && has(self.borrowWithinCohort) && has(self.borrowWithinCohort.policy)"
-                " && self.borrowWithinCohort.policy != 'Never')",
+                "!(self.reclaimWithinCohort == 'Never' && has(self.borrowWithinCohort) && self.borrowWithinCohort.policy != 'Never')",
                 "reclaimWithinCohort=Never and borrowWithinCohort.Policy!=Never",
             )
         )
     }
 
-    reclaim_within_cohort: Literal["Never", "LowerPriority", "Any"] | None = None
-    borrow_within_cohort: BorrowWithinCohort | None = None
-    within_cluster_queue: Literal["Never", "LowerPriority", "LowerOrNewerEqualPriority"] | None = None
+    reclaim_within_cohort: Literal["Never", "LowerPriority", "Any"] | None = Field(default=None, json_schema_extra=crd_default("Never"))
+    borrow_within_cohort: BorrowWithinCohort | None = Field(default=None, json_schema_extra=crd_default({}))
+    within_cluster_queue: Literal["Never", "LowerPriority", "LowerOrNewerEqualPriority"] | None = Field(
+        default=None, json_schema_extra=crd_default("Never")
+    )
 
 
 class AdmissionCheckStrategyRule(KubeModel):
-    name: Name
-    on_flavors: list[Name] | None = Field(default=None, max_length=64)
+    name: Annotated[str, Field(min_length=1, max_length=316)]
+    on_flavors: list[Name] | None = Field(default=None, max_length=64, json_schema_extra=LIST_SET)
 
 
 class AdmissionChecksStrategy(KubeModel):
-    admission_checks: list[AdmissionCheckStrategyRule] | None = Field(default=None, min_length=1, max_length=64)
+    admission_checks: list[AdmissionCheckStrategyRule] | None = Field(
+        default=None, min_length=1, max_length=64, json_schema_extra=list_map("name")
+    )
 
 
 class AdmissionScope(KubeModel):
     admission_mode: Literal["UsageBasedAdmissionFairSharing", "NoAdmissionFairSharing"] | None = None
 
 
-_NO_LIMITS_WITHOUT_COHORT = (
-    (
-        "has(self.cohortName) || !has(self.resourceGroups) || self.resourceGroups.all(rg,"
-        " rg.flavors.all(f, f.resources.all(r, !has(r.borrowingLimit))))",
-        "borrowingLimit must be nil when cohort is empty",
-    ),
-    (
-        "has(self.cohortName) || !has(self.resourceGroups) || self.resourceGroups.all(rg,"
-        " rg.flavors.all(f, f.resources.all(r, !has(r.lendingLimit))))",
-        "lendingLimit must be nil when cohort is empty",
-    ),
+# The webhook (manager.api.validation) also refuses a lendingLimit without a cohort, as Kueue's does.
+NO_BORROWING_WITHOUT_COHORT = (
+    "!has(self.cohortName) && has(self.resourceGroups) ? self.resourceGroups.all(rg,"
+    " rg.flavors.all(f, f.resources.all(r, !has(r.borrowingLimit)))) : true",
+    "borrowingLimit must be nil when cohort is empty",
 )
 
 
-class ClusterQueueSpec(KubeModel):
-    model_config = {"json_schema_extra": _cel(*_NO_LIMITS_WITHOUT_COHORT)}
+class ConcurrentAdmissionConstraints(KubeModel):
+    last_acceptable_flavor_name: Name | None = None
 
-    resource_groups: list[ResourceGroup] | None = Field(default=None, max_length=16)
+
+class ConcurrentAdmissionMigration(KubeModel):
+    mode: Annotated[Literal["TryPreferredFlavors", "RetainFirstAdmission"], Field(max_length=253)]
+    constraints: ConcurrentAdmissionConstraints | None = None
+
+
+class ConcurrentAdmissionPolicy(KubeModel):
+    """Accepted and kept as Kueue's CRD does; kfed admits each workload once."""
+
+    migration: ConcurrentAdmissionMigration
+
+
+class ClusterQueueSpec(KubeModel):
+    model_config = {"json_schema_extra": cel(NO_BORROWING_WITHOUT_COHORT)}
+
+    resource_groups: list[ResourceGroup] | None = Field(default=None, max_length=16, json_schema_extra=LIST_ATOMIC)
     cohort_name: Name | None = None
-    queueing_strategy: QueueingStrategy | None = None
+    queueing_strategy: QueueingStrategy | None = Field(default=None, json_schema_extra=crd_default("BestEffortFIFO"))
     namespace_selector: LabelSelector | None = None
-    flavor_fungibility: FlavorFungibility | None = None
-    preemption: ClusterQueuePreemption | None = None
+    flavor_fungibility: FlavorFungibility | None = Field(default=None, json_schema_extra=crd_default({}))
+    preemption: ClusterQueuePreemption | None = Field(default=None, json_schema_extra=crd_default({}))
     admission_checks_strategy: AdmissionChecksStrategy | None = None
-    stop_policy: StopPolicy | None = None
+    stop_policy: StopPolicy | None = Field(default=None, json_schema_extra=crd_default("None"))
     fair_sharing: FairSharing | None = None
     admission_scope: AdmissionScope | None = None
+    concurrent_admission_policy: ConcurrentAdmissionPolicy | None = None
 
 
 class ResourceUsage(KubeModel):
@@ -185,13 +211,13 @@ class ResourceUsage(KubeModel):
 
 class FlavorUsage(KubeModel):
     name: Name
-    resources: list[ResourceUsage] | None = Field(default=None, max_length=64)
+    resources: list[ResourceUsage] | None = Field(default=None, max_length=64, json_schema_extra=list_map("name"))
 
 
 class ClusterQueueStatus(KubeModel):
-    conditions: list[Condition] | None = Field(default=None, max_length=16)
-    flavors_reservation: list[FlavorUsage] | None = Field(default=None, max_length=64)
-    flavors_usage: list[FlavorUsage] | None = Field(default=None, max_length=64)
+    conditions: Conditions | None = None
+    flavors_reservation: list[FlavorUsage] | None = Field(default=None, max_length=64, json_schema_extra=list_map("name"))
+    flavors_usage: list[FlavorUsage] | None = Field(default=None, max_length=64, json_schema_extra=list_map("name"))
     pending_workloads: int | None = None
     reserving_workloads: int | None = None
     admitted_workloads: int | None = None
@@ -225,18 +251,9 @@ class ClusterQueue(Resource):
 
 
 class CohortSpec(KubeModel):
-    model_config = {
-        "json_schema_extra": _cel(
-            (
-                "has(self.parentName) || !has(self.resourceGroups) || self.resourceGroups.all(rg,"
-                " rg.flavors.all(f, f.resources.all(r, !has(r.borrowingLimit) && !has(r.lendingLimit))))",
-                "borrowingLimit and lendingLimit must be nil when parentName is empty",
-            )
-        )
-    }
-
+    # Limits without a parent are refused by the webhook (manager.api.validation), as Kueue's does.
     parent_name: Name | None = None
-    resource_groups: list[ResourceGroup] | None = Field(default=None, max_length=16)
+    resource_groups: list[ResourceGroup] | None = Field(default=None, max_length=16, json_schema_extra=LIST_ATOMIC)
     fair_sharing: FairSharing | None = None
 
 
@@ -259,7 +276,7 @@ class Cohort(Resource):
 
 class LocalQueueSpec(KubeModel):
     cluster_queue: Name | None = None
-    stop_policy: StopPolicy | None = None
+    stop_policy: StopPolicy | None = Field(default=None, json_schema_extra=crd_default("None"))
     fair_sharing: FairSharing | None = None
 
 
@@ -270,17 +287,17 @@ class LocalQueueResourceUsage(KubeModel):
 
 class LocalQueueFlavorUsage(KubeModel):
     name: Name
-    resources: list[LocalQueueResourceUsage] | None = Field(default=None, max_length=64)
+    resources: list[LocalQueueResourceUsage] | None = Field(default=None, max_length=64, json_schema_extra=list_map("name"))
 
 
 class LocalQueueStatus(KubeModel):
-    conditions: list[Condition] | None = Field(default=None, max_length=16)
+    conditions: Conditions | None = None
     pending_workloads: int | None = None
     reserving_workloads: int | None = None
     admitted_workloads: int | None = None
-    flavors_reservation: list[LocalQueueFlavorUsage] | None = Field(default=None, max_length=64)
-    flavors_usage: list[LocalQueueFlavorUsage] | None = Field(default=None, max_length=64)
-    fair_sharing: FairSharingStatus | None = None
+    flavors_reservation: list[LocalQueueFlavorUsage] | None = Field(default=None, max_length=64, json_schema_extra=list_map("name"))
+    flavors_usage: list[LocalQueueFlavorUsage] | None = Field(default=None, max_length=64, json_schema_extra=list_map("name"))
+    fair_sharing: LocalQueueFairSharingStatus | None = None
 
 
 class LocalQueue(Resource):
@@ -303,7 +320,7 @@ class WorkloadPriorityClass(Resource):
     KIND: ClassVar[str] = "WorkloadPriorityClass"
     PLURAL: ClassVar[str] = "workloadpriorityclasses"
 
-    value: int = Field(ge=-(2**31), le=2**31 - 1)
+    value: int
     description: str | None = Field(default=None, max_length=2048)
 
 
@@ -321,9 +338,9 @@ class PodSetTopologyRequest(OpenModel):
 
 
 class PodSet(KubeModel):
-    name: Annotated[str, Field(max_length=63, pattern=DNS_LABEL_PATTERN)] = "main"
+    name: Annotated[str, Field(max_length=63, pattern=DNS_LABEL_PATTERN)] = Field(default="main", json_schema_extra=crd_default("main"))
     template: dict[str, Any] = Field(default_factory=dict, json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})
-    count: int = Field(default=1, ge=0)
+    count: int = Field(default=1, ge=0, json_schema_extra=crd_default(1))
     min_count: int | None = Field(default=None, ge=1)
     topology_request: PodSetTopologyRequest | None = None
 
@@ -338,27 +355,22 @@ class PreemptionGate(KubeModel):
     name: Annotated[str, Field(min_length=1, max_length=63)]
 
 
-class WorkloadSpec(KubeModel):
-    model_config = {
-        "json_schema_extra": _cel(
-            (
-                "size(self.podSets.filter(ps, has(ps.minCount))) <= 1",
-                "at most one podSet can use minCount",
-            )
-        )
-    }
+PodSets = Annotated[list[PodSet], Field(min_length=1, max_length=18, json_schema_extra=list_map("name"))]
 
-    pod_sets: list[PodSet] = Field(min_length=1, max_length=18)
+
+class WorkloadSpec(KubeModel):
+    # At most one podSet with minCount: the webhook (manager.api.validation), as Kueue's.
+    pod_sets: PodSets = Field(default_factory=list)
     queue_name: Name | None = None
     priority_class_ref: PriorityClassRef | None = None
     priority: int | None = None
-    active: bool | None = None
+    active: bool | None = Field(default=None, json_schema_extra=crd_default(True))
     maximum_execution_time_seconds: int | None = Field(default=None, ge=1)
-    preemption_gates: list[PreemptionGate] | None = Field(default=None, max_length=8)
+    preemption_gates: list[PreemptionGate] | None = Field(default=None, max_length=8, json_schema_extra=list_map("name"))
 
 
 class PodSetAssignment(KubeModel):
-    name: Annotated[str, Field(max_length=63)]
+    name: Annotated[str, Field(max_length=63, pattern=DNS_LABEL_PATTERN)] = Field(default="main", json_schema_extra=crd_default("main"))
     flavors: dict[str, str] | None = None
     resource_usage: dict[str, Quantity] | None = None
     count: int | None = Field(default=None, ge=0)
@@ -367,8 +379,9 @@ class PodSetAssignment(KubeModel):
 
 
 class Admission(KubeModel):
-    cluster_queue: Name
-    pod_set_assignments: list[PodSetAssignment] = Field(max_length=18)
+    # Neither is required by Kueue's CRD; kfed always writes both.
+    cluster_queue: Name = ""
+    pod_set_assignments: list[PodSetAssignment] = Field(default_factory=list, max_length=18, json_schema_extra=list_map("name"))
 
 
 class RequeueState(KubeModel):
@@ -386,17 +399,17 @@ class PodSetUpdate(KubeModel):
     labels: dict[str, str] | None = None
     annotations: dict[str, str] | None = None
     node_selector: dict[str, str] | None = None
-    tolerations: list[Toleration] | None = Field(default=None, max_length=8)
+    tolerations: list[Toleration] | None = Field(default=None, max_length=8, json_schema_extra={**LIST_ATOMIC, **TOLERATION_RULES})
 
 
 class AdmissionCheckState(KubeModel):
-    name: Name
+    name: Annotated[str, Field(min_length=1, max_length=316)]
     state: CheckState
     last_transition_time: Time | None = None
     message: str = Field(default="", max_length=32768)
     requeue_after_seconds: int | None = Field(default=None, ge=0)
     retry_count: int | None = Field(default=None, ge=0)
-    pod_set_updates: list[PodSetUpdate] | None = Field(default=None, max_length=18)
+    pod_set_updates: list[PodSetUpdate] | None = Field(default=None, max_length=18, json_schema_extra=LIST_ATOMIC)
 
 
 class PodSetRequest(KubeModel):
@@ -405,26 +418,45 @@ class PodSetRequest(KubeModel):
 
 
 class EvictionStat(KubeModel):
+    # Both keys of the list map are required, as in Kueue's CRD.
     reason: str
-    underlying_cause: str = ""
+    underlying_cause: str
     count: int = Field(ge=0)
 
 
 class SchedulingStats(KubeModel):
-    evictions: list[EvictionStat] | None = Field(default=None, max_length=256)
+    evictions: list[EvictionStat] | None = Field(default=None, max_length=256, json_schema_extra=list_map("reason", "underlyingCause"))
+
+
+class PreemptionGateState(KubeModel):
+    name: Annotated[str, Field(min_length=1, max_length=63)]
+    position: Literal["Closed", "Open"]
+    last_transition_time: Time | None = None
+
+
+class UnhealthyNode(KubeModel):
+    name: str
+
+
+ReclaimablePods = Annotated[list[ReclaimablePod], Field(max_length=18, json_schema_extra=list_map("name"))]
+AdmissionCheckStates = Annotated[list[AdmissionCheckState], Field(max_length=8, json_schema_extra=list_map("name"))]
+PodSetRequests = Annotated[list[PodSetRequest], Field(max_length=18, json_schema_extra=list_map("name"))]
+UnhealthyNodes = Annotated[list[UnhealthyNode], Field(max_length=8, json_schema_extra=list_map("name"))]
 
 
 class WorkloadStatus(KubeModel):
-    conditions: list[Condition] | None = Field(default=None, max_length=16)
+    conditions: Conditions | None = None
     admission: Admission | None = None
     requeue_state: RequeueState | None = None
-    reclaimable_pods: list[ReclaimablePod] | None = Field(default=None, max_length=18)
-    admission_checks: list[AdmissionCheckState] | None = Field(default=None, max_length=8)
-    resource_requests: list[PodSetRequest] | None = Field(default=None, max_length=18)
+    reclaimable_pods: ReclaimablePods | None = None
+    admission_checks: AdmissionCheckStates | None = None
+    resource_requests: PodSetRequests | None = None
     accumulated_past_execution_time_seconds: int | None = None
     scheduling_stats: SchedulingStats | None = None
-    nominated_cluster_names: list[str] | None = Field(default=None, max_length=20)
+    nominated_cluster_names: list[str] | None = Field(default=None, max_length=20, json_schema_extra=LIST_ATOMIC)
     cluster_name: str | None = Field(default=None, max_length=256)
+    unhealthy_nodes: UnhealthyNodes | None = None
+    preemption_gates: list[PreemptionGateState] | None = Field(default=None, max_length=8, json_schema_extra=list_map("name"))
 
 
 class Workload(Resource):
@@ -434,7 +466,7 @@ class Workload(Resource):
     PLURAL: ClassVar[str] = "workloads"
     NAMESPACED: ClassVar[bool] = True
 
-    spec: WorkloadSpec
+    spec: WorkloadSpec = Field(default_factory=WorkloadSpec)
     status: WorkloadStatus | None = None
 
     @property
@@ -461,7 +493,7 @@ class AdmissionCheckSpec(KubeModel):
 
 
 class AdmissionCheckStatus(KubeModel):
-    conditions: list[Condition] | None = Field(default=None, max_length=16)
+    conditions: Conditions | None = None
 
 
 class AdmissionCheck(Resource):
@@ -479,7 +511,7 @@ class AdmissionCheck(Resource):
 
 class KubeConfigRef(KubeModel):
     location: Annotated[str, Field(min_length=1, max_length=256)]
-    location_type: Literal["Secret", "Path"] | None = None
+    location_type: Literal["Secret", "Path"] | None = Field(default=None, json_schema_extra=crd_default("Secret"))
 
     @property
     def effective_location_type(self) -> str:
@@ -492,9 +524,9 @@ class ClusterProfileReference(KubeModel):
 
 class ClusterSource(KubeModel):
     model_config = {
-        "json_schema_extra": _cel(
+        "json_schema_extra": cel(
             (
-                "has(self.kubeConfig) != has(self.clusterProfileRef)",
+                "[has(self.kubeConfig),has(self.clusterProfileRef)].filter(x,x==true).size() == 1",
                 "exactly one of kubeConfig or clusterProfileRef must be set",
             )
         )
@@ -509,7 +541,7 @@ class MultiKueueClusterSpec(KubeModel):
 
 
 class MultiKueueClusterStatus(KubeModel):
-    conditions: list[Condition] | None = Field(default=None, max_length=16)
+    conditions: Conditions | None = None
 
 
 class MultiKueueCluster(Resource):
@@ -522,12 +554,11 @@ class MultiKueueCluster(Resource):
     status: MultiKueueClusterStatus | None = None
 
 
-class MultiKueueConfigSpec(KubeModel):
-    model_config = {
-        "json_schema_extra": _cel(("size(self.clusters.filter(i, size(self.clusters.filter(j, j == i)) > 1)) == 0", "must be unique"))
-    }
+UNIQUE_ITEMS = cel(("size(self.filter(i, size(self.filter(j, j == i)) > 1)) == 0", "must be unique"))
 
-    clusters: list[Annotated[str, Field(max_length=256)]] = Field(min_length=1, max_length=20)
+
+class MultiKueueConfigSpec(KubeModel):
+    clusters: list[Annotated[str, Field(max_length=256)]] = Field(min_length=1, max_length=20, json_schema_extra={**LIST_ATOMIC, **UNIQUE_ITEMS})
     quota_management: Literal["Manual", "Automated"] | None = None
 
 

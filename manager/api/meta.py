@@ -26,6 +26,31 @@ Name = Annotated[str, Field(max_length=253, pattern=DNS_SUBDOMAIN_PATTERN)]
 LabelName = Annotated[str, Field(max_length=63, pattern=DNS_LABEL_PATTERN)]
 
 
+# --- what the CRDs declare beyond the shape (read by `manager.api.crdgen`) ---------------------
+# Field(json_schema_extra=...) values. The list and map markers decide how Server-Side Apply
+# merges a field: a `map` list keyed by `type` lets each field manager own its own conditions.
+CRD_DEFAULT = "x-kfed-crd-default"
+LIST_ATOMIC: dict[str, Any] = {"x-kubernetes-list-type": "atomic"}
+LIST_SET: dict[str, Any] = {"x-kubernetes-list-type": "set"}
+MAP_ATOMIC: dict[str, Any] = {"x-kubernetes-map-type": "atomic"}
+
+
+def list_map(*keys: str) -> dict[str, Any]:
+    """A list merged item by item, each item named by `keys` (which must be required or defaulted)."""
+    return {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": list(keys)}
+
+
+def crd_default(value: Any) -> dict[str, Any]:
+    """A default the API server applies, as Kueue's CRD does. The model keeps None, so what a
+    user wrote is what kfed writes back; `effective_*` properties read the default."""
+    return {CRD_DEFAULT: value}
+
+
+def cel(*rules: tuple[str, str]) -> dict[str, Any]:
+    """CEL rules (rule, message) the API server enforces where OpenAPI cannot say it."""
+    return {"x-kubernetes-validations": [{"rule": rule, "message": message} for rule, message in rules]}
+
+
 class KubeModel(BaseModel):
     """Base of every model: camelCase on the wire, snake_case in Python, unknown fields ignored.
 
@@ -81,30 +106,55 @@ class Condition(KubeModel):
     observed_generation: int | None = Field(default=None, ge=0)
 
 
+Conditions = Annotated[list[Condition], Field(max_length=16, json_schema_extra=list_map("type"))]
+"""`status.conditions` of every Kueue kind: one entry per type, each owned by its writer."""
+
+
 class LabelSelectorRequirement(KubeModel):
     key: str
-    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
-    values: list[str] | None = None
+    # Any string, as in the Kubernetes schema; `manager.api.validation` names the bad ones.
+    operator: str
+    values: list[str] | None = Field(default=None, json_schema_extra=LIST_ATOMIC)
 
 
 class LabelSelector(KubeModel):
+    model_config = ConfigDict(json_schema_extra=MAP_ATOMIC)
+
     match_labels: dict[str, str] | None = None
-    match_expressions: list[LabelSelectorRequirement] | None = None
+    match_expressions: list[LabelSelectorRequirement] | None = Field(default=None, json_schema_extra=LIST_ATOMIC)
 
 
 class Taint(KubeModel):
     key: str
     value: str | None = None
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+    effect: str
     time_added: Time | None = None
 
 
 class Toleration(KubeModel):
     key: str | None = None
-    operator: Literal["Equal", "Exists"] | None = None
+    operator: str | None = None
     value: str | None = None
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    effect: str | None = None
     toleration_seconds: int | None = None
+
+
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+
+
+def _cel_list(values: tuple[str, ...]) -> str:
+    return "[" + ", ".join(f"'{value}'" for value in values) + "]"
+
+
+TAINT_RULES = cel((f"self.all(x, x.effect in {_cel_list(TAINT_EFFECTS)})", f"supported taint effect values: {_cel_list(TAINT_EFFECTS)}"))
+TOLERATION_RULES = cel(
+    ("self.all(x, !has(x.key) ? x.operator == 'Exists' : true)", "operator must be Exists when 'key' is empty"),
+    ("self.all(x, has(x.tolerationSeconds) ? x.effect == 'NoExecute' : true)", "effect must be 'NoExecute' when 'tolerationSeconds' is set"),
+    ("self.all(x, !has(x.operator) || x.operator in ['Equal', 'Exists'])", "supported toleration values: 'Equal'(default), 'Exists'"),
+    ("self.all(x, has(x.operator) && x.operator == 'Exists' ? !has(x.value) : true)", "a value must be empty when 'operator' is 'Exists'"),
+    (f"self.all(x, !has(x.effect) || x.effect in {_cel_list(TAINT_EFFECTS)})", f"supported taint effect values: {_cel_list(TAINT_EFFECTS)}"),
+)
+"""The rules on a list of tolerations (Kubernetes' own, which a CRD has to spell out)."""
 
 
 class Resource(KubeModel):

@@ -1,7 +1,8 @@
 """kueue.x-k8s.io/v1beta1, still served and accepted from users.
 
-Only the kinds whose shape differs from v1beta2 are redeclared here; the others are the same
-schema under another apiVersion. `manager.api.conversion` maps between the two.
+Only what differs from v1beta2 is redeclared here (Kueue's v1beta1 CRDs have other fields and
+fewer limits, which kfed must not narrow); the rest is the same schema under another
+apiVersion. `manager.api.conversion` maps between the two.
 """
 
 from __future__ import annotations
@@ -12,41 +13,90 @@ from pydantic import Field
 
 from manager.api import constants as c
 from manager.api import kueue as v2
-from manager.api.kueue import _cel
-from manager.api.meta import Condition, KubeModel, LabelSelector, Name, Resource
+from manager.api.meta import (
+    DNS_LABEL_PATTERN,
+    LIST_ATOMIC,
+    LIST_SET,
+    MAP_ATOMIC,
+    Condition,
+    KubeModel,
+    LabelSelector,
+    Name,
+    Resource,
+    Time,
+    cel,
+    crd_default,
+    list_map,
+)
 
 # v1beta1 still accepts the deprecated aliases of MayStopSearch.
 FungibilityPolicy = Literal["MayStopSearch", "TryNextFlavor", "Borrow", "Preempt"]
+# Kueue's v1beta1 conditions have no count limit.
+Conditions = Annotated[list[Condition], Field(json_schema_extra=list_map("type"))]
+CheckName = Annotated[str, Field(max_length=316)]
 
 
 class FlavorFungibility(KubeModel):
-    when_can_borrow: FungibilityPolicy | None = None
-    when_can_preempt: FungibilityPolicy | None = None
+    model_config = v2.FlavorFungibility.model_config
+
+    when_can_borrow: FungibilityPolicy | None = Field(default=None, json_schema_extra=crd_default("MayStopSearch"))
+    when_can_preempt: FungibilityPolicy | None = Field(default=None, json_schema_extra=crd_default("TryNextFlavor"))
     preference: Literal["BorrowingOverPreemption", "PreemptionOverBorrowing"] | None = None
+
+
+class AdmissionCheckStrategyRule(KubeModel):
+    name: CheckName
+    on_flavors: list[Name] | None = None
+
+
+class AdmissionChecksStrategy(KubeModel):
+    admission_checks: list[AdmissionCheckStrategyRule] | None = None
+
+
+class AdmissionScope(KubeModel):
+    admission_mode: str
 
 
 class ClusterQueueSpec(KubeModel):
     model_config = {
-        "json_schema_extra": _cel(
-            *((rule.replace("has(self.cohortName)", "has(self.cohort)"), message) for rule, message in v2._NO_LIMITS_WITHOUT_COHORT),
-            (
-                "!(has(self.admissionChecks) && has(self.admissionChecksStrategy))",
-                "Either AdmissionChecks or AdmissionCheckStrategy can be set, but not both",
-            ),
+        "json_schema_extra": cel(
+            (v2.NO_BORROWING_WITHOUT_COHORT[0].replace("has(self.cohortName)", "has(self.cohort)"), v2.NO_BORROWING_WITHOUT_COHORT[1]),
         )
     }
 
-    resource_groups: list[v2.ResourceGroup] | None = Field(default=None, max_length=16)
+    resource_groups: list[v2.ResourceGroup] | None = Field(default=None, max_length=16, json_schema_extra=LIST_ATOMIC)
     cohort: Name | None = None
-    queueing_strategy: v2.QueueingStrategy | None = None
+    queueing_strategy: v2.QueueingStrategy | None = Field(default=None, json_schema_extra=crd_default("BestEffortFIFO"))
     namespace_selector: LabelSelector | None = None
-    flavor_fungibility: FlavorFungibility | None = None
-    preemption: v2.ClusterQueuePreemption | None = None
-    admission_checks: list[Name] | None = Field(default=None, max_length=64)
-    admission_checks_strategy: v2.AdmissionChecksStrategy | None = None
-    stop_policy: v2.StopPolicy | None = None
+    flavor_fungibility: FlavorFungibility | None = Field(default=None, json_schema_extra=crd_default({}))
+    preemption: v2.ClusterQueuePreemption | None = Field(default=None, json_schema_extra=crd_default({}))
+    # Both may be set here (Kueue's webhook refuses that, as kfed's does).
+    admission_checks: list[CheckName] | None = None
+    admission_checks_strategy: AdmissionChecksStrategy | None = None
+    stop_policy: v2.StopPolicy | None = Field(default=None, json_schema_extra=crd_default("None"))
     fair_sharing: v2.FairSharing | None = None
-    admission_scope: v2.AdmissionScope | None = None
+    admission_scope: AdmissionScope | None = None
+
+
+class PendingWorkloadReference(KubeModel):
+    name: str
+    namespace: str
+
+
+class PendingWorkloadsStatus(KubeModel):
+    cluster_queue_pending_workload: list[PendingWorkloadReference] | None = Field(default=None, json_schema_extra=LIST_ATOMIC)
+    last_change_time: Time | None = None
+
+
+class ClusterQueueStatus(KubeModel):
+    conditions: Conditions | None = None
+    flavors_reservation: list[v2.FlavorUsage] | None = Field(default=None, max_length=64, json_schema_extra=list_map("name"))
+    flavors_usage: list[v2.FlavorUsage] | None = Field(default=None, max_length=64, json_schema_extra=list_map("name"))
+    pending_workloads: int | None = None
+    reserving_workloads: int | None = None
+    admitted_workloads: int | None = None
+    pending_workloads_status: PendingWorkloadsStatus | None = None
+    fair_sharing: v2.LocalQueueFairSharingStatus | None = None
 
 
 class ClusterQueue(Resource):
@@ -56,17 +106,47 @@ class ClusterQueue(Resource):
     PLURAL: ClassVar[str] = "clusterqueues"
 
     spec: ClusterQueueSpec = Field(default_factory=ClusterQueueSpec)
-    status: v2.ClusterQueueStatus | None = None
+    status: ClusterQueueStatus | None = None
+
+
+class CohortStatus(KubeModel):
+    fair_sharing: v2.LocalQueueFairSharingStatus | None = None
+
+
+class Cohort(Resource):
+    GROUP: ClassVar[str] = c.GROUP
+    VERSION: ClassVar[str] = "v1beta1"
+    KIND: ClassVar[str] = "Cohort"
+    PLURAL: ClassVar[str] = "cohorts"
+
+    spec: v2.CohortSpec = Field(default_factory=v2.CohortSpec)
+    status: CohortStatus | None = None
+
+
+class TopologyInfo(KubeModel):
+    name: Name
+    levels: list[str] = Field(min_length=1, max_length=16, json_schema_extra=LIST_ATOMIC)
+
+
+class LocalQueueFlavorStatus(KubeModel):
+    """The v1beta1-only summary of each flavor (dropped by the conversion, as by Kueue)."""
+
+    name: Name
+    resources: list[str] | None = Field(default=None, max_length=64, json_schema_extra=LIST_SET)
+    node_labels: dict[str, str] | None = Field(default=None, max_length=8, json_schema_extra=MAP_ATOMIC)
+    node_taints: list[v2.Taint] | None = Field(default=None, max_length=8, json_schema_extra=LIST_ATOMIC)
+    topology: TopologyInfo | None = None
 
 
 class LocalQueueStatus(KubeModel):
-    conditions: list[Condition] | None = Field(default=None, max_length=16)
+    conditions: Conditions | None = None
     pending_workloads: int | None = None
     reserving_workloads: int | None = None
     admitted_workloads: int | None = None
-    flavors_reservation: list[v2.LocalQueueFlavorUsage] | None = Field(default=None, max_length=64)
-    flavor_usage: list[v2.LocalQueueFlavorUsage] | None = Field(default=None, max_length=64)
-    fair_sharing: v2.FairSharingStatus | None = None
+    flavors_reservation: list[v2.LocalQueueFlavorUsage] | None = Field(default=None, max_length=64, json_schema_extra=list_map("name"))
+    flavor_usage: list[v2.LocalQueueFlavorUsage] | None = Field(default=None, max_length=64, json_schema_extra=list_map("name"))
+    flavors: list[LocalQueueFlavorStatus] | None = Field(default=None, max_length=64, json_schema_extra=list_map("name"))
+    fair_sharing: v2.LocalQueueFairSharingStatus | None = None
 
 
 class LocalQueue(Resource):
@@ -80,30 +160,66 @@ class LocalQueue(Resource):
     status: LocalQueueStatus | None = None
 
 
-class WorkloadSpec(KubeModel):
-    model_config = v2.WorkloadSpec.model_config
+class WorkloadPriorityClass(Resource):
+    GROUP: ClassVar[str] = c.GROUP
+    VERSION: ClassVar[str] = "v1beta1"
+    KIND: ClassVar[str] = "WorkloadPriorityClass"
+    PLURAL: ClassVar[str] = "workloadpriorityclasses"
 
-    pod_sets: list[v2.PodSet] = Field(min_length=1, max_length=18)
+    value: int
+    description: str | None = None
+
+
+class PodSetTopologyRequest(v2.PodSetTopologyRequest):
+    required: str | None = None
+    preferred: str | None = None
+
+
+class PodSet(v2.PodSet):
+    topology_request: PodSetTopologyRequest | None = None
+
+
+class WorkloadSpec(KubeModel):
+    pod_sets: Annotated[list[PodSet], Field(min_length=1, max_length=18, json_schema_extra=list_map("name"))] = Field(default_factory=list)
     queue_name: Name | None = None
     priority_class_name: Annotated[str, Field(max_length=253)] | None = None
     priority: int | None = None
-    priority_class_source: Literal["kueue.x-k8s.io/workloadpriorityclass", "scheduling.k8s.io/priorityclass", ""] | None = None
-    active: bool | None = None
+    priority_class_source: Literal["kueue.x-k8s.io/workloadpriorityclass", "scheduling.k8s.io/priorityclass", ""] | None = Field(
+        default=None, json_schema_extra=crd_default("")
+    )
+    active: bool | None = Field(default=None, json_schema_extra=crd_default(True))
     maximum_execution_time_seconds: int | None = Field(default=None, ge=1)
 
 
+class PodSetAssignment(v2.PodSetAssignment):
+    delayed_topology_request: str | None = None
+
+
+class Admission(v2.Admission):
+    pod_set_assignments: list[PodSetAssignment] = Field(default_factory=list, max_length=18, json_schema_extra=list_map("name"))
+
+
+class AdmissionCheckState(v2.AdmissionCheckState):
+    name: CheckName
+
+
+class SchedulingStats(KubeModel):
+    evictions: list[v2.EvictionStat] | None = Field(default=None, json_schema_extra=list_map("reason", "underlyingCause"))
+
+
 class WorkloadStatus(KubeModel):
-    conditions: list[Condition] | None = Field(default=None, max_length=16)
-    admission: v2.Admission | None = None
+    conditions: Conditions | None = None
+    admission: Admission | None = None
     requeue_state: v2.RequeueState | None = None
-    reclaimable_pods: list[v2.ReclaimablePod] | None = Field(default=None, max_length=18)
-    admission_checks: list[v2.AdmissionCheckState] | None = Field(default=None, max_length=8)
-    resource_requests: list[v2.PodSetRequest] | None = Field(default=None, max_length=18)
+    reclaimable_pods: v2.ReclaimablePods | None = None
+    admission_checks: Annotated[list[AdmissionCheckState], Field(max_length=8, json_schema_extra=list_map("name"))] | None = None
+    resource_requests: v2.PodSetRequests | None = None
     # Kueue's v1beta1 field keeps this spelling.
     accumulated_past_exexcution_time_seconds: int | None = None
-    scheduling_stats: v2.SchedulingStats | None = None
-    nominated_cluster_names: list[str] | None = Field(default=None, max_length=20)
-    cluster_name: str | None = Field(default=None, max_length=256)
+    scheduling_stats: SchedulingStats | None = None
+    nominated_cluster_names: list[str] | None = Field(default=None, max_length=20, json_schema_extra=LIST_ATOMIC)
+    cluster_name: str | None = None
+    unhealthy_nodes: list[v2.UnhealthyNode] | None = None
 
 
 class Workload(Resource):
@@ -113,14 +229,24 @@ class Workload(Resource):
     PLURAL: ClassVar[str] = "workloads"
     NAMESPACED: ClassVar[bool] = True
 
-    spec: WorkloadSpec
+    spec: WorkloadSpec = Field(default_factory=WorkloadSpec)
     status: WorkloadStatus | None = None
 
 
+class AdmissionCheckParametersReference(KubeModel):
+    api_group: Annotated[str, Field(max_length=253)]
+    kind: Annotated[str, Field(max_length=63)]
+    name: Annotated[str, Field(max_length=63, pattern=DNS_LABEL_PATTERN)]
+
+
 class AdmissionCheckSpec(KubeModel):
-    controller_name: Annotated[str, Field(min_length=1, max_length=253)]
-    retry_delay_minutes: int | None = None
-    parameters: v2.AdmissionCheckParametersReference | None = None
+    controller_name: str
+    retry_delay_minutes: int | None = Field(default=None, json_schema_extra=crd_default(15))
+    parameters: AdmissionCheckParametersReference | None = None
+
+
+class AdmissionCheckStatus(KubeModel):
+    conditions: Conditions | None = None
 
 
 class AdmissionCheck(Resource):
@@ -130,11 +256,19 @@ class AdmissionCheck(Resource):
     PLURAL: ClassVar[str] = "admissionchecks"
 
     spec: AdmissionCheckSpec
-    status: v2.AdmissionCheckStatus | None = None
+    status: AdmissionCheckStatus | None = None
+
+
+class KubeConfigRef(v2.KubeConfigRef):
+    location: str
+
+
+class MultiKueueClusterStatus(KubeModel):
+    conditions: Conditions | None = None
 
 
 class MultiKueueClusterSpec(KubeModel):
-    kube_config: v2.KubeConfigRef | None = None
+    kube_config: KubeConfigRef | None = None
     cluster_profile_ref: v2.ClusterProfileReference | None = None
 
 
@@ -145,11 +279,11 @@ class MultiKueueCluster(Resource):
     PLURAL: ClassVar[str] = "multikueueclusters"
 
     spec: MultiKueueClusterSpec
-    status: v2.MultiKueueClusterStatus | None = None
+    status: MultiKueueClusterStatus | None = None
 
 
 class MultiKueueConfigSpec(KubeModel):
-    clusters: list[Annotated[str, Field(max_length=256)]] = Field(min_length=1, max_length=20)
+    clusters: list[str] = Field(min_length=1, max_length=20, json_schema_extra=LIST_SET)
 
 
 class MultiKueueConfig(Resource):
@@ -167,8 +301,6 @@ def _same_shape(hub: type[Resource]) -> type[Resource]:
 
 
 ResourceFlavor = _same_shape(v2.ResourceFlavor)
-Cohort = _same_shape(v2.Cohort)
-WorkloadPriorityClass = _same_shape(v2.WorkloadPriorityClass)
 
 KINDS: tuple[type[Resource], ...] = (
     ResourceFlavor,
