@@ -191,7 +191,9 @@ def crd_findings(upstream: Schema, kfed: Schema, opaque: Iterable[str] = ()) -> 
             continue
         kfed_version = kfed_versions[version_name]
         if version.get("subresources", {}) != kfed_version.get("subresources", {}):
-            findings.append(f"{name} {version_name}: subresources {kfed_version.get('subresources')}, upstream {version.get('subresources')}")
+            findings.append(
+                f"{name} {version_name}: subresources {kfed_version.get('subresources')}, upstream {version.get('subresources')}"
+            )
         for finding in schema_findings(version["schema"]["openAPIV3Schema"], kfed_version["schema"]["openAPIV3Schema"], opaque):
             findings.append(f"{name} {version_name} {finding}")
     return findings

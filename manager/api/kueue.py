@@ -558,7 +558,9 @@ UNIQUE_ITEMS = cel(("size(self.filter(i, size(self.filter(j, j == i)) > 1)) == 0
 
 
 class MultiKueueConfigSpec(KubeModel):
-    clusters: list[Annotated[str, Field(max_length=256)]] = Field(min_length=1, max_length=20, json_schema_extra={**LIST_ATOMIC, **UNIQUE_ITEMS})
+    clusters: list[Annotated[str, Field(max_length=256)]] = Field(
+        min_length=1, max_length=20, json_schema_extra={**LIST_ATOMIC, **UNIQUE_ITEMS}
+    )
     quota_management: Literal["Manual", "Automated"] | None = None
 
 

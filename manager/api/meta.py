@@ -149,10 +149,16 @@ def _cel_list(values: tuple[str, ...]) -> str:
 TAINT_RULES = cel((f"self.all(x, x.effect in {_cel_list(TAINT_EFFECTS)})", f"supported taint effect values: {_cel_list(TAINT_EFFECTS)}"))
 TOLERATION_RULES = cel(
     ("self.all(x, !has(x.key) ? x.operator == 'Exists' : true)", "operator must be Exists when 'key' is empty"),
-    ("self.all(x, has(x.tolerationSeconds) ? x.effect == 'NoExecute' : true)", "effect must be 'NoExecute' when 'tolerationSeconds' is set"),
+    (
+        "self.all(x, has(x.tolerationSeconds) ? x.effect == 'NoExecute' : true)",
+        "effect must be 'NoExecute' when 'tolerationSeconds' is set",
+    ),
     ("self.all(x, !has(x.operator) || x.operator in ['Equal', 'Exists'])", "supported toleration values: 'Equal'(default), 'Exists'"),
     ("self.all(x, has(x.operator) && x.operator == 'Exists' ? !has(x.value) : true)", "a value must be empty when 'operator' is 'Exists'"),
-    (f"self.all(x, !has(x.effect) || x.effect in {_cel_list(TAINT_EFFECTS)})", f"supported taint effect values: {_cel_list(TAINT_EFFECTS)}"),
+    (
+        f"self.all(x, !has(x.effect) || x.effect in {_cel_list(TAINT_EFFECTS)})",
+        f"supported taint effect values: {_cel_list(TAINT_EFFECTS)}",
+    ),
 )
 """The rules on a list of tolerations (Kubernetes' own, which a CRD has to spell out)."""
 

@@ -59,6 +59,8 @@ WORKER_RULES: list[dict[str, list[str]]] = [
     {"apiGroups": [c.GROUP], "resources": ["workloads"], "verbs": ["create", "delete", "get", "list", "watch", "update", "patch"]},
     {"apiGroups": [c.GROUP], "resources": ["workloads/status"], "verbs": ["get", "patch", "update"]},
     {"apiGroups": [c.GROUP], "resources": ["clusterqueues", "localqueues"], "verbs": ["get", "list", "watch"]},
+    # Whether the worker's kfed agent runs (its leader-election Lease); that one Lease, read only.
+    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": ["kfed-worker-agent"], "verbs": ["get"]},
 ]
 
 

@@ -41,7 +41,13 @@ def restart_delay(*, consecutive_crashes: int, ran_for: float) -> float:
 
 
 def _log(name: str, message: str, **fields: object) -> None:
-    record = {"ts": datetime.now(UTC).isoformat(), "level": "info", "logger": "kfed.dev.supervise", "component": name, "msg": message}
+    record: dict[str, object] = {
+        "ts": datetime.now(UTC).isoformat(),
+        "level": "info",
+        "logger": "kfed.dev.supervise",
+        "component": name,
+        "msg": message,
+    }
     record.update(fields)
     print(json.dumps(record), file=sys.stderr, flush=True)
 

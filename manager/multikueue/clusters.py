@@ -25,6 +25,7 @@ from manager.api.meta import Condition, find_condition
 from manager.kube.client import KubeClient
 from manager.kube.errors import NotFoundError
 from manager.kube.informer import Informer
+from manager.multikueue.agent import REASON_AGENT_NOT_RUNNING
 from manager.multikueue.kubeconfig import REASON_BAD, KubeconfigRejectedError, check_kubeconfig_path, parse_kubeconfig
 from manager.multikueue.plan import admission_check_active, connection_failed_message
 from manager.multikueue.remote import RemoteCluster
@@ -163,7 +164,10 @@ class ClusterController:
             self._on_connection_change(remote)
             return None
         remote.start(kubeconfig)
-        if remote.connected:
+        agent = remote.agent_verdict()
+        if remote.connected and agent.running is False:
+            await self._write_status(cluster, "False", REASON_AGENT_NOT_RUNNING, agent.message)
+        elif remote.connected:
             await self._write_status(cluster, "True", "Active", "Connected")
         elif remote.failed_attempts > 0 and remote.next_attempt is not None:
             message = connection_failed_message(remote.last_error, attempts=remote.failed_attempts, next_attempt=remote.next_attempt)

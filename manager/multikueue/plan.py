@@ -45,6 +45,7 @@ class ClusterHealth:
     name: str
     connected: bool
     lost_since: datetime | None = None  # the first disconnect, kept across failed reconnects
+    accepts_new: bool = True  # False: its admission agent is down; it keeps what it has, gets no new copy
 
 
 @dataclass(frozen=True)
@@ -301,14 +302,15 @@ def plan_workload(inputs: WorkloadInputs) -> Plan:
     if not _other_checks_ready(local, inputs.check_name):
         return plan
     current = list(local.status.nominated_cluster_names or []) if local.status else []
+    accepting = {cl.name for cl in inputs.clusters if cl.accepts_new}
     if inputs.dispatcher == c.DISPATCHER_ALL_AT_ONCE:
-        nominated = sorted(name for name in available if name not in inputs.blocked)
+        nominated = sorted(name for name in available if name not in inputs.blocked and name in accepting)
         if sorted(current) != nominated:
             plan.nominate = nominated
     else:
         nominated = [name for name in current if name not in inputs.blocked]
     for cluster in nominated:
-        if cluster in available and cluster not in remotes:
+        if cluster in available and cluster in accepting and cluster not in remotes:
             plan.create.append(cluster)
     plan.delete += [cluster for cluster in sorted(remotes) if cluster not in nominated and cluster not in plan.delete]
     problems = _problems(inputs, remotes, nominated)

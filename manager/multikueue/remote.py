@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -20,11 +21,12 @@ from typing import Any
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential
 
 from manager.api import constants as c
-from manager.api.core import Job
+from manager.api.core import Job, Lease
 from manager.api.kueue import Workload
 from manager.kube.client import KubeClient, KubeconfigError
-from manager.kube.errors import KubeError
+from manager.kube.errors import ForbiddenError, KubeError, NotFoundError
 from manager.kube.informer import Informer
+from manager.multikueue.agent import AGENT_LEASE_NAME, AGENT_LEASE_NAMESPACE, AgentLeaseWatch, AgentVerdict, LeaseSighting
 from manager.runtime.tasks import cancel_and_wait
 
 log = logging.getLogger("kfed.multikueue.remote")
@@ -59,6 +61,7 @@ class RemoteCluster:
         on_object: Callable[[RemoteCluster, str, str], None],
         observe_latency: Callable[[str, str, float], None] | None = None,
         clock: Callable[[], datetime] = _utcnow,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.name = name
         self.origin = origin
@@ -80,6 +83,9 @@ class RemoteCluster:
         self.next_attempt: datetime | None = None
         self.last_error = ""
         self.reconnects = 0
+        self.monotonic = monotonic
+        self.agent = AgentLeaseWatch()
+        self._agent_running: bool | None = None
         self._task: asyncio.Task[None] | None = None
 
     # --- lifecycle ------------------------------------------------------------------------------
@@ -203,9 +209,11 @@ class RemoteCluster:
         self.on_change(self)
 
     async def _watch(self) -> None:
-        """Watch until one of the watches fails; raises ConnectionFailedError."""
+        """Watch until one of the watches fails; raises ConnectionFailedError. The agent's
+        Lease is read alongside; failing to read it never ends the connection."""
         assert self.workloads is not None and self.jobs is not None
         watches = [asyncio.create_task(informer.watch_until_error()) for informer in (self.workloads, self.jobs)]
+        agent = asyncio.create_task(self._poll_agent(), name=f"multikueue-agent-lease-{self.name}")
         try:
             done, _ = await asyncio.wait(watches, return_when=asyncio.FIRST_COMPLETED)
             for task in done:
@@ -214,7 +222,35 @@ class RemoteCluster:
                     raise ConnectionFailedError(_describe(failure))
             raise ConnectionFailedError("the watch ended")
         finally:
-            await cancel_and_wait(watches)
+            await cancel_and_wait([*watches, agent])
+            self.agent.forget()
+            self._agent_running = None
+
+    # --- the admission side ---------------------------------------------------------------------------
+    def agent_verdict(self) -> AgentVerdict:
+        """Whether the worker's kfed agent runs (None: unknown, for example upstream Kueue)."""
+        return self.agent.verdict(self.monotonic())
+
+    async def _poll_agent(self) -> None:
+        while True:
+            client = self.client
+            if client is not None:
+                try:
+                    lease = await client.get(Lease, AGENT_LEASE_NAME, namespace=AGENT_LEASE_NAMESPACE)
+                    spec = lease.spec
+                    self.agent.observe(LeaseSighting(spec.holder_identity, spec.renew_time, spec.lease_duration_seconds), self.monotonic())
+                except (NotFoundError, ForbiddenError):
+                    self.agent.observe(None, self.monotonic())  # no kfed agent to judge by
+                except KubeError as err:
+                    # A failed read says nothing about the agent; the watches judge the connection.
+                    log.debug("cannot read the worker agent's lease", extra={"cluster": self.name, "error": str(err)})
+                running = self.agent_verdict().running
+                if running != self._agent_running:
+                    self._agent_running = running
+                    if running is False:
+                        log.warning("worker admission agent not running", extra={"cluster": self.name})
+                    self.on_change(self)
+            await asyncio.sleep(self.agent.poll_interval())
 
     # --- events ---------------------------------------------------------------------------------
     def _on_workload(self, kind: str, old: Workload | None, new: Workload | None) -> None:

@@ -211,7 +211,9 @@ class WorkloadController:
             if remote is None:
                 out.append(ClusterHealth(name, False, self.clusters.removed_at.setdefault(name, now)))
             else:
-                out.append(ClusterHealth(name, remote.connected, remote.lost_since))
+                # A worker whose admission agent is down keeps what it runs, but gets nothing new.
+                accepts = remote.agent_verdict().running is not False
+                out.append(ClusterHealth(name, remote.connected, remote.lost_since, accepts_new=accepts))
         return out
 
     def _local_job(self, wl: kueue.Workload) -> tuple[Job | None, Any]:

@@ -416,3 +416,35 @@ async def test_two_managers_with_different_origins_share_workers_without_touchin
             await other.close()
     finally:
         second.stop_manager()
+
+
+# --- a worker whose admission agent is not running -----------------------------------------------------
+async def test_a_worker_whose_agent_stopped_is_reported_and_gets_no_new_workload(fed: Federation, kube: Clients, tag: str) -> None:
+    ns = f"{tag}-agent"
+    await kube.queues(ns, manager_cpu=8, worker_cpu={"worker1": 4, "worker2": 4}, labels=RUNS, tag=tag)
+    agent = fed.agents["worker2"]
+    agent.terminate()  # its apiserver still answers: only the admission side is gone
+    try:
+
+        async def reported() -> Any:
+            found = cluster_condition(await kube.manager.get(kueue.MultiKueueCluster, "worker2"))
+            return found if found and found[:2] == ("False", "AdmissionAgentNotRunning") else None
+
+        _, _, message = await eventually(reported, timeout=60, what="worker2 reported with its agent not running")
+        assert message.startswith("the worker's admission agent is not running: its Lease kfed-system/kfed-worker-agent")
+        await kube.manager.create(Job, job_manifest("while-down", ns))
+        assert await eventually(lambda: admitted_on(kube, ns, "while-down"), timeout=60, what="admission on worker1") == "worker1"
+        wl = await kube.manager_workload(ns, "while-down")
+        assert wl is not None
+        copies = await kube.remote_workloads(ns)
+        assert copies["worker2"] == []  # never sent to the worker that could not admit it
+    finally:
+        agent.process = None
+        agent.start()
+        agent.wait_ready()
+
+    async def active_again() -> Any:
+        found = cluster_condition(await kube.manager.get(kueue.MultiKueueCluster, "worker2"))
+        return found if found and found[:2] == ("True", "Active") else None
+
+    await eventually(active_again, timeout=60, what="worker2 Active again once its agent runs")

@@ -294,6 +294,15 @@ def test_the_worker_access_role_is_what_register_creates() -> None:
     assert role["rules"] == WORKER_RULES
 
 
+def test_the_manager_may_read_only_the_worker_agents_lease_on_a_worker(cluster: LocalCluster) -> None:
+    applied = kubectl(cluster, "apply", "--server-side", "--force-conflicts", "-f", "-", stdin=build("multikueue-worker-access"))
+    assert applied.returncode == 0, applied.stderr
+    assert _can(cluster, "kfed-multikueue", "get", "leases/kfed-worker-agent", "kfed-system")
+    assert not _can(cluster, "kfed-multikueue", "get", "leases/kfed-manager", "kfed-system")
+    assert not _can(cluster, "kfed-multikueue", "list", "leases", "kfed-system")
+    assert not _can(cluster, "kfed-multikueue", "update", "leases/kfed-worker-agent", "kfed-system")
+
+
 def test_the_manifests_have_no_built_binaries_or_secrets_in_them() -> None:
     for path in Path(DEPLOY).rglob("*"):
         if path.is_file():

@@ -335,3 +335,12 @@ def test_reconnects_back_off_from_5_seconds_to_a_320_second_cap() -> None:
 def test_a_connection_failure_names_its_attempts_and_the_next_one() -> None:
     message = connection_failed_message("dial tcp: refused", attempts=3, next_attempt=NOW)
     assert message == "dial tcp: refused; connection attempts: 3, next connection attempt: 2026-11-21T12:00:00Z"
+
+
+def test_a_worker_whose_admission_agent_is_down_gets_no_new_copy_and_keeps_the_one_it_admitted() -> None:
+    agent_down = ClusterHealth("w2", True, accepts_new=False)
+    fresh = plan_workload(inputs(local(), [*up("w1"), agent_down]))
+    assert fresh.nominate == ["w1"] and fresh.create == ["w1"]
+    wl = local(state="Ready", cluster_name="w2")
+    kept = plan_workload(inputs(wl, [*up("w1"), agent_down], {"w2": remote(cond(c.QUOTA_RESERVED), cond(c.ADMITTED), round_of=wl)}))
+    assert kept.delete == [] and kept.sync_job == "w2"
