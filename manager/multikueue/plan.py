@@ -62,6 +62,7 @@ class WorkloadInputs:
     local_job_active: int = 0
     problems: Mapping[str, str] = field(default_factory=dict)  # per cluster: why a copy cannot be made there
     blocked: Mapping[str, str] = field(default_factory=dict)  # per cluster: a foreign Job has the name
+    remote_jobs: frozenset[str] = frozenset()  # connected clusters that hold our Job for this workload
 
 
 @dataclass(frozen=True)
@@ -142,10 +143,28 @@ def _other_checks_ready(wl: Workload, name: str) -> bool:
 
 def dispatch_round(local: Workload, check: AdmissionCheckState | None) -> str:
     """The current reservation of the manager's Workload: when its quota was reserved, and how
-    many times its MultiKueue check was retried."""
+    many times its MultiKueue check was retried (which tells apart two reservations made in
+    the same second after a retry)."""
     reserved = find_condition(_conditions(local), c.QUOTA_RESERVED)
     when = reserved.last_transition_time.strftime("%Y-%m-%dT%H:%M:%SZ") if reserved and reserved.last_transition_time else ""
     return f"{when}/{(check.retry_count if check else None) or 0}"
+
+
+def made_for_this_round(made_for: str | None, local: Workload, check: AdmissionCheckState | None) -> bool:
+    """Whether a copy marked `made_for` belongs to the manager Workload's current reservation.
+    Unmarked copies (made by another manager's Kueue) count as current. While the Workload is
+    being evicted its reservation still holds, but the eviction has already reset the check's
+    retry count (Kueue's resetChecksOnEviction: a Ready check to none, a Retry one to one
+    more): only the reservation time is compared then, so the copy that runs the Job is
+    deactivated and stopped, never deleted."""
+    if made_for is None:
+        return True
+    current = dispatch_round(local, check)
+    if made_for == current:
+        return True
+    if is_condition_true(_conditions(local), c.EVICTED):
+        return made_for.partition("/")[0] == current.partition("/")[0]
+    return False
 
 
 def remote_copy(local: Workload, *, origin: str, check_name: str) -> dict[str, Any]:
@@ -202,10 +221,8 @@ def plan_workload(inputs: WorkloadInputs) -> Plan:
 
     # Copies from an earlier round (a worker that was unreachable while the workload was
     # evicted and dispatched again) are deleted and never read.
-    current_round = dispatch_round(local, check)
     for cluster in sorted(remotes):
-        made_for = (remotes[cluster].metadata.annotations or {}).get(DISPATCH_ROUND_ANNOTATION)
-        if made_for is not None and made_for != current_round:
+        if not made_for_this_round((remotes[cluster].metadata.annotations or {}).get(DISPATCH_ROUND_ANNOTATION), local, check):
             plan.delete.append(cluster)
             del remotes[cluster]
 
@@ -273,7 +290,7 @@ def plan_workload(inputs: WorkloadInputs) -> Plan:
             plan.events.append(("Normal", plan.check.message))
             plan.retried_on = cluster_name or None
             return plan
-        if local_evicted and inputs.local_job_active > 0 and not remotes and _all_lost(inputs):
+        if local_evicted and inputs.local_job_active > 0 and not remotes and _only_lost_workers_may_run_it(inputs):
             # The worker that ran it is gone past workerLostTimeout: its pods count as gone,
             # so the manager Job stops holding quota (nothing will ever report them).
             plan.stop_local_job = True
@@ -317,14 +334,17 @@ def plan_workload(inputs: WorkloadInputs) -> Plan:
     return plan
 
 
-def _all_lost(inputs: WorkloadInputs) -> bool:
-    for cluster in inputs.clusters:
-        if cluster.connected:
-            continue
-        since = cluster.lost_since or inputs.now
-        if inputs.now - since < inputs.worker_lost_timeout:
-            return False
-    return True
+def _only_lost_workers_may_run_it(inputs: WorkloadInputs) -> bool:
+    """Whether the Job can run only on workers lost for workerLostTimeout or longer: no
+    connected worker holds our Job, at least one worker is lost, and every disconnected
+    worker has been lost that long. With every worker connected the answer is no: the copy
+    or Job may just not be in the cache yet."""
+    if any(cluster.connected and cluster.name in inputs.remote_jobs for cluster in inputs.clusters):
+        return False
+    lost = [cluster for cluster in inputs.clusters if not cluster.connected]
+    if not lost:
+        return False
+    return all(inputs.now - (cluster.lost_since or inputs.now) >= inputs.worker_lost_timeout for cluster in lost)
 
 
 def _problems(inputs: WorkloadInputs, remotes: Mapping[str, Workload], nominated: Sequence[str]) -> str:

@@ -22,6 +22,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wai
 from manager.api import constants as c
 from manager.api.core import Job
 from manager.api.kueue import Workload
+from manager.engine.jobs import prebuilt_workload_name
 from manager.kube.client import KubeClient, KubeconfigError
 from manager.kube.errors import KubeError
 from manager.kube.informer import Informer
@@ -226,7 +227,7 @@ class RemoteCluster:
         job = new or old
         if job is None:
             return
-        name = (job.metadata.labels or {}).get(c.PREBUILT_WORKLOAD_LABEL)
+        name = prebuilt_workload_name(job.metadata)
         if name:
             self.on_object(self, job.namespace, name)
 
@@ -243,7 +244,7 @@ class RemoteCluster:
 
 
 def _prebuilt_of(job: Job) -> list[str]:
-    name = (job.metadata.labels or {}).get(c.PREBUILT_WORKLOAD_LABEL)
+    name = prebuilt_workload_name(job.metadata)
     return [f"{job.namespace}/{name}"] if name else []
 
 
