@@ -161,7 +161,10 @@ class UpstreamKueue:
         self.process.start()
         wait_for(self._ready, timeout=90, what=f"upstream Kueue on {self.cluster.name} /readyz (log: {self.process.log})")
         for obj in webhook_configurations((self.bin_dir / "webhook-manifests.yaml").read_text(), self.url, ca.cert_pem):
-            federation.create(self.cluster, obj)
+            plural = obj["kind"].lower() + "s"
+            status, body = self.cluster.request("POST", f"/apis/admissionregistration.k8s.io/v1/{plural}", obj)
+            if status != 201:
+                raise ClusterError(f"{self.cluster.name}: registering {obj['kind']}/{obj['metadata']['name']} failed: {body}")
         wait_for(self._webhooks_called, timeout=60, what=f"the apiserver of {self.cluster.name} calling Kueue's webhooks")
         return self
 

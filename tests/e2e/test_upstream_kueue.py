@@ -41,10 +41,12 @@ assert len(LONG_NAME) == 62
 
 @dataclass
 class Interop:
-    """A federation mixing kfed and upstream Kueue, and how to stop what it started."""
+    """A federation mixing kfed and upstream Kueue, and how to stop what it started. Only
+    `runs_on` gets quota, so the tests' Jobs run there (every worker gets a copy to admit)."""
 
     manager: LocalCluster
     workers: dict[str, LocalCluster]
+    runs_on: str
     stoppers: list[Callable[[], object]] = field(default_factory=list)
 
     def stop(self) -> None:
@@ -82,6 +84,7 @@ def kfed_manager_with_a_kueue_worker(provider: Provider, directory: Path, bin_di
     fed = Interop(
         manager,
         {"kfed-worker": kfed_worker, "kueue-worker": kueue_worker},
+        runs_on="kueue-worker",
     )
     try:
         start_agent(fed, "kfed-worker", directory)
@@ -104,7 +107,7 @@ def kueue_manager_with_kfed_workers(provider: Provider, directory: Path, bin_dir
     suffix = uuid.uuid4().hex[:4]
     manager = provider.create([f"kk-manager-{suffix}"])[0]
     w1, w2 = provider.create([f"kk-w1-{suffix}", f"kk-w2-{suffix}"], jobs=True)
-    fed = Interop(manager, {"worker1": w1, "worker2": w2})
+    fed = Interop(manager, {"worker1": w1, "worker2": w2}, runs_on="worker2")
     try:
         for name in fed.workers:
             start_agent(fed, name, directory)
@@ -147,11 +150,12 @@ def tag() -> str:
 
 
 async def queues_ready(
-    kube: Clients, namespace: str, *, worker_cpu: int, labels: dict[str, str], tag: str, manager_cpu: int = 4
+    interop: Interop, kube: Clients, namespace: str, *, labels: dict[str, str], tag: str, manager_cpu: int = 4
 ) -> dict[str, str]:
-    """Queues on every cluster, and the manager's LocalQueue active: its ClusterQueue's
-    MultiKueue check sees every worker, so a Job created now is dispatched."""
-    cqs = await kube.queues(namespace, manager_cpu=manager_cpu, worker_cpu=dict.fromkeys(kube.workers, worker_cpu), labels=labels, tag=tag)
+    """Queues on every cluster (4 cpu on `runs_on`, none elsewhere), and the manager's LocalQueue
+    active: its ClusterQueue's MultiKueue check sees every worker, so a Job created now is dispatched."""
+    worker_cpu = {name: 4 if name == interop.runs_on else 0 for name in kube.workers}
+    cqs = await kube.queues(namespace, manager_cpu=manager_cpu, worker_cpu=worker_cpu, labels=labels, tag=tag)
 
     async def active() -> Any:
         lq = await kube.manager.get(kueue.LocalQueue, LQ, namespace=namespace)
@@ -203,7 +207,7 @@ async def test_short_and_62_character_jobs_each_run_exactly_once_and_leave_nothi
     interop: Interop, kube: Clients, tag: str
 ) -> None:
     ns = f"{tag}-once"
-    await queues_ready(kube, ns, worker_cpu=4, labels=RUNS, tag=tag)
+    await queues_ready(interop, kube, ns, labels=RUNS, tag=tag)
     names = ["short", LONG_NAME]
     for name in names:
         await kube.manager.create(Job, job_manifest(name, ns))
@@ -215,7 +219,7 @@ async def test_short_and_62_character_jobs_each_run_exactly_once_and_leave_nothi
         assert wl is not None and wl.status is not None
         finished = find_condition(wl.status.conditions, c.FINISHED)
         assert finished is not None and (finished.status, finished.reason) == ("True", "Succeeded")
-        assert wl.status.cluster_name in kube.workers
+        assert wl.status.cluster_name == interop.runs_on
 
     await eventually(lambda: _nothing_left(kube, ns), timeout=90, what="every remote Job, Workload and Pod deleted after the finish")
     for name in names:
@@ -233,7 +237,9 @@ async def _some_pod_created(kube: Clients, ns: str, job: str) -> dict[str, int] 
 
 
 # --- preemption on the manager --------------------------------------------------------------------------------
-async def test_a_preemption_on_the_manager_stops_the_remote_job_and_frees_quota_on_both_sides(kube: Clients, tag: str) -> None:
+async def test_a_preemption_on_the_manager_stops_the_remote_job_and_frees_quota_on_both_sides(
+    interop: Interop, kube: Clients, tag: str
+) -> None:
     ns = f"{tag}-preempt"
     # Every cluster knows the priority classes, as the Jobs carry them everywhere.
     for client in [kube.manager, *kube.workers.values()]:
@@ -245,9 +251,10 @@ async def test_a_preemption_on_the_manager_stops_the_remote_job_and_frees_quota_
                 "value": value,
             }
             await client.create(kueue.WorkloadPriorityClass, body)
-    cqs = await queues_ready(kube, ns, manager_cpu=1, worker_cpu=4, labels=PARKED, tag=tag)
+    cqs = await queues_ready(interop, kube, ns, manager_cpu=1, labels=PARKED, tag=tag)
     await kube.manager.create(Job, job_manifest("victim", ns, priority_class=f"{tag}-low"))
     victim_on = await eventually(lambda: admitted_on(kube, ns, "victim"), timeout=90, what="the low-priority Job admitted")
+    assert victim_on == interop.runs_on
 
     async def running_on_its_worker() -> bool:
         jobs = (await kube.workers[victim_on].list(Job, namespace=ns)).items
@@ -277,15 +284,18 @@ async def test_a_preemption_on_the_manager_stops_the_remote_job_and_frees_quota_
     await eventually(victim_stopped_on_its_worker, timeout=90, what=f"the victim's remote Job stopped on {victim_on}")
     victim = await kube.manager.get(Job, "victim", namespace=ns)
     assert victim.spec.suspend is True and not (victim.status and victim.status.active)
-    manager_cq = await kube.manager.get(kueue.ClusterQueue, cqs["manager"])
-    assert manager_cq.status is not None and manager_cq.status.admitted_workloads == 1  # the preemptor alone
-    expected = "1" if urgent_on == victim_on else "0"
+    assert urgent_on == victim_on
+    # The preemptor's 1 cpu alone on both sides: the victim's reservation is released everywhere.
+    for side, client in (("manager", kube.manager), (victim_on, kube.workers[victim_on])):
+        await eventually(
+            functools.partial(reserved_cpu, client, cqs[side], "1"), timeout=60, what=f"{side} reserving only the preemptor's cpu"
+        )
 
-    async def worker_reservation() -> str | None:
-        # Written once the victim's copy and the preemptor's losing copy are gone.
-        worker_cq = await kube.workers[victim_on].get(kueue.ClusterQueue, cqs[victim_on])
-        reserved = worker_cq.status.flavors_reservation if worker_cq.status else None
-        total = str((reserved[0].resources or [])[0].total) if reserved else None
-        return total if total == expected else None
 
-    await eventually(worker_reservation, timeout=60, what=f"{victim_on} reserving {expected} cpu after the preemption")
+async def reserved_cpu(client: KubeClient, cq: str, expected: str) -> str | None:
+    """The cpu a ClusterQueue reports reserved, once it is `expected` (status is written a moment
+    after admissions change)."""
+    status = (await client.get(kueue.ClusterQueue, cq)).status
+    reserved = status.flavors_reservation if status else None
+    total = str((reserved[0].resources or [])[0].total) if reserved else None
+    return total if total == expected else None
