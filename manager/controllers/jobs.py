@@ -22,6 +22,7 @@ from manager.controllers.events import EventRecorder, InvolvedObject
 from manager.engine.jobs import (
     JobConversionError,
     admitted_without_reservation,
+    eviction_can_release,
     job_finished,
     job_queue_name,
     prebuilt_workload_name,
@@ -157,9 +158,10 @@ class JobController:
             await self._stop(job, wl, evicted)
             return None
         if evicted and reserved:
-            active = (job.status.active if job.status else 0) or 0
-            if active > 0:
-                return Result(requeue_after=1.0)  # its pods are still going; the Job's update wakes us too
+            if not eviction_can_release(job):
+                # Its pods are still going, or it is finishing (then it ends Finished, never
+                # queued again); the Job's update wakes us too.
+                return Result(requeue_after=1.0)
             if job.status is not None and job.status.start_time is not None:
                 # Same as Kueue's stop: clear startTime. Kubernetes lets a suspended Job's
                 # template change only without it, and a Job handed to MultiKueue gets the

@@ -168,6 +168,28 @@ def job_finished(job: Job) -> tuple[bool, bool, str]:
     return False, False, ""
 
 
+def job_finishing(job: Job) -> bool:
+    """The Job's work is done (or its failure decided) but its Complete or Failed condition has
+    not landed yet: SuccessCriteriaMet or FailureTarget is True, or its succeeded pods, counted
+    or not yet counted, reach its completions (any one, without completions)."""
+    status = job.status.to_dict() if job.status else {}
+    for cond in status.get("conditions") or []:
+        if cond.get("status") == "True" and cond.get("type") in ("SuccessCriteriaMet", "FailureTarget"):
+            return True
+    succeeded = (status.get("succeeded") or 0) + len((status.get("uncountedTerminatedPods") or {}).get("succeeded") or [])
+    completions = job.spec.completions
+    return succeeded > 0 and (completions is None or succeeded >= completions)
+
+
+def eviction_can_release(job: Job) -> bool:
+    """Whether an evicted Job's quota may be given back and its Workload queued again: none of
+    its pods is running or still terminating (a terminating pod may yet succeed), and it is not
+    finishing. A Job that finished, or is about to, must end Finished; an eviction never starts
+    it again."""
+    status = job.status.to_dict() if job.status else {}
+    return not status.get("active") and not status.get("terminating") and not job_finishing(job)
+
+
 def _original_template(wl: Workload) -> dict[str, Any]:
     template = wl.spec.pod_sets[0].template if wl.spec.pod_sets else None
     return template if isinstance(template, dict) else {}

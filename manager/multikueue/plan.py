@@ -1,6 +1,7 @@
 """What MultiKueue does with one manager Workload, given its remote copies and the health of
 each worker (pure). This is Kueue's MultiKueue workload reconciler, rule by rule, in Kueue's
-order: finished, evicted, spec drift, admitted or lost, then nomination. The shell
+order: finished, evicted, spec drift, admitted or lost, then nomination; kfed checks for a
+copy whose Job finished first of all, so that no eviction can start a finished Job again. The shell
 (`manager.multikueue.workload`) reads caches, calls `plan_workload`, and carries the plan out
 in the order its fields are listed.
 
@@ -80,7 +81,8 @@ class Plan:
     delete: list[str] = field(default_factory=list)  # remove our Job and the copy on these clusters
     update_spec: list[str] = field(default_factory=list)  # the copy's priority follows the manager's
     deactivate: tuple[str, str] | None = None  # (cluster, message): ask the worker to evict its copy
-    sync_job: str | None = None  # create the Job on this cluster, or copy its status back
+    sync_job: str | None = None  # copy the status of our Job on this cluster back to the manager's Job
+    create_job: bool = False  # with sync_job: create our Job there first if it is missing (the winner only)
     stop_local_job: bool = False  # the manager Job's pods are assumed gone: active and ready to 0
     finish: tuple[str, str] | None = None  # (reason, message) for the manager Workload's Finished
     nominate: list[str] | None = None  # new status.nominatedClusterNames
@@ -135,6 +137,11 @@ def _without(spec: dict[str, Any], names: Sequence[str]) -> dict[str, Any]:
 def _with_previous(message: str, previous: str) -> str:
     """Kueue's updateACS suffix naming the state left behind."""
     return f'{message}, Previously: "{previous}"'[:MAX_MESSAGE]
+
+
+def _out_of_sync(wl: Workload) -> bool:
+    finished = find_condition(_conditions(wl), c.FINISHED)
+    return finished is not None and finished.reason == "OutOfSync"
 
 
 def _other_checks_ready(wl: Workload, name: str) -> bool:
@@ -211,8 +218,21 @@ def plan_workload(inputs: WorkloadInputs) -> Plan:
     local_evicted = is_condition_true(conditions, c.EVICTED)
     cluster_name = local.status.cluster_name if local.status else None
 
-    # 3. Finished here, or no quota here: no copy may stay anywhere.
-    if is_condition_true(conditions, c.FINISHED) or not has_quota(local):
+    # 3a. Finished here: no copy may stay anywhere.
+    finished_here = is_condition_true(conditions, c.FINISHED)
+    # 3b. A copy whose Job finished finishes the manager Workload, whatever its reservation,
+    #     eviction or dispatch round: a finished Job is never run again (kfed orders this
+    #     before Kueue's no-quota rule, so an eviction racing the finish cannot delete the
+    #     finished copy and dispatch the Job again).
+    if not finished_here:
+        done = _earliest({k: v for k, v in remotes.items() if not _out_of_sync(v) and k not in inputs.blocked}, c.FINISHED)
+        if done is not None:
+            plan.sync_job = done[0]
+            plan.finish = (done[1].reason, done[1].message)
+            return plan
+
+    # 3c. Finished here, or no quota here: no copy may stay anywhere.
+    if finished_here or not has_quota(local):
         plan.delete = sorted(remotes)
         if unavailable:
             # Copies on unreachable workers are retried later (and the GC is the backstop).
@@ -226,20 +246,16 @@ def plan_workload(inputs: WorkloadInputs) -> Plan:
             plan.delete.append(cluster)
             del remotes[cluster]
 
-    # 4. A copy finished on a worker.
-    finished = _earliest(remotes, c.FINISHED)
-    if finished is not None:
-        cluster, cond = finished
-        if cond.reason == "OutOfSync":
-            # Same as Kueue: the worker says its copy no longer matches the Job; dispatch again.
-            if check.state == "Ready":
-                message = f'Remote workload on worker cluster "{cluster}" is out of sync with its user job, resetting for re-dispatch'
-                plan.check = CheckUpdate("Retry", _with_previous(message, check.state))
-                plan.events.append(("Warning", plan.check.message))
-                plan.retried_on = cluster
-            return plan
-        plan.sync_job = cluster
-        plan.finish = (cond.reason, cond.message)
+    # 4. A copy of this round is out of sync with its Job (Kueue's worker finishes it so):
+    #    dispatch again. (Copies whose Job finished were handled in 3b.)
+    out_of_sync = _earliest(remotes, c.FINISHED)
+    if out_of_sync is not None:
+        cluster = out_of_sync[0]
+        if check.state == "Ready":
+            message = f'Remote workload on worker cluster "{cluster}" is out of sync with its user job, resetting for re-dispatch'
+            plan.check = CheckUpdate("Retry", _with_previous(message, check.state))
+            plan.events.append(("Warning", plan.check.message))
+            plan.retried_on = cluster
         return plan
 
     # 5. A copy was evicted on a worker.
@@ -304,6 +320,7 @@ def plan_workload(inputs: WorkloadInputs) -> Plan:
                 plan.deactivate = (winner, message[:MAX_MESSAGE])
             return plan
         plan.sync_job = winner
+        plan.create_job = True
         if check.state not in ("Retry", "Rejected") and (check.state != "Ready" or cluster_name != winner):
             plan.check = CheckUpdate("Ready", f'The workload was admitted on "{winner}"', cluster_name=winner, clear_nominated=True)
             plan.events.append(("Normal", plan.check.message))

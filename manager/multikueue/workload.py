@@ -314,7 +314,7 @@ class WorkloadController:
             cluster, message = plan.deactivate
             await self._deactivate_remote(connected[cluster], key, message)
         if plan.sync_job is not None and job is not None:
-            deferred = await self._sync_job(connected[plan.sync_job], key, local, job)
+            deferred = await self._sync_job(connected[plan.sync_job], key, local, job, create=plan.create_job)
             if deferred:
                 requeue = SYNC_DEFERRED_REQUEUE if requeue is None else min(requeue, SYNC_DEFERRED_REQUEUE)
             if (key, plan.sync_job) in self.blocked:
@@ -419,12 +419,16 @@ class WorkloadController:
         patch = {"metadata": {"resourceVersion": copy.metadata.resource_version}, "status": {"conditions": conditions}}
         await remote.client.patch(kueue.Workload, copy.name, patch, namespace=copy.namespace, subresource="status")
 
-    async def _sync_job(self, remote: RemoteCluster, key: str, local: kueue.Workload, job: Job) -> bool:
-        """Create the Job on the worker, or copy its status back. Returns True when deferred."""
+    async def _sync_job(self, remote: RemoteCluster, key: str, local: kueue.Workload, job: Job, *, create: bool) -> bool:
+        """Copy the worker's Job status back, creating that Job first when `create` (only the
+        winner of a running workload: a finished or evicted one is never started again).
+        Returns True when deferred."""
         client = remote.client
         if client is None:
             return False
         theirs = remote.job_for(key)
+        if theirs is None and not create:
+            return False
         if theirs is None:
             try:
                 await client.create(Job, remote_job(job, workload_name=local.name, origin=self.settings.origin), namespace=job.namespace)
@@ -455,7 +459,9 @@ class WorkloadController:
 
     async def _stop_local_job(self, job: Job) -> None:
         with contextlib.suppress(NotFoundError):
-            await self.client.patch(Job, job.name, {"status": {"active": 0, "ready": 0}}, namespace=job.namespace, subresource="status")
+            await self.client.patch(
+                Job, job.name, {"status": {"active": 0, "ready": 0, "terminating": 0}}, namespace=job.namespace, subresource="status"
+            )
 
     # --- writes on the manager ---------------------------------------------------------------------
     async def _patch_local(self, local: kueue.Workload, status: dict[str, Any]) -> None:

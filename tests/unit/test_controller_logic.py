@@ -20,6 +20,7 @@ from manager.controllers.webhooks import convert_review, default_job, validate
 from manager.engine.jobs import (
     admitted_pod_metadata,
     admitted_without_reservation,
+    eviction_can_release,
     prebuilt_workload_metadata,
     prebuilt_workload_name,
     requeued_follow_up,
@@ -255,6 +256,28 @@ def test_requeued_false_turns_true_as_kueues_workload_controller_does(
     wl.status = kueue.WorkloadStatus.model_validate(status)
     wl.spec.active = active
     assert requeued_follow_up(wl, datetime(2026, 11, 21, 12, tzinfo=UTC)) == expected
+
+
+@pytest.mark.parametrize(
+    ("completions", "status", "releases"),
+    [
+        (1, {}, True),  # never ran, or stopped before any pod finished
+        (4, {"succeeded": 2, "failed": 1}, True),  # stopped half way: it runs again from its Workload
+        (1, {"active": 1}, False),  # its pods are still going
+        (1, {"terminating": 1}, False),  # a terminating pod may yet succeed
+        (1, {"succeeded": 1}, False),  # done, its Complete condition not written yet
+        (None, {"succeeded": 1}, False),  # without completions, one success is done
+        (2, {"succeeded": 1, "uncountedTerminatedPods": {"succeeded": ["u"]}}, False),  # done, not counted yet
+        (4, {"conditions": [{"type": "SuccessCriteriaMet", "status": "True"}]}, False),
+        (4, {"conditions": [{"type": "FailureTarget", "status": "True"}]}, False),  # its failure is decided
+    ],
+)
+def test_an_evicted_job_gives_its_quota_back_only_when_stopped_unfinished(
+    completions: int | None, status: dict[str, Any], releases: bool
+) -> None:
+    evicted = job(suspend=True, completions=completions, parallelism=1)
+    evicted.status = Job.model_validate({"status": status}).status
+    assert eviction_can_release(evicted) is releases
 
 
 def test_admitted_without_reservation_names_unready_checks() -> None:

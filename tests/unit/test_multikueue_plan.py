@@ -415,3 +415,47 @@ def test_the_job_for_a_worker_is_kueues_copy(workload_name: str, label: bool) ->
     assert copy["metadata"]["labels"] == want
     assert "selector" not in copy["spec"] and "managedBy" not in copy["spec"] and copy["spec"]["suspend"] is True
     assert copy["spec"]["template"]["metadata"]["labels"] == {"app": "x", "batch.kubernetes.io/job-name": "j"}
+
+
+# --- a finish racing an eviction: a finished Job is never run again ------------------------------------------
+PREEMPTED = cond(c.EVICTED, reason="Preempted", message="Preempted")
+DONE = cond(c.FINISHED, reason="Succeeded", message="Job finished successfully")
+
+
+@pytest.mark.parametrize(
+    ("case", "manager", "copy", "expected"),
+    [
+        # the manager preempts it while its Job finishes on the worker
+        ("preempted, quota held", dict(conditions=[PREEMPTED]), [cond(c.ADMITTED), DONE], "finish"),
+        ("preempted, quota released first", dict(quota=False, conditions=[PREEMPTED]), [cond(c.ADMITTED), DONE], "finish"),
+        ("deactivated on the worker, then finished", dict(conditions=[PREEMPTED]), [cond(c.EVICTED, reason="Deactivated"), DONE], "finish"),
+        # the worker preempts it while it finishes there, and the manager already retried
+        ("evicted on the worker, retried", dict(conditions=[cond(c.EVICTED, reason="AdmissionCheck")]), [cond(c.EVICTED), DONE], "finish"),
+        ("released and reserved again", dict(retry_count=1), [cond(c.ADMITTED), DONE], "finish"),  # an earlier round's copy
+        ("finished on both sides", dict(state="Ready", conditions=[DONE]), [DONE], "delete"),
+        ("out of sync, no quota", dict(quota=False), [cond(c.FINISHED, reason="OutOfSync")], "delete"),
+        # not finished: a preemption stops it on its worker, it is not deleted while it runs
+        ("preempted, running", dict(conditions=[PREEMPTED]), [cond(c.ADMITTED)], "deactivate"),
+        ("preempted, stopped on the worker", dict(conditions=[PREEMPTED]), [cond(c.EVICTED, reason="Deactivated")], "sync"),
+        ("released after it stopped", dict(quota=False, conditions=[PREEMPTED]), [cond(c.EVICTED, reason="Deactivated")], "delete"),
+    ],
+)
+def test_a_finish_racing_an_eviction(case: str, manager: dict[str, Any], copy: list[dict[str, Any]], expected: str) -> None:
+    wl = local(**manager)
+    made_for = local(retry_count=None) if manager.get("retry_count") else wl
+    plan = plan_workload(inputs(wl, up("w1"), {"w1": remote(*copy, round_of=made_for)}, local_job_active=0))
+    if expected == "finish":
+        assert plan.finish == ("Succeeded", "Job finished successfully") and plan.sync_job == "w1", case
+        assert not plan.create_job and plan.delete == [] and plan.deactivate is None, case  # nothing is started or deleted
+    elif expected == "delete":
+        assert plan.delete == ["w1"] and plan.finish is None, case
+    elif expected == "deactivate":
+        assert plan.deactivate is not None and plan.delete == [] and plan.finish is None, case
+    else:
+        assert plan.sync_job == "w1" and not plan.create_job and plan.delete == [] and plan.finish is None, case
+
+
+def test_only_the_winner_of_a_running_workload_gets_its_job_created() -> None:
+    wl = local()
+    plan = plan_workload(inputs(wl, up("w1"), {"w1": remote(cond(c.ADMITTED), round_of=wl)}))
+    assert plan.sync_job == "w1" and plan.create_job
