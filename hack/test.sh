@@ -24,6 +24,9 @@ export KFED_KUBE_BIN_DIR="$bin_dir"
 echo "==> helm (built once per version, cached in ~/.cache/kfed)" >&2
 KFED_HELM=$(bash hack/helm.sh)
 export KFED_HELM
+echo "==> upstream Kueue for the interoperability tests (built once per version, cached in ~/.cache/kfed)" >&2
+KFED_KUEUE_BIN=$(bash hack/kueue/build.sh)
+export KFED_KUEUE_BIN
 echo "==> helm lint" >&2
 "$KFED_HELM" lint --strict deploy/helm/kfed >&2
 echo "==> pytest" >&2

@@ -7,9 +7,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from manager.api import constants as c
 from manager.api import kueue
 from manager.api.core import Job, LimitRange, Namespace, PriorityClass
+from manager.engine.jobs import prebuilt_workload_name
 from manager.kube.client import KubeClient
 from manager.kube.informer import Informer
 from manager.runtime.tasks import cancel_and_wait
@@ -24,7 +24,7 @@ def _owner_jobs(wl: kueue.Workload) -> Iterable[str]:
 
 
 def _prebuilt_of_job(job: Job) -> Iterable[str]:
-    name = (job.metadata.labels or {}).get(c.PREBUILT_WORKLOAD_LABEL)
+    name = prebuilt_workload_name(job.metadata)
     return [f"{job.namespace}/{name}"] if name else []
 
 

@@ -21,8 +21,13 @@ from manager.controllers.caches import Caches
 from manager.controllers.events import EventRecorder, InvolvedObject
 from manager.engine.jobs import (
     JobConversionError,
+    admitted_without_reservation,
+    eviction_can_release,
     job_finished,
     job_queue_name,
+    prebuilt_workload_name,
+    requeued_follow_up,
+    requeued_on_release,
     restore_job_patch,
     start_job_patch,
     suspend_job_patch,
@@ -102,7 +107,7 @@ class JobController:
 
     # --- reconcile ----------------------------------------------------------------------------------
     def _workload_of(self, job: Job) -> kueue.Workload | None:
-        prebuilt = (job.metadata.labels or {}).get(c.PREBUILT_WORKLOAD_LABEL)
+        prebuilt = prebuilt_workload_name(job.metadata)
         if prebuilt:
             return self.caches.workloads.get(f"{job.namespace}/{prebuilt}")
         owned = self.caches.workloads.by_index("owner", job.metadata.uid or "")
@@ -113,7 +118,7 @@ class JobController:
         if job is None:
             await self._cleanup(key)
             return None
-        prebuilt = (job.metadata.labels or {}).get(c.PREBUILT_WORKLOAD_LABEL)
+        prebuilt = prebuilt_workload_name(job.metadata)
         if not job_queue_name(job) and not prebuilt:
             return None  # not queued: Kueue leaves it alone (manageJobsWithoutQueueName is off)
         if job.metadata.deletion_timestamp is not None:
@@ -143,6 +148,8 @@ class JobController:
         evicted = is_condition_true(conditions, c.EVICTED)
         admitted = reserved and is_condition_true(conditions, c.ADMITTED) and not evicted
         suspended = job.spec.suspend is True
+        if not reserved and await self._requeue(wl):
+            return None  # the update wakes us with the new Workload
         if admitted:
             if suspended:
                 await self._start(job, wl)
@@ -151,9 +158,10 @@ class JobController:
             await self._stop(job, wl, evicted)
             return None
         if evicted and reserved:
-            active = (job.status.active if job.status else 0) or 0
-            if active > 0:
-                return Result(requeue_after=1.0)  # its pods are still going; the Job's update wakes us too
+            if not eviction_can_release(job):
+                # Its pods are still going, or it is finishing (then it ends Finished, never
+                # queued again); the Job's update wakes us too.
+                return Result(requeue_after=1.0)
             if job.status is not None and job.status.start_time is not None:
                 # Same as Kueue's stop: clear startTime. Kubernetes lets a suspended Job's
                 # template change only without it, and a Job handed to MultiKueue gets the
@@ -233,25 +241,45 @@ class JobController:
             self._event(job, "Normal", "Suspended", "The Job was started without an admitted Workload")
 
     async def _release(self, wl: kueue.Workload) -> None:
-        """The evicted Job has stopped: give its quota back and queue it again (Kueue's
-        UnsetQuotaReservationWithCondition), with Requeued=True naming why."""
+        """The evicted Job has stopped: give its quota back (Kueue's
+        UnsetQuotaReservationWithCondition), with Requeued naming the eviction: True after a
+        preemption or node failures, False after anything else (`requeued_on_release`)."""
         old = wl.status.conditions if wl.status else None
         evicted = find_condition(old, c.EVICTED)
         message = evicted.message if evicted is not None else "The workload was evicted"
         reason = evicted.reason if evicted is not None else REASON_PENDING
+        admitted_reason, admitted_message = admitted_without_reservation(wl)
+        status: dict[str, Any] = {
+            "admission": None,
+            "conditions": _replace_conditions(
+                old,
+                _condition(c.QUOTA_RESERVED, "False", REASON_PENDING, message, old),
+                _condition(c.ADMITTED, "False", admitted_reason, admitted_message, old),
+                _condition(c.REQUEUED, "True" if requeued_on_release(reason) else "False", reason, message, old),
+            ),
+        }
+        admitted = find_condition(old, c.ADMITTED)
+        if admitted is not None and admitted.status == "True" and admitted.last_transition_time is not None:
+            # Kueue's SyncAdmittedCondition: the time it ran counts into its past execution time.
+            ran = int((_now() - admitted.last_transition_time).total_seconds())
+            before = (wl.status.accumulated_past_execution_time_seconds if wl.status else None) or 0
+            status["accumulatedPastExecutionTimeSeconds"] = before + ran
+        patch = {"metadata": {"resourceVersion": wl.metadata.resource_version}, "status": status}
+        await self.client.patch(kueue.Workload, wl.name, patch, namespace=wl.namespace, subresource="status")
+
+    async def _requeue(self, wl: kueue.Workload) -> bool:
+        """Kueue's workload controller: Requeued=False turns True once the workload may be
+        queued again (reactivated, or its backoff ran out). Returns whether it wrote."""
+        follow_up = requeued_follow_up(wl, _now())
+        if follow_up is None:
+            return False
+        old = wl.status.conditions if wl.status else None
         patch = {
             "metadata": {"resourceVersion": wl.metadata.resource_version},
-            "status": {
-                "admission": None,
-                "conditions": _replace_conditions(
-                    old,
-                    _condition(c.QUOTA_RESERVED, "False", REASON_PENDING, message, old),
-                    _condition(c.ADMITTED, "False", "NoReservation", "The workload has no reservation", old),
-                    _condition(c.REQUEUED, "True", reason, message, old),
-                ),
-            },
+            "status": {"conditions": _replace_conditions(old, _condition(c.REQUEUED, "True", *follow_up, old))},
         }
         await self.client.patch(kueue.Workload, wl.name, patch, namespace=wl.namespace, subresource="status")
+        return True
 
     async def _finish(self, wl: kueue.Workload, succeeded: bool, message: str) -> None:
         old = wl.status.conditions if wl.status else None

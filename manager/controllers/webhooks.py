@@ -25,6 +25,7 @@ from aiohttp import web
 from manager.api import constants as c
 from manager.api import conversion, kueue
 from manager.api.manifest import validate_object
+from manager.engine.jobs import prebuilt_workload_name
 from manager.kube.client import KubeClient
 from manager.kube.errors import ForbiddenError, NotFoundError
 
@@ -68,7 +69,7 @@ def default_job(review: dict[str, Any], *, uses_multikueue: Callable[[str, str],
     if spec.get("suspend") is not True:
         patch.append({"op": "add", "path": "/spec/suspend", "value": True})
     namespace = meta.get("namespace") or request.get("namespace") or ""
-    if not spec.get("managedBy") and not labels.get(c.PREBUILT_WORKLOAD_LABEL) and uses_multikueue(namespace, queue):
+    if not spec.get("managedBy") and not prebuilt_workload_name(meta) and uses_multikueue(namespace, queue):
         patch.append({"op": "add", "path": "/spec/managedBy", "value": c.MULTIKUEUE_MANAGED_BY})
     return _review(request, allowed=True, patch=patch)
 

@@ -174,6 +174,11 @@ def crd_manifests(crds_dir: Path | None = None) -> list[dict[str, Any]]:
 def install_crds(cluster: LocalCluster, crds: list[dict[str, Any]], *, timeout: float = 60.0) -> None:
     for crd in crds:
         create(cluster, crd)
+    wait_established(cluster, crds, timeout=timeout)
+
+
+def wait_established(cluster: LocalCluster, crds: list[dict[str, Any]], *, timeout: float = 60.0) -> None:
+    """Every CRD Established and the kueue.x-k8s.io API served."""
 
     def established() -> bool:
         for crd in crds:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from manager.api import constants as c
 from manager.api import kueue
 from manager.api.core import Job
+from manager.engine.jobs import prebuilt_workload_name
 from manager.kube.errors import KubeError, NotFoundError
 from manager.kube.informer import Informer
 from manager.multikueue.plan import plan_gc
@@ -62,7 +63,7 @@ class GarbageCollector:
             return 0
         local = {wl.key: wl.metadata.deletion_timestamp is not None for wl in self.local_workloads.items()}
         workload_keys = [wl.key for wl in remote.workloads.items()]
-        job_keys = {f"{job.namespace}/{(job.metadata.labels or {}).get(c.PREBUILT_WORKLOAD_LABEL, '')}": job for job in remote.jobs.items()}
+        job_keys = {f"{job.namespace}/{prebuilt_workload_name(job.metadata)}": job for job in remote.jobs.items()}
         orphans = plan_gc(sorted(set(workload_keys) | set(job_keys)), local=local)
         deleted = 0
         for key in orphans:

@@ -1,6 +1,7 @@
 """What MultiKueue does with one manager Workload, given its remote copies and the health of
 each worker (pure). This is Kueue's MultiKueue workload reconciler, rule by rule, in Kueue's
-order: finished, evicted, spec drift, admitted or lost, then nomination. The shell
+order: finished, evicted, spec drift, admitted or lost, then nomination; kfed checks for a
+copy whose Job finished first of all, so that no eviction can start a finished Job again. The shell
 (`manager.multikueue.workload`) reads caches, calls `plan_workload`, and carries the plan out
 in the order its fields are listed.
 
@@ -63,6 +64,7 @@ class WorkloadInputs:
     local_job_active: int = 0
     problems: Mapping[str, str] = field(default_factory=dict)  # per cluster: why a copy cannot be made there
     blocked: Mapping[str, str] = field(default_factory=dict)  # per cluster: a foreign Job has the name
+    remote_jobs: frozenset[str] = frozenset()  # connected clusters that hold our Job for this workload
 
 
 @dataclass(frozen=True)
@@ -80,7 +82,8 @@ class Plan:
     delete: list[str] = field(default_factory=list)  # remove our Job and the copy on these clusters
     update_spec: list[str] = field(default_factory=list)  # the copy's priority follows the manager's
     deactivate: tuple[str, str] | None = None  # (cluster, message): ask the worker to evict its copy
-    sync_job: str | None = None  # create the Job on this cluster, or copy its status back
+    sync_job: str | None = None  # copy the status of our Job on this cluster back to the manager's Job
+    create_job: bool = False  # with sync_job: create our Job there first if it is missing (the winner only)
     stop_local_job: bool = False  # the manager Job's pods are assumed gone: active and ready to 0
     finish: tuple[str, str] | None = None  # (reason, message) for the manager Workload's Finished
     nominate: list[str] | None = None  # new status.nominatedClusterNames
@@ -137,16 +140,39 @@ def _with_previous(message: str, previous: str) -> str:
     return f'{message}, Previously: "{previous}"'[:MAX_MESSAGE]
 
 
+def _out_of_sync(wl: Workload) -> bool:
+    finished = find_condition(_conditions(wl), c.FINISHED)
+    return finished is not None and finished.reason == "OutOfSync"
+
+
 def _other_checks_ready(wl: Workload, name: str) -> bool:
     return all(check.state == "Ready" for check in (wl.status.admission_checks if wl.status else None) or [] if check.name != name)
 
 
 def dispatch_round(local: Workload, check: AdmissionCheckState | None) -> str:
     """The current reservation of the manager's Workload: when its quota was reserved, and how
-    many times its MultiKueue check was retried."""
+    many times its MultiKueue check was retried (which tells apart two reservations made in
+    the same second after a retry)."""
     reserved = find_condition(_conditions(local), c.QUOTA_RESERVED)
     when = reserved.last_transition_time.strftime("%Y-%m-%dT%H:%M:%SZ") if reserved and reserved.last_transition_time else ""
     return f"{when}/{(check.retry_count if check else None) or 0}"
+
+
+def made_for_this_round(made_for: str | None, local: Workload, check: AdmissionCheckState | None) -> bool:
+    """Whether a copy marked `made_for` belongs to the manager Workload's current reservation.
+    Unmarked copies (made by another manager's Kueue) count as current. While the Workload is
+    being evicted its reservation still holds, but the eviction has already reset the check's
+    retry count (Kueue's resetChecksOnEviction: a Ready check to none, a Retry one to one
+    more): only the reservation time is compared then, so the copy that runs the Job is
+    deactivated and stopped, never deleted."""
+    if made_for is None:
+        return True
+    current = dispatch_round(local, check)
+    if made_for == current:
+        return True
+    if is_condition_true(_conditions(local), c.EVICTED):
+        return made_for.partition("/")[0] == current.partition("/")[0]
+    return False
 
 
 def remote_copy(local: Workload, *, origin: str, check_name: str) -> dict[str, Any]:
@@ -193,8 +219,21 @@ def plan_workload(inputs: WorkloadInputs) -> Plan:
     local_evicted = is_condition_true(conditions, c.EVICTED)
     cluster_name = local.status.cluster_name if local.status else None
 
-    # 3. Finished here, or no quota here: no copy may stay anywhere.
-    if is_condition_true(conditions, c.FINISHED) or not has_quota(local):
+    # 3a. Finished here: no copy may stay anywhere.
+    finished_here = is_condition_true(conditions, c.FINISHED)
+    # 3b. A copy whose Job finished finishes the manager Workload, whatever its reservation,
+    #     eviction or dispatch round: a finished Job is never run again (kfed orders this
+    #     before Kueue's no-quota rule, so an eviction racing the finish cannot delete the
+    #     finished copy and dispatch the Job again).
+    if not finished_here:
+        done = _earliest({k: v for k, v in remotes.items() if not _out_of_sync(v) and k not in inputs.blocked}, c.FINISHED)
+        if done is not None:
+            plan.sync_job = done[0]
+            plan.finish = (done[1].reason, done[1].message)
+            return plan
+
+    # 3c. Finished here, or no quota here: no copy may stay anywhere.
+    if finished_here or not has_quota(local):
         plan.delete = sorted(remotes)
         if unavailable:
             # Copies on unreachable workers are retried later (and the GC is the backstop).
@@ -203,27 +242,21 @@ def plan_workload(inputs: WorkloadInputs) -> Plan:
 
     # Copies from an earlier round (a worker that was unreachable while the workload was
     # evicted and dispatched again) are deleted and never read.
-    current_round = dispatch_round(local, check)
     for cluster in sorted(remotes):
-        made_for = (remotes[cluster].metadata.annotations or {}).get(DISPATCH_ROUND_ANNOTATION)
-        if made_for is not None and made_for != current_round:
+        if not made_for_this_round((remotes[cluster].metadata.annotations or {}).get(DISPATCH_ROUND_ANNOTATION), local, check):
             plan.delete.append(cluster)
             del remotes[cluster]
 
-    # 4. A copy finished on a worker.
-    finished = _earliest(remotes, c.FINISHED)
-    if finished is not None:
-        cluster, cond = finished
-        if cond.reason == "OutOfSync":
-            # Same as Kueue: the worker says its copy no longer matches the Job; dispatch again.
-            if check.state == "Ready":
-                message = f'Remote workload on worker cluster "{cluster}" is out of sync with its user job, resetting for re-dispatch'
-                plan.check = CheckUpdate("Retry", _with_previous(message, check.state))
-                plan.events.append(("Warning", plan.check.message))
-                plan.retried_on = cluster
-            return plan
-        plan.sync_job = cluster
-        plan.finish = (cond.reason, cond.message)
+    # 4. A copy of this round is out of sync with its Job (Kueue's worker finishes it so):
+    #    dispatch again. (Copies whose Job finished were handled in 3b.)
+    out_of_sync = _earliest(remotes, c.FINISHED)
+    if out_of_sync is not None:
+        cluster = out_of_sync[0]
+        if check.state == "Ready":
+            message = f'Remote workload on worker cluster "{cluster}" is out of sync with its user job, resetting for re-dispatch'
+            plan.check = CheckUpdate("Retry", _with_previous(message, check.state))
+            plan.events.append(("Warning", plan.check.message))
+            plan.retried_on = cluster
         return plan
 
     # 5. A copy was evicted on a worker.
@@ -274,7 +307,7 @@ def plan_workload(inputs: WorkloadInputs) -> Plan:
             plan.events.append(("Normal", plan.check.message))
             plan.retried_on = cluster_name or None
             return plan
-        if local_evicted and inputs.local_job_active > 0 and not remotes and _all_lost(inputs):
+        if local_evicted and inputs.local_job_active > 0 and not remotes and _only_lost_workers_may_run_it(inputs):
             # The worker that ran it is gone past workerLostTimeout: its pods count as gone,
             # so the manager Job stops holding quota (nothing will ever report them).
             plan.stop_local_job = True
@@ -288,6 +321,7 @@ def plan_workload(inputs: WorkloadInputs) -> Plan:
                 plan.deactivate = (winner, message[:MAX_MESSAGE])
             return plan
         plan.sync_job = winner
+        plan.create_job = True
         if check.state not in ("Retry", "Rejected") and (check.state != "Ready" or cluster_name != winner):
             plan.check = CheckUpdate("Ready", f'The workload was admitted on "{winner}"', cluster_name=winner, clear_nominated=True)
             plan.events.append(("Normal", plan.check.message))
@@ -319,14 +353,17 @@ def plan_workload(inputs: WorkloadInputs) -> Plan:
     return plan
 
 
-def _all_lost(inputs: WorkloadInputs) -> bool:
-    for cluster in inputs.clusters:
-        if cluster.connected:
-            continue
-        since = cluster.lost_since or inputs.now
-        if inputs.now - since < inputs.worker_lost_timeout:
-            return False
-    return True
+def _only_lost_workers_may_run_it(inputs: WorkloadInputs) -> bool:
+    """Whether the Job can run only on workers lost for workerLostTimeout or longer: no
+    connected worker holds our Job, at least one worker is lost, and every disconnected
+    worker has been lost that long. With every worker connected the answer is no: the copy
+    or Job may just not be in the cache yet."""
+    if any(cluster.connected and cluster.name in inputs.remote_jobs for cluster in inputs.clusters):
+        return False
+    lost = [cluster for cluster in inputs.clusters if not cluster.connected]
+    if not lost:
+        return False
+    return all(inputs.now - (cluster.lost_since or inputs.now) >= inputs.worker_lost_timeout for cluster in lost)
 
 
 def _problems(inputs: WorkloadInputs, remotes: Mapping[str, Workload], nominated: Sequence[str]) -> str:

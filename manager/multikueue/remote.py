@@ -23,6 +23,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wai
 from manager.api import constants as c
 from manager.api.core import Job, Lease
 from manager.api.kueue import Workload
+from manager.engine.jobs import prebuilt_workload_name
 from manager.kube.client import KubeClient, KubeconfigError
 from manager.kube.errors import ForbiddenError, KubeError, NotFoundError
 from manager.kube.informer import Informer
@@ -262,7 +263,7 @@ class RemoteCluster:
         job = new or old
         if job is None:
             return
-        name = (job.metadata.labels or {}).get(c.PREBUILT_WORKLOAD_LABEL)
+        name = prebuilt_workload_name(job.metadata)
         if name:
             self.on_object(self, job.namespace, name)
 
@@ -279,7 +280,7 @@ class RemoteCluster:
 
 
 def _prebuilt_of(job: Job) -> list[str]:
-    name = (job.metadata.labels or {}).get(c.PREBUILT_WORKLOAD_LABEL)
+    name = prebuilt_workload_name(job.metadata)
     return [f"{job.namespace}/{name}"] if name else []
 
 

@@ -22,6 +22,7 @@ from manager.api.core import Job
 from manager.api.meta import Condition
 from manager.controllers.caches import Caches
 from manager.controllers.events import EventRecorder, InvolvedObject
+from manager.engine.jobs import prebuilt_workload_metadata, without_controller_labels
 from manager.kube.client import JSON_PATCH, KubeClient
 from manager.kube.errors import AlreadyExistsError, ConflictError, KubeError, NotFoundError
 from manager.kube.informer import Informer
@@ -49,8 +50,6 @@ from manager.runtime.metrics import REGISTRY
 log = logging.getLogger("kfed.multikueue.workload")
 
 PROBLEM_RETRY = 5.0  # seconds before a copy that could not be made is tried again
-# Labels the Job controller puts on a Job's pod template; a copy must not carry them.
-_CONTROLLER_TEMPLATE_LABELS = ("controller-uid", "batch.kubernetes.io/controller-uid", "job-name", "batch.kubernetes.io/job-name")
 
 
 def _utcnow() -> datetime:
@@ -64,8 +63,9 @@ def owner_kind(ref: Any) -> str:
 
 def remote_job(job: Job, *, workload_name: str, origin: str) -> dict[str, Any]:
     """Kueue's batch Job adapter: the manager's Job for a worker, with the selector and the
-    controller's template labels dropped, managedBy cleared, and our origin and the prebuilt
-    Workload's name set. It keeps `suspend` (true): the worker's Kueue starts it."""
+    controller's UID-bound template labels dropped, managedBy cleared, and our origin and the
+    prebuilt Workload's name set (as an annotation, and as a label where it fits). It keeps
+    `suspend` (true): the worker's Kueue starts it."""
     raw = job.to_dict()
     spec = dict(raw.get("spec") or {})
     spec.pop("selector", None)
@@ -73,15 +73,14 @@ def remote_job(job: Job, *, workload_name: str, origin: str) -> dict[str, Any]:
     template = dict(spec.get("template") or {})
     meta = dict(template.get("metadata") or {})
     if meta.get("labels"):
-        meta["labels"] = {k: v for k, v in meta["labels"].items() if k not in _CONTROLLER_TEMPLATE_LABELS}
+        meta["labels"] = without_controller_labels(meta["labels"])
     template["metadata"] = meta
     spec["template"] = template
-    labels = dict(job.metadata.labels or {})
-    labels[c.MULTIKUEUE_ORIGIN_LABEL] = origin
-    labels[c.PREBUILT_WORKLOAD_LABEL] = workload_name
-    metadata: dict[str, Any] = {"name": job.name, "namespace": job.namespace, "labels": labels}
-    if job.metadata.annotations:
-        metadata["annotations"] = dict(job.metadata.annotations)
+    prebuilt_labels, prebuilt_annotations = prebuilt_workload_metadata(workload_name)
+    labels = {k: v for k, v in (job.metadata.labels or {}).items() if k != c.PREBUILT_WORKLOAD_LABEL}
+    labels |= {c.MULTIKUEUE_ORIGIN_LABEL: origin} | prebuilt_labels
+    annotations = dict(job.metadata.annotations or {}) | prebuilt_annotations
+    metadata: dict[str, Any] = {"name": job.name, "namespace": job.namespace, "labels": labels, "annotations": annotations}
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": spec}
 
 
@@ -267,6 +266,7 @@ class WorkloadController:
             local_job_active=(job.status.active or 0) if job is not None and job.status is not None else 0,
             problems={cl: msg for (k, cl), msg in self.problems.items() if k == key},
             blocked={cl: msg for (k, cl), msg in self.blocked.items() if k == key},
+            remote_jobs=frozenset(name for name, remote in connected.items() if remote.job_for(key) is not None),
         )
         plan = plan_workload(inputs)
         return await self._execute(key, local, job, plan, connected, check_name)
@@ -316,7 +316,7 @@ class WorkloadController:
             cluster, message = plan.deactivate
             await self._deactivate_remote(connected[cluster], key, message)
         if plan.sync_job is not None and job is not None:
-            deferred = await self._sync_job(connected[plan.sync_job], key, local, job)
+            deferred = await self._sync_job(connected[plan.sync_job], key, local, job, create=plan.create_job)
             if deferred:
                 requeue = SYNC_DEFERRED_REQUEUE if requeue is None else min(requeue, SYNC_DEFERRED_REQUEUE)
             if (key, plan.sync_job) in self.blocked:
@@ -421,12 +421,16 @@ class WorkloadController:
         patch = {"metadata": {"resourceVersion": copy.metadata.resource_version}, "status": {"conditions": conditions}}
         await remote.client.patch(kueue.Workload, copy.name, patch, namespace=copy.namespace, subresource="status")
 
-    async def _sync_job(self, remote: RemoteCluster, key: str, local: kueue.Workload, job: Job) -> bool:
-        """Create the Job on the worker, or copy its status back. Returns True when deferred."""
+    async def _sync_job(self, remote: RemoteCluster, key: str, local: kueue.Workload, job: Job, *, create: bool) -> bool:
+        """Copy the worker's Job status back, creating that Job first when `create` (only the
+        winner of a running workload: a finished or evicted one is never started again).
+        Returns True when deferred."""
         client = remote.client
         if client is None:
             return False
         theirs = remote.job_for(key)
+        if theirs is None and not create:
+            return False
         if theirs is None:
             try:
                 await client.create(Job, remote_job(job, workload_name=local.name, origin=self.settings.origin), namespace=job.namespace)
@@ -457,7 +461,9 @@ class WorkloadController:
 
     async def _stop_local_job(self, job: Job) -> None:
         with contextlib.suppress(NotFoundError):
-            await self.client.patch(Job, job.name, {"status": {"active": 0, "ready": 0}}, namespace=job.namespace, subresource="status")
+            await self.client.patch(
+                Job, job.name, {"status": {"active": 0, "ready": 0, "terminating": 0}}, namespace=job.namespace, subresource="status"
+            )
 
     # --- writes on the manager ---------------------------------------------------------------------
     async def _patch_local(self, local: kueue.Workload, status: dict[str, Any]) -> None:

@@ -39,12 +39,12 @@ def kueue_object(kind: str, name: str, spec: dict[str, Any], namespace: str | No
     return {"apiVersion": f"{c.GROUP}/v1beta2", "kind": kind, "metadata": metadata, "spec": spec}
 
 
-def secret_manifest(name: str, kubeconfig: dict[str, Any]) -> dict[str, Any]:
+def secret_manifest(name: str, kubeconfig: dict[str, Any], namespace: str = SYSTEM_NAMESPACE) -> dict[str, Any]:
     encoded = base64.b64encode(yaml.safe_dump(kubeconfig).encode()).decode()
     return {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": {"name": name, "namespace": SYSTEM_NAMESPACE},
+        "metadata": {"name": name, "namespace": namespace},
         "data": {"kubeconfig": encoded},
     }
 
@@ -207,11 +207,11 @@ def write_config(path: Path, *, origin: str | None) -> None:
     path.write_text(yaml.safe_dump({"apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration", "multiKueue": multikueue}))
 
 
-def join(manager: LocalCluster, workers: dict[str, LocalCluster]) -> None:
-    """What an administrator applies on a manager: a Secret and a MultiKueueCluster per worker,
-    a MultiKueueConfig listing them, and the AdmissionCheck that uses it."""
+def join(manager: LocalCluster, workers: dict[str, LocalCluster], *, namespace: str = SYSTEM_NAMESPACE) -> None:
+    """What an administrator applies on a manager: a Secret (in the manager's `namespace`) and a
+    MultiKueueCluster per worker, a MultiKueueConfig listing them, and the AdmissionCheck that uses it."""
     for name, worker in workers.items():
-        federation.create(manager, secret_manifest(f"{name}-kubeconfig", worker.kubeconfig()))
+        federation.create(manager, secret_manifest(f"{name}-kubeconfig", worker.kubeconfig(), namespace))
         source = {"clusterSource": {"kubeConfig": {"locationType": "Secret", "location": f"{name}-kubeconfig"}}}
         federation.create(manager, kueue_object("MultiKueueCluster", name, source))
     federation.create(manager, kueue_object("MultiKueueConfig", CONFIG, {"clusters": sorted(workers)}))

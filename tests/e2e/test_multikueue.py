@@ -95,6 +95,46 @@ async def test_a_job_runs_on_exactly_one_worker_and_its_status_comes_back(kube: 
     await eventually(cleaned, timeout=30, what="every remote Job and Workload deleted after the finish")
 
 
+async def pods_created(kube: Clients, ns: str, job: str) -> dict[str, int]:
+    """Per worker, how many pods the Job controller created for this Job (its SuccessfulCreate
+    Events outlive the Job and its pods)."""
+    out = {}
+    for name, client in kube.workers.items():
+        events = await client.request(
+            "GET", f"/api/v1/namespaces/{ns}/events", query=[("fieldSelector", f"involvedObject.kind=Job,involvedObject.name={job}")]
+        )
+        out[name] = sum(event.get("count") or 1 for event in events["items"] if event.get("reason") == "SuccessfulCreate")
+    return out
+
+
+async def job_completed(kube: Clients, ns: str, name: str) -> Job | None:
+    job = await kube.manager.get(Job, name, namespace=ns)
+    conditions = job.status.conditions if job.status else None
+    return job if any(cond.type == "Complete" and cond.status == "True" for cond in conditions or []) else None
+
+
+async def test_a_job_with_a_62_character_name_runs_once_and_leaves_nothing_remote(kube: Clients, tag: str) -> None:
+    """Its Workload's name (72 characters) fits no label value: the worker finds it by the
+    prebuilt-workload-name annotation, as Kueue v0.18 and later do."""
+    ns = f"{tag}-long"
+    await kube.queues(ns, manager_cpu=4, worker_cpu={"worker1": 4, "worker2": 4}, labels=RUNS, tag=tag)
+    name = ("long-" + tag + "-" + "x" * 62)[:62]
+    await kube.manager.create(Job, job_manifest(name, ns))
+    job = await eventually(lambda: job_completed(kube, ns, name), timeout=90, what="the long-named Job Complete on the manager")
+    assert job.status is not None and job.status.succeeded == 1
+    wl = await kube.manager_workload(ns, name)
+    assert wl is not None and wl.status is not None and len(wl.name) > c.LABEL_VALUE_MAX_LENGTH
+    assert is_condition_true(wl.status.conditions, c.FINISHED)
+
+    async def cleaned() -> bool:
+        jobs, wls = await kube.remote_jobs(ns), await kube.remote_workloads(ns)
+        return not any(jobs.values()) and not any(wls.values())
+
+    await eventually(cleaned, timeout=30, what="every remote Job and Workload deleted after the finish")
+    created = await pods_created(kube, ns, name)
+    assert sorted(created.values()) == [0, 1] and created[wl.status.cluster_name or ""] == 1, created
+
+
 # --- first to admit wins ---------------------------------------------------------------------------------
 async def test_the_first_worker_to_admit_wins_and_the_other_copy_is_deleted(kube: Clients, tag: str) -> None:
     ns = f"{tag}-first"
@@ -280,8 +320,19 @@ async def test_a_job_preempted_on_the_manager_is_stopped_on_its_worker_and_quota
                 },
             )
     await kube.manager.create(Job, job_manifest("victim", ns, priority_class=f"{tag}-low"))
-    victim_on = await eventually(lambda: admitted_on(kube, ns, "victim"), timeout=60, what="the low-priority Job admitted")
+    first_on = await eventually(lambda: admitted_on(kube, ns, "victim"), timeout=60, what="the low-priority Job admitted")
     await eventually(lambda: running_where(kube, ns, "victim"), timeout=30, what="the victim running on its worker")
+    # Evicted once on its worker (deactivated there): dispatched again, its check retried once.
+    copy = next(wl for wl in (await kube.workers[first_on].list(kueue.Workload, namespace=ns)).items if wl.name.startswith("job-victim-"))
+    await kube.workers[first_on].patch(kueue.Workload, copy.name, {"spec": {"active": False}}, namespace=ns)
+
+    async def dispatched_again() -> str | None:
+        wl = await kube.manager_workload(ns, "victim")
+        check = multikueue_check(wl, CHECK) if wl else None
+        where = await admitted_on(kube, ns, "victim")
+        return where if check is not None and check.retry_count == 1 and await running_where(kube, ns, "victim") else None
+
+    victim_on = await eventually(dispatched_again, timeout=90, what="the victim retried once and running again")
     await kube.manager.create(Job, job_manifest("urgent", ns, priority_class=f"{tag}-high"))
 
     async def victim_requeued() -> Any:
@@ -301,6 +352,13 @@ async def test_a_job_preempted_on_the_manager_is_stopped_on_its_worker_and_quota
         return not jobs and not wls
 
     await eventually(lambda: victim_gone_from(victim_on), timeout=60, what="the victim's Job and copy gone from its worker")
+    # Kueue's way: the worker was asked to deactivate its copy and stopped the running Job
+    # itself, before the copy and Job went; the running Job was not simply deleted.
+    events = await kube.workers[victim_on].request(
+        "GET", f"/api/v1/namespaces/{ns}/events", query=[("fieldSelector", "involvedObject.kind=Job,involvedObject.name=victim")]
+    )
+    stopped = [event["message"] for event in events["items"] if event.get("reason") == "Stopped"]
+    assert any("Evicted on manager" in message for message in stopped), stopped
     victim = await kube.manager.get(Job, "victim", namespace=ns)
     assert victim.spec.suspend is True and not (victim.status and victim.status.active)
     urgent_on = await admitted_on(kube, ns, "urgent")

@@ -345,6 +345,60 @@ async def test_a_prebuilt_workload_is_adopted_and_a_multikueue_job_is_not_run(
     assert job.status is None or not job.status.active
 
 
+async def test_a_job_naming_its_prebuilt_workload_only_by_annotation_adopts_it_and_its_pods_carry_kueues_labels(
+    manager: ControllerProcess, kube: KubeClient, names: Any
+) -> None:
+    """What an upstream Kueue v0.18+ manager sends a worker: the prebuilt Workload's name only as
+    an annotation, here 73 characters long (no label could hold it)."""
+    ns, cq, flavor = names("pb-annotation"), names("pba-cq"), names("runs")
+    await make_queues(kube, ns, cq=cq, cpu=4, flavor=flavor, node_labels=RUNS)
+    job_name = "j" * 62
+    workload_name = f"job-{job_name}-abcde"
+    template = job_manifest("x", ns)["spec"]["template"]
+    await kube.create(
+        kueue.Workload,
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "Workload",
+            "metadata": {"name": workload_name, "namespace": ns, "labels": {c.MULTIKUEUE_ORIGIN_LABEL: "multikueue"}},
+            "spec": {"queueName": "user-queue", "podSets": [{"name": "main", "count": 1, "template": template}]},
+        },
+    )
+    handed = job_manifest(job_name, ns)
+    handed["metadata"]["annotations"] = {c.PREBUILT_WORKLOAD_ANNOTATION: workload_name}
+    await kube.create(Job, handed)
+    await kube.create(Job, job_manifest("plain", ns))
+
+    async def finished(name: str) -> Any:
+        wl = await kube.get(kueue.Workload, name, namespace=ns)
+        return wl if is_condition_true(wl.status.conditions if wl.status else None, c.FINISHED) else None
+
+    wl = await eventually(lambda: finished(workload_name), timeout=120, what="the prebuilt Workload adopted, admitted and Finished")
+    job = await kube.get(Job, job_name, namespace=ns)
+    assert [ref.uid for ref in wl.metadata.owner_references or []] == [job.metadata.uid]
+    plain = await kube.get(Job, "plain", namespace=ns)
+    plain_wl = await eventually(lambda: workload_of(kube, plain), timeout=30, what="the plain Job's Workload")
+    # Exactly one Workload per Job: the annotation was read, no second Workload was made.
+    assert sorted(item.name for item in (await kube.list(kueue.Workload, namespace=ns)).items) == sorted([workload_name, plain_wl.name])
+
+    async def pods_of(name: str) -> Any:
+        listed = await kube.request(
+            "GET", f"/api/v1/namespaces/{ns}/pods", query=[("labelSelector", f"batch.kubernetes.io/job-name={name}")]
+        )
+        return listed["items"] or None
+
+    queue_labels = {c.PODSET_LABEL: "main", c.LOCAL_QUEUE_LABEL: "user-queue", c.CLUSTER_QUEUE_LABEL: cq}
+    for name, wl_name, extra in ((job_name, workload_name, {c.MULTIKUEUE_WORKER_POD_LABEL: "true"}), ("plain", plain_wl.name, {})):
+        pods = await eventually(lambda name=name: pods_of(name), timeout=60, what=f"the pods of {name}")  # type: ignore[misc]
+        for pod in pods:
+            labels = pod["metadata"].get("labels") or {}
+            assert {k: labels.get(k) for k in [*queue_labels, c.MULTIKUEUE_WORKER_POD_LABEL]} == {
+                **queue_labels,
+                c.MULTIKUEUE_WORKER_POD_LABEL: extra.get(c.MULTIKUEUE_WORKER_POD_LABEL),
+            }
+            assert (pod["metadata"].get("annotations") or {}).get(c.WORKLOAD_ANNOTATION) == wl_name
+
+
 async def unsuspended_job(kube: KubeClient, ns: str, name: str) -> bool:
     return (await kube.get(Job, name, namespace=ns)).spec.suspend is False
 

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from manager.api import constants as c
+from manager.api.core import Job
 from manager.api.kueue import Workload
 from manager.multikueue.plan import (
     DISPATCH_ROUND_ANNOTATION,
@@ -17,12 +18,14 @@ from manager.multikueue.plan import (
     connection_failed_message,
     dispatch_round,
     incremental_nomination,
+    made_for_this_round,
     multikueue_check,
     plan_gc,
     plan_workload,
     remote_copy,
     retry_after,
 )
+from manager.multikueue.workload import remote_job
 
 NOW = datetime(2026, 11, 21, 12, 0, 0, tzinfo=UTC)
 T0 = "2026-11-21T11:00:00Z"
@@ -169,6 +172,36 @@ def test_a_copy_from_an_earlier_round_never_wins_and_is_deleted() -> None:
     assert plan.delete == ["w1"] and plan.sync_job == "w2"
 
 
+def test_an_eviction_on_the_manager_deactivates_the_running_copy_even_though_it_reset_the_retry_count() -> None:
+    # Dispatched after one retry; the manager then preempts it: Kueue's eviction resets the
+    # Ready check to Pending without a retry count while the reservation still holds.
+    running = local(state="Ready", cluster_name="w1", retry_count=1)
+    evicted = local(state="Pending", retry_count=None, conditions=[cond(c.EVICTED, reason="Preempted", message="Preempted")])
+    plan = plan_workload(inputs(evicted, up("w1"), {"w1": remote(cond(c.ADMITTED), round_of=running)}))
+    assert plan.delete == [] and plan.deactivate == ("w1", "Evicted on manager: Preempted")
+
+
+@pytest.mark.parametrize(
+    ("copy_round", "reserved_at", "retry_count", "evicted", "current"),
+    [
+        (None, T0, 0, False, True),  # a copy made by another manager (upstream Kueue) carries no mark
+        (f"{T0}/0", T0, 0, False, True),
+        (f"{T0}/0", T0, 1, False, False),  # retried and reserved again within the same second
+        (f"{T0}/0", "2026-11-21T11:05:00Z", 0, False, False),  # reserved again later
+        (f"{T0}/1", T0, 0, True, True),  # a preemption reset the retry count: same reservation
+        (f"{T0}/1", T0, 2, True, True),  # a Retry eviction counted one more: same reservation
+        (f"{T0}/0", "2026-11-21T11:05:00Z", 0, True, False),  # evicted, but a later reservation
+    ],
+)
+def test_which_copies_belong_to_the_current_reservation(
+    copy_round: str | None, reserved_at: str, retry_count: int, evicted: bool, current: bool
+) -> None:
+    wl = local(retry_count=retry_count, conditions=[cond(c.EVICTED, reason="Preempted")] if evicted else [])
+    assert wl.status is not None and wl.status.conditions is not None
+    wl.status.conditions[0].last_transition_time = datetime.strptime(reserved_at, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    assert made_for_this_round(copy_round, wl, multikueue_check(wl, "mk")) is current
+
+
 # --- finish, eviction and drift -----------------------------------------------------------------------------
 def test_a_remote_finish_finishes_the_manager_workload_with_its_reason() -> None:
     wl = local(state="Ready", cluster_name="w1")
@@ -264,6 +297,23 @@ def test_the_manager_job_of_a_lost_worker_stops_counting_its_pods_after_the_time
     assert not plan_workload(inputs(wl, recent, local_job_active=1)).stop_local_job
 
 
+@pytest.mark.parametrize(
+    ("clusters", "remote_jobs", "stops"),
+    [
+        (up("w1", "w2"), frozenset(), False),  # every worker connected: the copy may just not be cached yet
+        ([ClusterHealth("w1", False, NOW - TIMEOUT), *up("w2")], frozenset(), True),
+        ([ClusterHealth("w1", False, NOW - TIMEOUT), *up("w2")], frozenset({"w2"}), False),  # a connected worker has our Job
+        ([ClusterHealth("w1", False, NOW - TIMEOUT), ClusterHealth("w2", False, NOW)], frozenset(), False),  # w2 lost just now
+        ([ClusterHealth("w1", False, NOW - TIMEOUT), ClusterHealth("w2", False, NOW - TIMEOUT)], frozenset(), True),
+    ],
+)
+def test_the_manager_job_stops_counting_pods_only_when_only_lost_workers_may_run_it(
+    clusters: list[ClusterHealth], remote_jobs: frozenset[str], stops: bool
+) -> None:
+    wl = local(conditions=[cond(c.EVICTED, reason="Preempted")])
+    assert plan_workload(inputs(wl, clusters, local_job_active=1, remote_jobs=remote_jobs)).stop_local_job is stops
+
+
 def test_a_deleted_manager_workload_deletes_its_copies_on_reachable_workers() -> None:
     plan = plan_workload(inputs(local(), [*up("w1"), ClusterHealth("w2", False, NOW)], {"w1": remote()}, deleted=True))
     assert plan.delete == ["w1"]
@@ -344,3 +394,77 @@ def test_a_worker_whose_admission_agent_is_down_gets_no_new_copy_and_keeps_the_o
     wl = local(state="Ready", cluster_name="w2")
     kept = plan_workload(inputs(wl, [*up("w1"), agent_down], {"w2": remote(cond(c.QUOTA_RESERVED), cond(c.ADMITTED), round_of=wl)}))
     assert kept.delete == [] and kept.sync_job == "w2"
+
+
+@pytest.mark.parametrize(
+    ("workload_name", "label"),
+    [("job-short-abcde", True), ("job-" + "x" * 62 + "-abcde", False)],  # 73 characters fit no label value
+)
+def test_the_job_for_a_worker_is_kueues_copy(workload_name: str, label: bool) -> None:
+    job = Job.model_validate(
+        {
+            "metadata": {"name": "j", "namespace": "ns", "uid": "u", "labels": {c.QUEUE_NAME_LABEL: "q"}},
+            "spec": {
+                "managedBy": c.MULTIKUEUE_MANAGED_BY,
+                "suspend": True,
+                "selector": {"matchLabels": {"batch.kubernetes.io/controller-uid": "u"}},
+                "template": {
+                    "metadata": {
+                        "labels": {"app": "x", "controller-uid": "u", "job-name": "j", "batch.kubernetes.io/controller-uid": "u"}
+                        | {"batch.kubernetes.io/job-name": "j"}
+                    },
+                    "spec": {"containers": [{"name": "c"}]},
+                },
+            },
+        }
+    )
+    copy = remote_job(job, workload_name=workload_name, origin="east")
+    assert copy["metadata"]["annotations"] == {c.PREBUILT_WORKLOAD_ANNOTATION: workload_name}
+    want = {c.QUEUE_NAME_LABEL: "q", c.MULTIKUEUE_ORIGIN_LABEL: "east"} | ({c.PREBUILT_WORKLOAD_LABEL: workload_name} if label else {})
+    assert copy["metadata"]["labels"] == want
+    assert "selector" not in copy["spec"] and "managedBy" not in copy["spec"] and copy["spec"]["suspend"] is True
+    assert copy["spec"]["template"]["metadata"]["labels"] == {"app": "x", "batch.kubernetes.io/job-name": "j"}
+
+
+# --- a finish racing an eviction: a finished Job is never run again ------------------------------------------
+PREEMPTED = cond(c.EVICTED, reason="Preempted", message="Preempted")
+DONE = cond(c.FINISHED, reason="Succeeded", message="Job finished successfully")
+
+
+@pytest.mark.parametrize(
+    ("case", "manager", "copy", "expected"),
+    [
+        # the manager preempts it while its Job finishes on the worker
+        ("preempted, quota held", dict(conditions=[PREEMPTED]), [cond(c.ADMITTED), DONE], "finish"),
+        ("preempted, quota released first", dict(quota=False, conditions=[PREEMPTED]), [cond(c.ADMITTED), DONE], "finish"),
+        ("deactivated on the worker, then finished", dict(conditions=[PREEMPTED]), [cond(c.EVICTED, reason="Deactivated"), DONE], "finish"),
+        # the worker preempts it while it finishes there, and the manager already retried
+        ("evicted on the worker, retried", dict(conditions=[cond(c.EVICTED, reason="AdmissionCheck")]), [cond(c.EVICTED), DONE], "finish"),
+        ("released and reserved again", dict(retry_count=1), [cond(c.ADMITTED), DONE], "finish"),  # an earlier round's copy
+        ("finished on both sides", dict(state="Ready", conditions=[DONE]), [DONE], "delete"),
+        ("out of sync, no quota", dict(quota=False), [cond(c.FINISHED, reason="OutOfSync")], "delete"),
+        # not finished: a preemption stops it on its worker, it is not deleted while it runs
+        ("preempted, running", dict(conditions=[PREEMPTED]), [cond(c.ADMITTED)], "deactivate"),
+        ("preempted, stopped on the worker", dict(conditions=[PREEMPTED]), [cond(c.EVICTED, reason="Deactivated")], "sync"),
+        ("released after it stopped", dict(quota=False, conditions=[PREEMPTED]), [cond(c.EVICTED, reason="Deactivated")], "delete"),
+    ],
+)
+def test_a_finish_racing_an_eviction(case: str, manager: dict[str, Any], copy: list[dict[str, Any]], expected: str) -> None:
+    wl = local(**manager)
+    made_for = local(retry_count=None) if manager.get("retry_count") else wl
+    plan = plan_workload(inputs(wl, up("w1"), {"w1": remote(*copy, round_of=made_for)}, local_job_active=0))
+    if expected == "finish":
+        assert plan.finish == ("Succeeded", "Job finished successfully") and plan.sync_job == "w1", case
+        assert not plan.create_job and plan.delete == [] and plan.deactivate is None, case  # nothing is started or deleted
+    elif expected == "delete":
+        assert plan.delete == ["w1"] and plan.finish is None, case
+    elif expected == "deactivate":
+        assert plan.deactivate is not None and plan.delete == [] and plan.finish is None, case
+    else:
+        assert plan.sync_job == "w1" and not plan.create_job and plan.delete == [] and plan.finish is None, case
+
+
+def test_only_the_winner_of_a_running_workload_gets_its_job_created() -> None:
+    wl = local()
+    plan = plan_workload(inputs(wl, up("w1"), {"w1": remote(cond(c.ADMITTED), round_of=wl)}))
+    assert plan.sync_job == "w1" and plan.create_job

@@ -1,0 +1,201 @@
+"""Upstream Kueue as a process beside a harness cluster, for the interoperability tests.
+
+`hack/kueue/build.sh` builds the pinned release's manager and prints a directory holding it,
+the release's CRDs (crds/) and its webhook manifests; `hack/test.sh` exports that directory as
+KFED_KUEUE_BIN. Kueue runs here as an administrator runs it without cert-manager's Service
+plumbing: with an admin kubeconfig (a test dependency, so no RBAC of its own), its internal
+certificate management off, a serving certificate for 127.0.0.1 that this module issues, and its
+webhooks registered by URL.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import subprocess
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from manager.dev import federation
+from manager.dev.local import ClusterError, Component, LocalCluster, free_port, wait_for
+from manager.runtime import pki
+
+KUEUE_NAMESPACE = "kueue-system"
+# Only the Job integration is on, so only the webhooks for Jobs and Kueue's own kinds are
+# registered: the others would intercept kinds the harness lacks, or every Pod.
+WEBHOOK_GROUPS = frozenset({"batch", "kueue.x-k8s.io"})
+# With internal certificate management off, Kueue reads its metrics serving certificate from
+# this fixed path (cert-manager mounts it in a real install); it does not start without one.
+METRICS_CERT_DIR = Path("/etc/kueue/metrics/certs")
+CONFIGURATION_NAMES = {
+    "MutatingWebhookConfiguration": "kueue-mutating-webhook-configuration",
+    "ValidatingWebhookConfiguration": "kueue-validating-webhook-configuration",
+}
+
+
+def require_upstream_kueue() -> Path:
+    """The directory hack/kueue/build.sh printed. Missing, it fails the test under CI and skips it elsewhere."""
+    value = os.environ.get("KFED_KUEUE_BIN", "")
+    if value and (Path(value) / "kueue").is_file():
+        return Path(value)
+    reason = "upstream Kueue not built: export KFED_KUEUE_BIN=$(bash hack/kueue/build.sh) (hack/test.sh does)"
+    if os.environ.get("CI") == "true":
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+def configuration(
+    *, health_port: int, metrics_port: int, webhook_port: int, cert_dir: Path, multikueue: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Kueue's Configuration for one process on loopback: Jobs only, no leader election, no
+    visibility server (it would listen on every interface), the certificates from `cert_dir`."""
+    config: dict[str, Any] = {
+        "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+        "kind": "Configuration",
+        "namespace": KUEUE_NAMESPACE,
+        "health": {"healthProbeBindAddress": f"127.0.0.1:{health_port}"},
+        "metrics": {"bindAddress": f"127.0.0.1:{metrics_port}"},
+        "webhook": {"host": "127.0.0.1", "port": webhook_port, "certDir": str(cert_dir)},
+        "leaderElection": {"leaderElect": False},
+        "internalCertManagement": {"enable": False},
+        "integrations": {"frameworks": ["batch/job"]},
+        "featureGates": {"VisibilityOnDemand": False},
+    }
+    if multikueue is not None:
+        config["multiKueue"] = multikueue
+    return config
+
+
+def webhook_configurations(manifests: str, url: str, ca_pem: bytes) -> list[dict[str, Any]]:
+    """Kueue's webhook configurations for the kinds in WEBHOOK_GROUPS, each calling `url` + its path."""
+    ca_bundle = base64.b64encode(ca_pem).decode()
+    configurations = []
+    for document in yaml.safe_load_all(manifests):
+        if not document or document.get("kind") not in CONFIGURATION_NAMES:
+            continue
+        webhooks = []
+        for webhook in document["webhooks"]:
+            if not {group for rule in webhook["rules"] for group in rule["apiGroups"]} <= WEBHOOK_GROUPS:
+                continue
+            path = webhook["clientConfig"]["service"]["path"]
+            webhooks.append({**webhook, "clientConfig": {"url": f"{url}{path}", "caBundle": ca_bundle}})
+        configurations.append(
+            {
+                "apiVersion": document["apiVersion"],
+                "kind": document["kind"],
+                "metadata": {"name": CONFIGURATION_NAMES[document["kind"]]},
+                "webhooks": webhooks,
+            }
+        )
+    return configurations
+
+
+def ensure_metrics_certificate() -> None:
+    """A certificate at Kueue's fixed metrics path, kept when one is already there."""
+    if (METRICS_CERT_DIR / "tls.crt").is_file() and (METRICS_CERT_DIR / "tls.key").is_file():
+        return
+    ca = pki.new_ca("kfed-test-kueue-metrics-ca")
+    pair = pki.issue(ca, "kueue-metrics", server_ips=("127.0.0.1",))
+    try:
+        METRICS_CERT_DIR.mkdir(parents=True, exist_ok=True)
+        pki.write(METRICS_CERT_DIR, "tls", pair)
+    except OSError as err:
+        reason = f"upstream Kueue needs a metrics certificate in {METRICS_CERT_DIR}, which cannot be written: {err.strerror}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
+
+
+@dataclass
+class UpstreamKueue:
+    """One upstream Kueue manager for one harness cluster, with its own ports, files and log."""
+
+    cluster: LocalCluster
+    directory: Path
+    bin_dir: Path
+    multikueue: dict[str, Any] | None = None
+    health_port: int = field(default_factory=free_port)
+    metrics_port: int = field(default_factory=free_port)
+    webhook_port: int = field(default_factory=free_port)
+    process: Component | None = None
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.webhook_port}"
+
+    def install_crds(self) -> None:
+        """Kueue's own CRDs, applied server-side (the Workload CRD is too large for a client-side apply)."""
+        kubectl = self.cluster.bin_dir / "kubectl"
+        argv = [str(kubectl), f"--kubeconfig={self.cluster.kubeconfig_path}", "apply", "--server-side", "-f", str(self.bin_dir / "crds")]
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        if result.returncode != 0:
+            raise ClusterError(f"{self.cluster.name}: applying Kueue's CRDs failed: {result.stderr.strip()}")
+        crds = [yaml.safe_load(path.read_text()) for path in sorted((self.bin_dir / "crds").glob("*.yaml"))]
+        federation.wait_established(self.cluster, crds)
+
+    def start(self) -> UpstreamKueue:
+        """Install the CRDs, start Kueue, and register its webhooks once it serves them."""
+        ensure_metrics_certificate()
+        self.install_crds()
+        federation.create(self.cluster, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": KUEUE_NAMESPACE}})
+        cert_dir = self.directory / "certs"
+        ca = pki.new_ca(f"kfed-test-kueue-{self.cluster.name}-ca")
+        pki.write(cert_dir, "tls", pki.issue(ca, "kueue-webhook", server_ips=("127.0.0.1",)))
+        config_file = self.directory / "kueue-config.yaml"
+        config = configuration(
+            health_port=self.health_port,
+            metrics_port=self.metrics_port,
+            webhook_port=self.webhook_port,
+            cert_dir=cert_dir,
+            multikueue=self.multikueue,
+        )
+        config_file.write_text(yaml.safe_dump(config))
+        argv = [str(self.bin_dir / "kueue"), f"--config={config_file}", f"--kubeconfig={self.cluster.kubeconfig_path}", "--zap-log-level=2"]
+        self.process = Component("kueue", argv, self.directory / "kueue.log")
+        self.process.start()
+        wait_for(self._ready, timeout=90, what=f"upstream Kueue on {self.cluster.name} /readyz (log: {self.process.log})")
+        for obj in webhook_configurations((self.bin_dir / "webhook-manifests.yaml").read_text(), self.url, ca.cert_pem):
+            plural = obj["kind"].lower() + "s"
+            status, body = self.cluster.request("POST", f"/apis/admissionregistration.k8s.io/v1/{plural}", obj)
+            if status != 201:
+                raise ClusterError(f"{self.cluster.name}: registering {obj['kind']}/{obj['metadata']['name']} failed: {body}")
+        wait_for(self._webhooks_called, timeout=60, what=f"the apiserver of {self.cluster.name} calling Kueue's webhooks")
+        return self
+
+    def _ready(self) -> bool:
+        if self.process is not None and not self.process.running():
+            raise AssertionError(f"upstream Kueue exited; log:\n{self.tail()}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/readyz", timeout=2) as response:
+                return bool(response.status == 200)
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def _webhooks_called(self) -> bool:
+        """Kueue's Job webhook suspends a queued Job: a dry run shows when the apiserver calls it."""
+        probe = {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": "kueue-webhook-probe", "namespace": "default", "labels": {"kueue.x-k8s.io/queue-name": "probe"}},
+            "spec": {
+                "suspend": False,
+                "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "probe", "image": "busybox"}]}},
+            },
+        }
+        status, body = self.cluster.request("POST", "/apis/batch/v1/namespaces/default/jobs?dryRun=All", probe)
+        return status == 201 and body["spec"].get("suspend") is True
+
+    def tail(self, lines: int = 40) -> str:
+        log = self.directory / "kueue.log"
+        return "\n".join(log.read_text(errors="replace").splitlines()[-lines:]) if log.exists() else ""
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.stop()
+            self.process = None
