@@ -250,7 +250,7 @@ def next_steps(
         [
             "",
             f"kfed dev federation is up in {elapsed:.0f}s: manager + {workers} worker(s), files in {directory}",
-            f'The manager\'s ClusterQueue "{CLUSTER_QUEUE}" holds {quota_summary(workers)}; each worker\'s holds '
+            f"The manager's ClusterQueue \"{CLUSTER_QUEUE}\" holds {quota_summary(workers)}; each worker's holds "
             f"{WORKER_CPU} cpu and {WORKER_MEMORY_GI}Gi. Worker kubeconfigs: {directory}/worker<i>.kubeconfig.",
             "",
             "Next:",

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 import uuid
-from datetime import datetime
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 import pytest

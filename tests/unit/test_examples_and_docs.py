@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import shlex
@@ -33,7 +34,8 @@ def test_every_path_a_doc_passes_to_a_command_exists(doc: Path) -> None:
 
 
 def test_the_file_arguments_are_found_where_they_are_written() -> None:
-    text = "kubectl create -f examples/jobs/sample-job.yaml  # x\n`kubectl apply --server-side -k crds/`):\nkfed submit -f JOB.yaml\napply -f -"
+    text = "kubectl create -f examples/jobs/sample-job.yaml  # x\n`kubectl apply --server-side -k crds/`):\n"
+    text += "kfed submit -f JOB.yaml\napply -f -"
     assert file_arguments(text) == ["examples/jobs/sample-job.yaml", "crds/"]
 
 
@@ -111,7 +113,7 @@ def test_dev_up_next_steps_name_files_and_programs_that_exist(
                 assert name == "KUBECONFIG" and value == str(state_dir / "manager.kubeconfig")
             continue
         assert shutil.which(words[0], path=path), f"{words[0]} (from `{command}`) is not on the PATH the steps set"
-        for flag, arg in zip(words, words[1:], strict=False):
+        for flag, arg in itertools.pairwise(words):
             if flag == "-f":
                 assert (here / arg).is_file(), f"`{command}` run from {here}: {arg} does not exist"
     assert any(command.startswith("kubectl create -f examples/jobs/long-job.yaml") for command in commands)

@@ -187,7 +187,9 @@ def test_preemption_example_reclaims_for_the_high_priority_job(capsys: pytest.Ca
 def test_resource_groups_example(capsys: pytest.CaptureFixture[str], version: str) -> None:
     code, result, _ = simulate(capsys, EXAMPLE[f"resource-groups-{version}"], EXAMPLE["jobs/gpu-jobs"])
     assert code == 0
-    flavors = {name.rsplit("-", 1)[0]: wl["status"]["admission"]["podSetAssignments"][0]["flavors"] for name, wl in workloads(result).items()}
+    flavors = {
+        name.rsplit("-", 1)[0]: wl["status"]["admission"]["podSetAssignments"][0]["flavors"] for name, wl in workloads(result).items()
+    }
     assert flavors == {
         "job-gpu-1": {"cpu": "spot", "nvidia.com/gpu": "vendor1", "pods": "spot"},
         "job-gpu-2": {"cpu": "on-demand", "nvidia.com/gpu": "vendor2", "pods": "on-demand"},
