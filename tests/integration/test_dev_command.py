@@ -107,15 +107,20 @@ async def printed_jobs_run_and_queue(directory: Path, steps: list[str]) -> None:
         async def two_run_and_one_waits() -> Any:
             longs = {name: wl for name, wl in (await workloads_by_job(api)).items() if name.startswith("long-job-")}
             admitted = sorted(wl.get("status", {}).get("clusterName", "") for wl in longs.values() if condition_true(wl, "Admitted"))
-            waiting = [wl for wl in longs.values() if not condition_true(wl, "QuotaReserved")]
+            waiting = [
+                c["message"]
+                for wl in longs.values()
+                for c in wl.get("status", {}).get("conditions", [])
+                if c["type"] == "QuotaReserved" and c["status"] == "False"
+            ]
             return (admitted, waiting) if admitted == ["worker1", "worker2"] and len(waiting) == 1 and len(longs) == 3 else None
 
         _, (waiting,) = await eventually(two_run_and_one_waits, timeout=90, what="two long Jobs admitted, one per worker, a third pending")
-        reserved = next(c for c in waiting["status"]["conditions"] if c["type"] == "QuotaReserved")
-        assert "insufficient unused quota for cpu" in reserved["message"]
+        assert "insufficient unused quota for cpu" in waiting
         # The first long Job is still running: its 2 minutes hold the quota.
         first = await batch.read_namespaced_job(first_long, "default")
-        assert not first.status.conditions and first.status.active == 4
+        assert first.status.active == 4
+        assert not [c.type for c in first.status.conditions or [] if c.type in ("Complete", "Failed") and c.status == "True"]
 
 
 async def test_a_stopped_apiserver_refuses_clients_until_restarted(worker_clusters: Callable[[int], list[Any]]) -> None:
