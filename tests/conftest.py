@@ -13,7 +13,9 @@ from manager.kube.client import KubeClient
 from tests.harness import Provider, provider_session
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-SHARED_EXAMPLES = REPO_ROOT.parent / "shared" / "examples"
+EXAMPLES = REPO_ROOT / "examples"
+# Every manifest of examples/, jobs/ and config/ included, in a stable order.
+EXAMPLE_FILES = sorted(EXAMPLES.rglob("*.yaml"))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

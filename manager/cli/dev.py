@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import sys
+import sysconfig
 import time
 import urllib.request
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import Any
 
 from manager.cli.files import checkout_crds_dir
 from manager.dev import federation
-from manager.dev.binaries import BinariesError, binary_dir
+from manager.dev.binaries import REPO_ROOT, BinariesError, binary_dir
 from manager.dev.local import ClusterError, Component, LocalCluster, LocalProvider, free_port, pid_alive, wait_for
 
 DEFAULT_DIR = Path(os.environ.get("KFED_DEV_DIR", Path.home() / ".kfed" / "dev"))
@@ -79,23 +80,26 @@ def cmd_up(args: argparse.Namespace) -> int:
         shutil.copyfile(cluster.kubeconfig_path, directory / f"{cluster.name}.kubeconfig")
         (directory / f"{cluster.name}.kubeconfig").chmod(0o600)
     _state_file(directory).write_text(json.dumps({"clusters": [c.state() for c in clusters]}, indent=2))
-    elapsed = time.monotonic() - started
-    if shutil.which("kubectl") is None:
-        print(f"kubectl is not on PATH; the one built with the control plane is {bin_dir / 'kubectl'}", file=sys.stderr)
     print(
-        f"""
-kfed dev federation is up in {elapsed:.0f}s: manager + {len(workers)} worker(s), files in {directory}
-
-  export KUBECONFIG={directory / "manager.kubeconfig"}
-  kubectl get clusterqueues,localqueues,multikueueclusters
-  kubectl create -f job.yaml        # a batch/v1 Job labelled kueue.x-k8s.io/queue-name: user-queue
-
-The manager's ClusterQueue "cluster-queue" holds {federation.quota_summary(len(workers))}; each worker's holds
-{federation.WORKER_CPU} cpu and {federation.WORKER_MEMORY_GI}Gi. Worker kubeconfigs: {directory}/worker<i>.kubeconfig.
-  kfed dev status --dir {directory}
-  kfed dev down --dir {directory}"""
+        federation.next_steps(
+            elapsed=time.monotonic() - started,
+            directory=directory,
+            workers=len(workers),
+            jobs=args.jobs,
+            repo_root=REPO_ROOT if (REPO_ROOT / "examples").is_dir() else None,
+            cwd=Path.cwd(),
+            path_dirs=_path_dirs(bin_dir),
+        )
     )
     return 0
+
+
+def _path_dirs(bin_dir: Path) -> list[Path]:
+    """Where pip put this `kfed` (`.venv/bin`), and the control plane's `kubectl` when the shell has none."""
+    dirs = [Path(sysconfig.get_path("scripts"))]
+    if shutil.which("kubectl") is None:
+        dirs.append(bin_dir)
+    return dirs
 
 
 def start_controller(cluster: LocalCluster, component: str) -> Component:

@@ -209,3 +209,57 @@ def install(manager: LocalCluster, workers: list[LocalCluster], crds: list[dict[
 def quota_summary(workers: int) -> str:
     cpu = Quantity.from_value(WORKER_CPU * workers)
     return f"{cpu} cpu, {WORKER_MEMORY_GI * workers}Gi memory"
+
+
+# Paths inside a checkout, as the README and the printed next steps give them.
+SAMPLE_JOB = "examples/jobs/sample-job.yaml"
+LONG_JOB = "examples/jobs/long-job.yaml"
+
+
+def next_steps(
+    *,
+    elapsed: float,
+    directory: Path,
+    workers: int,
+    jobs: bool,
+    repo_root: Path | None,
+    cwd: Path,
+    path_dirs: list[Path],
+) -> str:
+    """What `kfed dev up` prints when the federation is ready: commands that run as printed.
+
+    `path_dirs` go in front of PATH (where `kfed`, and `kubectl` if the shell has none, live).
+    `repo_root` is the checkout with examples/ (None without one): its paths are relative, so the
+    steps start with `cd` when elsewhere.
+    """
+    commands: list[tuple[str, str]] = []
+    if repo_root is not None and cwd != repo_root:
+        commands.append((f"cd {repo_root}", "the example paths are relative to the checkout"))
+    commands.append((f"export KUBECONFIG={directory / 'manager.kubeconfig'}", ""))
+    if path_dirs:
+        what = "kfed" if len(path_dirs) == 1 else "kfed and the control plane's kubectl"
+        commands.append((f"export PATH={':'.join(str(d) for d in path_dirs)}:$PATH", f"puts {what} on the PATH"))
+    commands.append(("kubectl get clusterqueues,localqueues,multikueueclusters", ""))
+    if repo_root is not None and jobs:
+        commands.append((f"kubectl create -f {SAMPLE_JOB}", "3 pods of 1 cpu that run for 10 s on a worker"))
+        commands.append((f"kubectl create -f {LONG_JOB}", "8 cpu for 2 minutes; a third copy waits for quota"))
+    elif repo_root is not None:
+        commands.append((f"kubectl create -f {SAMPLE_JOB}", "admitted and dispatched; pods run only with `kfed dev up --jobs`"))
+    commands.append(("kubectl get jobs,workloads", ""))
+    commands.append((f"kfed dev status --dir {directory}", ""))
+    commands.append((f"kfed dev down --dir {directory}", "stops every process"))
+    width = max(len(command) for command, _ in commands)
+    more = [] if repo_root is None else ["", "More setups to try (cohorts, preemption, fair sharing, MultiKueue): examples/README.md"]
+    lines = [f"  {command:<{width}}  # {comment}" if comment else f"  {command}" for command, comment in commands]
+    return "\n".join(
+        [
+            "",
+            f"kfed dev federation is up in {elapsed:.0f}s: manager + {workers} worker(s), files in {directory}",
+            f"The manager's ClusterQueue \"{CLUSTER_QUEUE}\" holds {quota_summary(workers)}; each worker's holds "
+            f"{WORKER_CPU} cpu and {WORKER_MEMORY_GI}Gi. Worker kubeconfigs: {directory}/worker<i>.kubeconfig.",
+            "",
+            "Next:",
+            *lines,
+            *more,
+        ]
+    )

@@ -34,6 +34,10 @@ from manager.runtime import pki
 
 LOOPBACK = "127.0.0.1"
 FAKE_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+# How fake pods start, run and finish: a Job pod runs for its `pod-complete.stage.kwok.x-k8s.io/delay`
+# annotation (0 without it), so a playground Job can hold its quota for as long as it says.
+KWOK_POD_STAGES = Path(__file__).with_name("kwok-pod-stages.yaml")
+POD_RUN_TIME_ANNOTATION = "pod-complete.stage.kwok.x-k8s.io/delay"
 
 
 class ClusterError(RuntimeError):
@@ -299,6 +303,7 @@ class LocalCluster:
             [
                 str(b / "kwok"),
                 f"--kubeconfig={kubeconfig}",
+                f"--config={KWOK_POD_STAGES}",
                 "--manage-all-nodes=false",
                 f"--manage-nodes-with-annotation-selector={FAKE_NODE_ANNOTATION}=fake",
                 f"--server-address={LOOPBACK}:{self.kwok_port}",

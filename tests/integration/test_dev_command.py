@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -11,20 +12,35 @@ from typing import Any
 import pytest
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from manager.dev import kind
+from manager.dev import federation, kind
 from tests.conftest import REPO_ROOT
-from tests.harness import KubeconfigFile, api_for, core_api, custom_api, eventually
+from tests.harness import KubeconfigFile, api_for, batch_api, core_api, custom_api, eventually
+from tests.unit.test_examples_and_docs import printed_commands
 
 
 def kfed(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "manager.cli.main", *args], capture_output=True, text=True, cwd=REPO_ROOT)
 
 
-async def test_dev_up_leaves_a_ready_federation_and_down_stops_it(tmp_path: Path) -> None:
-    up = kfed("dev", "up", "--workers", "2", "--dir", str(tmp_path))
+def run_as_printed(commands: list[str]) -> subprocess.CompletedProcess[str]:
+    """Run commands in one shell from the repository root, as a user pastes them; stop at the first failure."""
+    script = "\n".join(["set -ex", *commands])
+    return subprocess.run(["bash", "-c", script], capture_output=True, text=True, cwd=REPO_ROOT, env=dict(os.environ), timeout=120)
+
+
+async def test_dev_up_leaves_a_ready_federation_whose_printed_steps_run_and_down_stops_it(tmp_path: Path) -> None:
+    up = kfed("dev", "up", "--workers", "2", "--jobs", "--dir", str(tmp_path))
     try:
         assert up.returncode == 0, up.stderr
         assert f"export KUBECONFIG={tmp_path / 'manager.kubeconfig'}" in up.stdout
+        steps = printed_commands(up.stdout)
+        assert f"kubectl create -f {federation.LONG_JOB}" in steps
+        assert steps[-1] == f"kfed dev down --dir {tmp_path}"
+        ran = run_as_printed(steps[:-1])
+        assert ran.returncode == 0, ran.stderr
+        assert "clusterqueue.kueue.x-k8s.io/cluster-queue" in ran.stdout
+        assert "job.batch/sample-job-" in ran.stdout and "job.batch/long-job-" in ran.stdout
+        await printed_jobs_run_and_queue(tmp_path, steps)
         status = kfed("dev", "status", "--dir", str(tmp_path))
         assert status.returncode == 0, status.stdout + status.stderr
         assert [line.split()[0] for line in status.stdout.splitlines()[1:]] == ["manager", "worker1", "worker2"]
@@ -53,9 +69,58 @@ async def test_dev_up_leaves_a_ready_federation_and_down_stops_it(tmp_path: Path
             # The worker agent runs: it writes the worker's ClusterQueue status.
             await eventually(worker_queue_active, timeout=30, what="worker2's ClusterQueue Active, written by its worker_agent")
     finally:
-        down = kfed("dev", "down", "--dir", str(tmp_path))
-    assert down.returncode == 0
+        down = run_as_printed([step for step in printed_commands(up.stdout) if step.startswith(("export ", "kfed dev down"))])
+    assert down.returncode == 0, down.stderr
+    assert "stopped worker2" in down.stdout
     assert kfed("dev", "status", "--dir", str(tmp_path)).returncode == 1
+
+
+async def workloads_by_job(api: Any) -> dict[str, dict[str, Any]]:
+    listed = await custom_api(api).list_namespaced_custom_object("kueue.x-k8s.io", "v1beta2", "default", "workloads")
+    return {owner["name"]: wl for wl in listed["items"] for owner in wl["metadata"].get("ownerReferences", []) if owner["kind"] == "Job"}
+
+
+def condition_true(obj: dict[str, Any], kind: str) -> bool:
+    return any(c["type"] == kind and c["status"] == "True" for c in obj.get("status", {}).get("conditions", []))
+
+
+async def printed_jobs_run_and_queue(directory: Path, steps: list[str]) -> None:
+    """The sample Job completes on a worker; long Jobs hold a worker's quota for their 2 minutes, so a third waits."""
+    async with api_for(KubeconfigFile(directory / "manager.kubeconfig")) as api:
+        batch = batch_api(api)
+        names = [job.metadata.name for job in (await batch.list_namespaced_job("default")).items]
+        sample = next(name for name in names if name.startswith("sample-job-"))
+        first_long = next(name for name in names if name.startswith("long-job-"))
+
+        async def complete(name: str) -> Any:
+            job = await batch.read_namespaced_job(name, "default")
+            return job.status if any(c.type == "Complete" and c.status == "True" for c in job.status.conditions or []) else None
+
+        assert (await eventually(lambda: complete(sample), timeout=90, what=f"Job {sample} Complete")).succeeded == 3
+        sample_wl = (await workloads_by_job(api))[sample]
+        assert condition_true(sample_wl, "Finished") and sample_wl["status"]["clusterName"] in ("worker1", "worker2")
+
+        # The README's loop: the long Job created three times in all.
+        again = run_as_printed([s for s in steps if s.startswith("export ")] + [f"kubectl create -f {federation.LONG_JOB}"] * 2)
+        assert again.returncode == 0, again.stderr
+
+        async def two_run_and_one_waits() -> Any:
+            longs = {name: wl for name, wl in (await workloads_by_job(api)).items() if name.startswith("long-job-")}
+            admitted = sorted(wl.get("status", {}).get("clusterName", "") for wl in longs.values() if condition_true(wl, "Admitted"))
+            waiting = [
+                c["message"]
+                for wl in longs.values()
+                for c in wl.get("status", {}).get("conditions", [])
+                if c["type"] == "QuotaReserved" and c["status"] == "False"
+            ]
+            return (admitted, waiting) if admitted == ["worker1", "worker2"] and len(waiting) == 1 and len(longs) == 3 else None
+
+        _, (waiting,) = await eventually(two_run_and_one_waits, timeout=90, what="two long Jobs admitted, one per worker, a third pending")
+        assert "insufficient unused quota for cpu" in waiting
+        # The first long Job is still running: its 2 minutes hold the quota.
+        first = await batch.read_namespaced_job(first_long, "default")
+        assert first.status.active == 4
+        assert not [c.type for c in first.status.conditions or [] if c.type in ("Complete", "Failed") and c.status == "True"]
 
 
 async def test_a_stopped_apiserver_refuses_clients_until_restarted(worker_clusters: Callable[[int], list[Any]]) -> None:

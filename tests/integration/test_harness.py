@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -14,10 +15,12 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from manager.api import conversion, kueue
 from manager.dev import federation
-from tests.conftest import REPO_ROOT, SHARED_EXAMPLES
+from manager.dev.local import POD_RUN_TIME_ANNOTATION
+from tests.conftest import EXAMPLE_FILES, EXAMPLES, REPO_ROOT
 from tests.harness import api_for, batch_api, core_api, custom_api, error_message, eventually
 
-EXAMPLES = sorted(SHARED_EXAMPLES.glob("*.yaml"))
+# The manifests a user applies to a cluster; examples/config/ holds controller Configurations.
+CLUSTER_EXAMPLES = [path for path in EXAMPLE_FILES if path.parent != EXAMPLES / "config"]
 
 
 @pytest.fixture(scope="module")
@@ -65,13 +68,16 @@ async def ensure_namespace(api: client.ApiClient, name: str) -> None:
 
 
 @pytest.mark.parametrize("version", ["v1beta2", "v1beta1"])
-@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", CLUSTER_EXAMPLES, ids=lambda p: str(p.relative_to(EXAMPLES)))
 async def test_every_example_applies_to_a_real_apiserver(crd_cluster: Any, path: Any, version: str) -> None:
     documents = [conversion.convert(d, version) for d in yaml.safe_load_all(path.read_text())]
     async with api_for(crd_cluster) as api:
         created = []
         try:
             for document in documents:
+                if document["kind"] == "Namespace":  # shared by several examples: kept
+                    await ensure_namespace(api, document["metadata"]["name"])
+                    continue
                 namespace = document["metadata"].get("namespace")
                 if namespace:
                     await ensure_namespace(api, namespace)
@@ -221,3 +227,54 @@ async def test_a_real_job_runs_to_completion(jobs_cluster: Any) -> None:
         pods = await core_api(api).list_namespaced_pod("default", label_selector=f"job-name={name}")
         assert {p.status.phase for p in pods.items} == {"Succeeded"}
         assert all(p.spec.node_name.startswith("kwok-node-") for p in pods.items)
+
+
+def timed_job(name: str, run_time: str | None) -> dict[str, Any]:
+    """A one-pod Job; with `run_time` its pod runs that long (kwok's annotation, and `sleep` on real nodes)."""
+    seconds = int(run_time.rstrip("s")) if run_time else 0
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "template": {
+                "metadata": {"annotations": {POD_RUN_TIME_ANNOTATION: run_time} if run_time else {}},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{"name": "main", "image": "busybox", "command": ["sleep", str(seconds)]}],
+                },
+            }
+        },
+    }
+
+
+async def test_an_annotated_pod_runs_for_its_run_time_and_a_plain_one_completes(jobs_cluster: Any) -> None:
+    timed, plain = f"timed-{uuid.uuid4().hex[:8]}", f"plain-{uuid.uuid4().hex[:8]}"
+    async with api_for(jobs_cluster) as api:
+        batch, core = batch_api(api), core_api(api)
+        await batch.create_namespaced_job("default", timed_job(timed, "6s"))
+        await batch.create_namespaced_job("default", timed_job(plain, None))
+
+        async def pod_of(job: str) -> Any:
+            pods = await core.list_namespaced_pod("default", label_selector=f"job-name={job}")
+            return pods.items[0] if pods.items else None
+
+        async def running() -> Any:
+            pod = await pod_of(timed)
+            return pod if pod is not None and pod.status.phase == "Running" else None
+
+        seen_running = await eventually(running, timeout=60, what=f"Job {timed}'s pod Running")
+        assert seen_running.status.container_statuses[0].state.running is not None
+
+        async def complete(job: str) -> Any:
+            current = await batch.read_namespaced_job(job, "default")
+            conditions = {c.type: c.status for c in current.status.conditions or []}
+            return current.status if conditions.get("Complete") == "True" else None
+
+        assert (await eventually(lambda: complete(plain), timeout=60, what=f"Job {plain} Complete")).succeeded == 1
+        assert (await eventually(lambda: complete(timed), timeout=60, what=f"Job {timed} Complete")).succeeded == 1
+        pod = await pod_of(timed)
+        assert pod.status.phase == "Succeeded"
+        finished: datetime = pod.status.container_statuses[0].state.terminated.finished_at
+        ran_for = (finished - pod.status.start_time).total_seconds()
+        assert 5 <= ran_for < 30, f"the annotated pod ran {ran_for}s, not about 6s"

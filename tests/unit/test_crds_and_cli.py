@@ -13,7 +13,7 @@ from pydantic import Field
 
 from manager.api import crdgen, kueue, v1beta1
 from manager.cli.main import crd_drift
-from tests.conftest import REPO_ROOT, SHARED_EXAMPLES
+from tests.conftest import EXAMPLE_FILES, EXAMPLES, REPO_ROOT
 
 
 def kfed(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -91,10 +91,10 @@ def test_crd_schemas_are_structural() -> None:
         walk(yaml.safe_load(text), name)
 
 
-def test_validate_accepts_the_shared_examples() -> None:
-    result = kfed("validate", "-f", str(SHARED_EXAMPLES))
+def test_validate_accepts_every_example() -> None:
+    result = kfed("validate", "-f", str(EXAMPLES))
     assert result.returncode == 0, result.stderr
-    assert "28 object(s) valid" in result.stdout
+    assert "92 object(s) valid" in result.stdout
 
 
 def test_validate_reports_every_error_without_a_traceback(tmp_path: Path) -> None:
@@ -120,7 +120,7 @@ def test_validate_reports_a_missing_file_in_one_line(tmp_path: Path) -> None:
     assert result.stderr.splitlines()[0] == f"{tmp_path / 'nope.yaml'}[0]: cannot read file: No such file or directory"
 
 
-@pytest.mark.parametrize("path", sorted(SHARED_EXAMPLES.glob("*.yaml")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", EXAMPLE_FILES, ids=lambda p: str(p.relative_to(EXAMPLES)))
 def test_convert_round_trips_each_example(path: Path) -> None:
     down = kfed("convert", "--to", "v1beta1", "-f", str(path))
     assert down.returncode == 0, down.stderr

@@ -9,9 +9,11 @@ import yaml
 
 from manager.api import conversion
 from manager.api.manifest import load_text
-from tests.conftest import SHARED_EXAMPLES
+from tests.conftest import EXAMPLE_FILES, EXAMPLES
 
-EXAMPLES = sorted(SHARED_EXAMPLES.glob("*.yaml"))
+
+def example_id(path: Any) -> str:
+    return str(path.relative_to(EXAMPLES))
 
 
 def errors_of(text: str, source: str = "team-a.yaml") -> list[str]:
@@ -26,14 +28,14 @@ def group(resources: list[str], flavors: dict[str, list[dict[str, Any]]]) -> dic
     return {"coveredResources": resources, "flavors": [{"name": n, "resources": r} for n, r in flavors.items()]}
 
 
-@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
-def test_every_shared_example_is_valid(path: Any) -> None:
+@pytest.mark.parametrize("path", EXAMPLE_FILES, ids=example_id)
+def test_every_example_is_valid(path: Any) -> None:
     loaded = load_text(path.read_text(), path.name)
     assert [str(e) for e in loaded.errors] == []
     assert loaded.objects
 
 
-@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", EXAMPLE_FILES, ids=example_id)
 def test_every_example_round_trips_through_both_versions(path: Any) -> None:
     for document in yaml.safe_load_all(path.read_text()):
         start = conversion.convert(document, "v1beta1")
@@ -42,7 +44,7 @@ def test_every_example_round_trips_through_both_versions(path: Any) -> None:
         assert conversion.convert(conversion.convert(hub, "v1beta1"), "v1beta2") == hub
 
 
-@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", EXAMPLE_FILES, ids=example_id)
 def test_models_write_back_exactly_what_they_read(path: Any) -> None:
     loaded = load_text(path.read_text(), path.name)
     for document, obj in loaded.objects:

@@ -1,4 +1,4 @@
-"""`kfed simulate` end to end: every shared example, the output formats, golden tables, bad input."""
+"""`kfed simulate` end to end: the repository's examples, the output formats, golden tables, bad input."""
 
 from __future__ import annotations
 
@@ -11,10 +11,11 @@ import pytest
 import yaml
 
 from manager.cli.main import main
-from tests.conftest import SHARED_EXAMPLES
+from tests.conftest import EXAMPLE_FILES, EXAMPLES
 
 GOLDEN = Path(__file__).parent / "golden"
-EXAMPLE = {p.stem: p for p in SHARED_EXAMPLES.glob("*.yaml")}
+# "single-queue", "jobs/sample-job", "config/fair-sharing", ...
+EXAMPLE = {str(p.relative_to(EXAMPLES).with_suffix("")): p for p in EXAMPLE_FILES}
 
 
 def job(
@@ -81,8 +82,8 @@ def reserved_cpu(cq: dict[str, Any]) -> str:
     return str(cq["status"]["flavorsReservation"][0]["resources"][0]["total"])
 
 
-def test_single_clusterqueue_admits_the_sample_job(capsys: pytest.CaptureFixture[str]) -> None:
-    code, result, _ = simulate(capsys, EXAMPLE["single-clusterqueue"], EXAMPLE["sample-job"])
+def test_single_queue_admits_the_sample_job(capsys: pytest.CaptureFixture[str]) -> None:
+    code, result, _ = simulate(capsys, EXAMPLE["single-queue"], EXAMPLE["jobs/sample-job"])
     assert code == 0
     (wl,) = workloads(result).values()
     assert wl["metadata"]["name"].startswith("job-sample-job-")
@@ -110,7 +111,7 @@ def test_single_clusterqueue_admits_the_sample_job(capsys: pytest.CaptureFixture
 
 
 def test_sample_job_alone_has_no_local_queue(capsys: pytest.CaptureFixture[str]) -> None:
-    code, result, _ = simulate(capsys, EXAMPLE["sample-job"])
+    code, result, _ = simulate(capsys, EXAMPLE["jobs/sample-job"])
     assert code == 0
     (wl,) = workloads(result).values()
     assert condition(wl, "QuotaReserved") | {"lastTransitionTime": None} == {
@@ -132,114 +133,124 @@ def test_cohort_borrowing_example_admits_21_cpu_for_team_a(capsys: pytest.Captur
     assert team_a["status"]["flavorsReservation"][0]["resources"][0] == {"name": "cpu", "total": "21", "borrowed": "12"}
 
 
+def test_cohort_borrowing_example_jobs_five_run_and_one_waits(capsys: pytest.CaptureFixture[str]) -> None:
+    code, result, _ = simulate(capsys, EXAMPLE["cohort-borrowing"], EXAMPLE["jobs/team-a-jobs"])
+    assert code == 0
+    by_name = workloads(result)
+    admitted = sorted(name.rsplit("-", 1)[0] for name, wl in by_name.items() if wl["status"].get("admission"))
+    assert admitted == [f"job-train-{i}" for i in range(1, 6)]
+    waiting = next(wl for name, wl in by_name.items() if name.startswith("job-train-6-"))
+    assert condition(waiting, "QuotaReserved")["message"] == (
+        "couldn't assign flavors to pod set main: insufficient unused quota for cpu in flavor default-flavor, 3 more needed"
+    )
+    cpu = cluster_queue(result, "team-a-cq")["status"]["flavorsReservation"][0]["resources"][0]
+    assert cpu == {"name": "cpu", "total": "20", "borrowed": "11"}
+
+
 def test_borrowing_and_lending_limits_example(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     # team-a: min(8 + borrowingLimit 8, guaranteed 4 + cohort (4 + 8)) = 16; team-b: min(16 + 4, 8 + 12) = 20.
-    lqs = [
-        {
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "LocalQueue",
-            "metadata": {"namespace": ns, "name": "q"},
-            "spec": {"clusterQueue": f"{ns}-cq"},
-        }
-        for ns in ("team-a", "team-b")
-    ]
+    code, result, _ = simulate(capsys, EXAMPLE["borrowing-and-lending-limits"], EXAMPLE["jobs/limits-jobs"])
+    assert code == 0
+    assert reserved_cpu(cluster_queue(result, "limits-team-a-cq")) == "16"
+    assert sum(1 for wl in workloads(result).values() if wl["status"].get("admission")) == 8
     code, result, _ = simulate(
         capsys,
         EXAMPLE["borrowing-and-lending-limits"],
-        write(tmp_path, "a.yaml", lqs + [job(f"a{i:02d}", "q", namespace="team-a", created=i) for i in range(20)]),
+        write(tmp_path, "b.yaml", [job(f"b{i:02d}", "limits-queue", namespace="team-b", created=i) for i in range(25)]),
     )
     assert code == 0
-    assert reserved_cpu(cluster_queue(result, "team-a-cq")) == "16"
-    code, result, _ = simulate(
-        capsys,
-        EXAMPLE["borrowing-and-lending-limits"],
-        write(tmp_path, "b.yaml", lqs + [job(f"b{i:02d}", "q", namespace="team-b", created=i) for i in range(25)]),
-    )
-    assert reserved_cpu(cluster_queue(result, "team-b-cq")) == "20"
+    assert reserved_cpu(cluster_queue(result, "limits-team-b-cq")) == "20"
 
 
 def test_preemption_example_reclaims_for_the_high_priority_job(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    lqs = [
-        {
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "LocalQueue",
-            "metadata": {"namespace": "research", "name": name},
-            "spec": {"clusterQueue": name},
-        }
-        for name in ("team-a-queue", "non-preemptive-queue")
-    ]
-    notebooks = [job(f"notebook-{i}", "non-preemptive-queue", namespace="research", cpu="8", created=i) for i in range(4)]
-    training = job(
-        "training", "team-a-queue", namespace="research", cpu="16", labels={"kueue.x-k8s.io/priority-class": "high-priority"}, created=100
-    )
-    # Before the training job arrives the notebooks borrow all of team-a's 16 cpu.
-    first = write(tmp_path, "first.yaml", lqs + notebooks)
-    code, result, _ = simulate(capsys, EXAMPLE["preemption"], first)
-    assert reserved_cpu(cluster_queue(result, "non-preemptive-queue")) == "32"
-    running = [wl for wl in workloads(result).values()]
-    code, result, _ = simulate(capsys, EXAMPLE["preemption"], write(tmp_path, "second.yaml", lqs + running + [training]))
+    # Before the training job arrives the notebooks borrow all of training-cq's 16 cpu.
+    code, result, _ = simulate(capsys, EXAMPLE["preemption"], EXAMPLE["jobs/notebooks"])
+    assert code == 0
+    assert reserved_cpu(cluster_queue(result, "notebooks-cq")) == "32"
+    running = write(tmp_path, "running.yaml", list(workloads(result).values()))
+    code, result, _ = simulate(capsys, EXAMPLE["preemption"], running, EXAMPLE["jobs/training"])
     assert code == 0
     by_name = workloads(result)
     preempted = sorted(
         name for name, wl in by_name.items() if any(c["type"] == "Preempted" and c["status"] == "True" for c in wl["status"]["conditions"])
     )
-    assert len(preempted) == 2
+    assert len(preempted) == 2 and all(name.startswith("job-notebook-") for name in preempted)
     assert {condition(by_name[n], "Preempted")["reason"] for n in preempted} == {"InCohortReclamation"}
     training_wl = next(wl for name, wl in by_name.items() if name.startswith("job-training-"))
     assert training_wl["spec"]["priority"] == 1000
     assert condition(training_wl, "Admitted")["status"] == "True"
-    assert reserved_cpu(cluster_queue(result, "team-a-queue")) == "16"
+    assert reserved_cpu(cluster_queue(result, "training-cq")) == "16"
+    assert reserved_cpu(cluster_queue(result, "notebooks-cq")) == "16"
 
 
-def test_resource_groups_example_in_v1beta1(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    lq = {
-        "apiVersion": "kueue.x-k8s.io/v1beta1",
-        "kind": "LocalQueue",
-        "metadata": {"namespace": "default", "name": "q"},
-        "spec": {"clusterQueue": "cluster-queue"},
-    }
-    gpu_job = job("gpu", "q", cpu="5", created=0)
-    gpu_job["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["gpu"] = "6"
-    second = job("gpu-2", "q", cpu="5", created=1)
-    second["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["gpu"] = "6"
-    code, result, _ = simulate(capsys, EXAMPLE["resource-groups-v1beta1"], write(tmp_path, "jobs.yaml", [lq, gpu_job, second]))
+@pytest.mark.parametrize("version", ["v1beta1", "v1beta2"])
+def test_resource_groups_example(capsys: pytest.CaptureFixture[str], version: str) -> None:
+    code, result, _ = simulate(capsys, EXAMPLE[f"resource-groups-{version}"], EXAMPLE["jobs/gpu-jobs"])
     assert code == 0
-    flavors = {name: wl["status"]["admission"]["podSetAssignments"][0]["flavors"] for name, wl in workloads(result).items()}
-    assert sorted(flavors.values(), key=str) == sorted(
-        [{"cpu": "spot", "gpu": "vendor1", "pods": "spot"}, {"cpu": "on-demand", "gpu": "vendor2", "pods": "on-demand"}], key=str
-    )
+    flavors = {
+        name.rsplit("-", 1)[0]: wl["status"]["admission"]["podSetAssignments"][0]["flavors"] for name, wl in workloads(result).items()
+    }
+    assert flavors == {
+        "job-gpu-1": {"cpu": "spot", "nvidia.com/gpu": "vendor1", "pods": "spot"},
+        "job-gpu-2": {"cpu": "on-demand", "nvidia.com/gpu": "vendor2", "pods": "on-demand"},
+    }
     assert all(item["apiVersion"] == "kueue.x-k8s.io/v1beta2" for item in result["items"])
 
 
+def test_fair_sharing_example_shares_the_cohort_by_weight(capsys: pytest.CaptureFixture[str]) -> None:
+    setup = (EXAMPLE["fair-sharing"], EXAMPLE["jobs/fair-sharing-jobs"])
+    code, result, _ = simulate(capsys, EXAMPLE["config/fair-sharing"], *setup)
+    assert code == 0
+    assert (reserved_cpu(cluster_queue(result, "fair-team-a-cq")), reserved_cpu(cluster_queue(result, "fair-team-b-cq"))) == ("4", "8")
+    # Without the Configuration the weights mean nothing: queues are served in turn, first come first.
+    code, result, _ = simulate(capsys, *setup)
+    assert code == 0
+    assert (reserved_cpu(cluster_queue(result, "fair-team-a-cq")), reserved_cpu(cluster_queue(result, "fair-team-b-cq"))) == ("8", "4")
+
+
 def test_multikueue_manager_example_reserves_quota_and_waits_for_the_check(capsys: pytest.CaptureFixture[str]) -> None:
-    code, result, err = simulate(capsys, EXAMPLE["multikueue-manager"], EXAMPLE["sample-job"])
+    code, result, err = simulate(capsys, EXAMPLE["multikueue-manager"], EXAMPLE["jobs/sample-job"])
     assert code == 0
     assert "skipped kueue.x-k8s.io/v1beta2 AdmissionCheck" in err
     (wl,) = workloads(result).values()
     assert condition(wl, "QuotaReserved")["status"] == "True"
     assert condition(wl, "Admitted")["reason"] == "UnsatisfiedAdmissionChecks"
-    assert wl["status"]["admissionChecks"][0]["name"] == "multikueue-check"
+    assert wl["status"]["admissionChecks"][0]["name"] == "multikueue"
     assert wl["status"]["admissionChecks"][0]["state"] == "Pending"
 
 
 def test_whole_examples_directory_runs(capsys: pytest.CaptureFixture[str]) -> None:
-    code, result, err = simulate(capsys, SHARED_EXAMPLES)
+    code, result, err = simulate(capsys, EXAMPLES)
     assert code == 0
     assert result["kind"] == "List" and result["apiVersion"] == "v1"
     kinds = [(item["kind"], item["metadata"].get("namespace", ""), item["metadata"]["name"]) for item in result["items"]]
     assert kinds == sorted(kinds)
-    assert "replaces the definition" in err
+    queues = [name for kind, _, name in kinds if kind == "ClusterQueue"]
+    assert queues == [
+        "cluster-queue",
+        "fair-team-a-cq",
+        "fair-team-b-cq",
+        "gpu-cluster-queue",
+        "limits-team-a-cq",
+        "limits-team-b-cq",
+        "notebooks-cq",
+        "team-a-cq",
+        "team-b-cq",
+        "training-cq",
+    ]
+    # The single-queue and MultiKueue setups define the same `cluster-queue`: the later file wins.
+    assert "examples/single-queue.yaml[1] ClusterQueue/cluster-queue: replaces the definition at" in err
 
 
 def test_yaml_output_is_the_same_list(capsys: pytest.CaptureFixture[str]) -> None:
-    _, as_json, _ = simulate(capsys, EXAMPLE["single-clusterqueue"], EXAMPLE["sample-job"])
-    code, text, _ = simulate(capsys, EXAMPLE["single-clusterqueue"], EXAMPLE["sample-job"], output="yaml")
+    _, as_json, _ = simulate(capsys, EXAMPLE["single-queue"], EXAMPLE["jobs/sample-job"])
+    code, text, _ = simulate(capsys, EXAMPLE["single-queue"], EXAMPLE["jobs/sample-job"], output="yaml")
     assert code == 0 and yaml.safe_load(text) == as_json
 
 
 def test_cycles_flag_runs_exactly_that_many_cycles(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     jobs = write(tmp_path, "jobs.yaml", [job(f"j{i}", "user-queue", created=i) for i in range(3)])
-    code, text, _ = simulate(capsys, EXAMPLE["single-clusterqueue"], jobs, output="table", extra=("--cycles", "2"))
+    code, text, _ = simulate(capsys, EXAMPLE["single-queue"], jobs, output="table", extra=("--cycles", "2"))
     assert code == 0
     assert "2 cycle(s): 2 admitted, 0 quota reserved, 1 pending" in text
 
@@ -252,7 +263,7 @@ def golden(name: str, text: str) -> None:
 
 
 def test_table_golden_examples_directory(capsys: pytest.CaptureFixture[str]) -> None:
-    code, text, _ = simulate(capsys, SHARED_EXAMPLES, output="table")
+    code, text, _ = simulate(capsys, EXAMPLES, output="table")
     assert code == 0
     golden("examples", text)
 
@@ -324,14 +335,14 @@ def test_bad_input_exits_1_with_a_located_message_and_no_traceback(
 def test_bad_container_resources_are_located(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     broken = job("j", "user-queue")
     broken["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "lots"
-    code, _, err = simulate(capsys, EXAMPLE["single-clusterqueue"], write(tmp_path, "bad.yaml", [broken]), output="table")
+    code, _, err = simulate(capsys, EXAMPLE["single-queue"], write(tmp_path, "bad.yaml", [broken]), output="table")
     assert code == 1
     assert "Traceback" not in err
     assert "Job/default/j" in err and "cpu" in err
 
 
 def test_negative_cycles_is_rejected(capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err = simulate(capsys, EXAMPLE["single-clusterqueue"], output="table", extra=("--cycles", "-1"))
+    code, _, err = simulate(capsys, EXAMPLE["single-queue"], output="table", extra=("--cycles", "-1"))
     assert code == 1 and "--cycles" in err
 
 
