@@ -8,6 +8,7 @@ Every error in the input is reported, not only the first.
 
 from __future__ import annotations
 
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -17,8 +18,9 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from manager.api import config, conversion, core, kueue, v1beta1
+from manager.api import constants as c
 from manager.api.meta import OpenModel, Resource
-from manager.api.validation import FieldError, not_supported, object_errors, required
+from manager.api.validation import FieldError, label_value_errors, not_supported, object_errors, required
 
 KUEUE_VERSIONS: dict[str, dict[str, type[Resource]]] = {
     "kueue.x-k8s.io/v1beta2": kueue.KIND_BY_NAME,
@@ -83,22 +85,194 @@ class Loaded:
         self.skipped += other.skipped
 
 
-def split_documents(text: str, source: str) -> tuple[list[Document], list[ManifestError]]:
-    """Split YAML text into documents; a syntax error is reported with its line and ends the file."""
+# Limits of the YAML reader. Every reader of a user's YAML goes through `split_documents`, so
+# no input can make kfed (or its webhooks) hang, exhaust memory or overflow the stack.
+MAX_YAML_BYTES = 64 * 1024 * 1024
+MAX_DEPTH = 128  # a Job's pod template nests about 15 levels; CRD schemas about 40
+MAX_ALIASES = 1000
+# Aliases may make the documents at most twice as large as written, plus this many nodes.
+ALIAS_EXPANSION_ALLOWANCE = 100_000
+# libyaml's C parser when PyYAML was built with it (about 15 times faster), else PyYAML's own.
+_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_PARSER: Any = getattr(yaml, "CParser", None)
+
+
+class YamlRefusedError(ValueError):
+    """Input the reader refuses before building it (too large, too deep, alias bombs)."""
+
+    def __init__(self, message: str, line: int | None = None) -> None:
+        super().__init__(message)
+        self.line = line
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
+
+
+def _line(node: yaml.Node) -> int | None:
+    mark = getattr(node, "start_mark", None)
+    return mark.line + 1 if mark is not None else None
+
+
+def _measure_aliased(root: yaml.Node, written: int) -> None:
+    """Height and expanded size of a document that uses aliases (each node once, memoized)."""
+    size: dict[int, int] = {}
+    height: dict[int, int] = {}
+    entered: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    limit = 2 * written + ALIAS_EXPANSION_ALLOWANCE
+    while stack:
+        node, finished = stack.pop()
+        key = id(node)
+        if finished:
+            children = _children(node)
+            size[key] = 1 + sum(size[id(child)] for child in children)
+            height[key] = 1 + max((height[id(child)] for child in children), default=0)
+            if size[key] > limit:
+                raise YamlRefusedError(f"aliases expand the document beyond {limit} nodes", _line(node))
+            if height[key] > MAX_DEPTH:
+                raise YamlRefusedError(f"nested deeper than {MAX_DEPTH} levels", _line(node))
+            continue
+        if key in size:
+            continue
+        if key in entered:
+            raise YamlRefusedError("an alias refers to a node that contains it", _line(node))
+        entered.add(key)
+        stack.append((node, True))
+        stack.extend((child, False) for child in _children(node))
+
+
+def _check_node(root: yaml.Node) -> None:
+    """Refuse a composed document that is too deep or whose aliases expand too much."""
+    seen: set[int] = set()
+    aliases = 0
+    stack: list[tuple[yaml.Node, int]] = [(root, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise YamlRefusedError(f"nested deeper than {MAX_DEPTH} levels", _line(node))
+        if id(node) in seen:
+            aliases += 1
+            if aliases > MAX_ALIASES:
+                raise YamlRefusedError(f"more than {MAX_ALIASES} aliases", _line(node))
+            continue
+        seen.add(id(node))
+        stack.extend((child, depth + 1) for child in _children(node))
+    if aliases:
+        _measure_aliased(root, len(seen))
+
+
+def _check_flow_depth(text: str) -> None:
+    """libyaml slows down on deep flow nesting (`[[[[...`, 20,000 levels take seconds): refuse it
+    before composing. Brackets are counted first (cheap); only text with enough of them is
+    parsed to events to find the real depth, which ignores brackets inside strings."""
+    if text.count("[") + text.count("{") <= MAX_DEPTH:
+        return
+    depth = deepest = 0
+    for char in re.findall(r"[\[\]{}]", text):
+        depth = depth + 1 if char in "[{" else max(depth - 1, 0)
+        deepest = max(deepest, depth)
+    if deepest <= MAX_DEPTH:
+        return
+    depth = 0
+    for event in yaml.parse(text, Loader=_LOADER):
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise YamlRefusedError(f"nested deeper than {MAX_DEPTH} levels", event.start_mark.line + 1)
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            depth -= 1
+
+
+def decode(raw: str | bytes) -> str:
+    """Text of the input; bytes that are not UTF-8 raise YamlRefusedError naming the offset."""
+    if len(raw) > MAX_YAML_BYTES:
+        raise YamlRefusedError(f"larger than {MAX_YAML_BYTES // (1024 * 1024)} MiB")
+    if isinstance(raw, str):
+        return raw
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise YamlRefusedError(f"not UTF-8: byte 0x{raw[err.start]:02x} at offset {err.start}") from None
+
+
+def iter_yaml(raw: str | bytes) -> typing.Iterator[Any]:
+    """Each YAML document's data (None for an empty one), within the reader's limits. Raises
+    YamlRefusedError or yaml.YAMLError."""
+    text = decode(raw)
+    _check_flow_depth(text)
+    loader = _LOADER(text)
+    try:
+        while loader.check_node():
+            node = loader.get_node()
+            _check_node(node)
+            yield loader.construct_document(node)
+    except RecursionError:
+        # PyYAML's own composer (without libyaml) recurses once per level.
+        raise YamlRefusedError(f"nested deeper than {MAX_DEPTH} levels") from None
+    finally:
+        loader.dispose()
+
+
+def split_documents(text: str | bytes, source: str) -> tuple[list[Document], list[ManifestError]]:
+    """Split YAML text into documents; an error is reported with its line and ends the file."""
     documents: list[Document] = []
     errors: list[ManifestError] = []
     index = 0
     try:
-        for data in yaml.safe_load_all(text):
+        for data in iter_yaml(text):
             if data is not None:
                 documents.append(Document(source, index, data))
             index += 1
+    except YamlRefusedError as err:
+        line = f"line {err.line}: " if err.line is not None else ""
+        errors.append(ManifestError(Document(source, index, None), FieldError("", f"refused: {line}{err}")))
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         line = f"line {mark.line + 1}: " if mark is not None else ""
-        problem = getattr(err, "problem", None) or str(err)
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
         errors.append(ManifestError(Document(source, index, None), FieldError("", f"invalid YAML: {line}{problem}")))
     return documents, errors
+
+
+def shape_errors(data: Any) -> list[FieldError]:
+    """Why a document is not one object: a list, a scalar, or a `List` of objects."""
+    if isinstance(data, list):
+        return [FieldError("", "a manifest must be one object (a mapping with apiVersion and kind), not a list")]
+    if not isinstance(data, dict):
+        return [FieldError("", "a manifest must be a mapping with apiVersion and kind")]
+    if str(data.get("kind", "")).endswith("List") and "items" in data:
+        return [FieldError("kind", f"a {data['kind']} is not read: write each of its items as a YAML document of its own")]
+    return []
+
+
+def object_documents(text: str | bytes, source: str) -> tuple[list[Document], list[ManifestError]]:
+    """The documents of the input that are single objects, and errors for the others."""
+    documents, errors = split_documents(text, source)
+    objects = []
+    for document in documents:
+        problems = shape_errors(document.data)
+        errors += [ManifestError(document, problem) for problem in problems]
+        if not problems:
+            objects.append(document)
+    return objects, errors
+
+
+def queue_label_errors(data: dict[str, Any]) -> list[FieldError]:
+    """The queue-name label must be a valid label value (the name of a LocalQueue)."""
+    meta = data.get("metadata")
+    labels = meta.get("labels") if isinstance(meta, dict) else None
+    if not isinstance(labels, dict) or c.QUEUE_NAME_LABEL not in labels:
+        return []
+    value = labels[c.QUEUE_NAME_LABEL]
+    path = f"metadata.labels[{c.QUEUE_NAME_LABEL}]"
+    if not isinstance(value, str):
+        return [FieldError(path, f"Invalid value: {value!r}: must be a string")]
+    return label_value_errors(path, value)
 
 
 def _path(loc: tuple[int | str, ...]) -> str:
@@ -199,8 +373,9 @@ def load_document(document: Document) -> Loaded:
         return result
 
     data = document.data
-    if not isinstance(data, dict):
-        return fail([FieldError("", "a manifest must be a mapping with apiVersion and kind")])
+    shape = shape_errors(data)
+    if shape:
+        return fail(shape)
     missing = [required(key) for key in ("apiVersion", "kind") if not data.get(key)]
     if missing:
         return fail(missing)
@@ -210,7 +385,7 @@ def load_document(document: Document) -> Loaded:
             return fail([FieldError("kind", f'no kind "{data["kind"]}" is registered for version "{data["apiVersion"]}"')])
         result.skipped.append(document)
         return result
-    errors = unknown_field_errors(model, data)
+    errors = queue_label_errors(data) + unknown_field_errors(model, data)
     try:
         model.model_validate(data)
     except ValidationError as err:
@@ -229,7 +404,7 @@ def load_document(document: Document) -> Loaded:
     return result
 
 
-def load_text(text: str, source: str) -> Loaded:
+def load_text(text: str | bytes, source: str) -> Loaded:
     documents, errors = split_documents(text, source)
     result = Loaded(errors=errors)
     for document in documents:
@@ -241,6 +416,9 @@ def validate_object(data: dict[str, Any]) -> tuple[BaseModel | None, list[FieldE
     """An object as an apiserver sends it (any served version): the v1beta2 model, or every
     error with its field path. Unknown fields are not reported: the apiserver prunes them."""
     model = model_for(data)
+    label_errors = queue_label_errors(data)
+    if label_errors:
+        return None, label_errors
     if model is None:
         return None, [FieldError("kind", f'no kind "{data.get("kind")}" is registered for version "{data.get("apiVersion")}"')]
     try:

@@ -20,6 +20,7 @@ import yaml
 from manager.api import constants as c
 from manager.api import kueue
 from manager.api.core import Job, Secret
+from manager.api.manifest import object_documents, queue_label_errors
 from manager.cli import views
 from manager.kube.client import KubeClient, KubeconfigError
 from manager.kube.errors import KubeError, NotFoundError
@@ -241,11 +242,15 @@ async def cmd_status(args: argparse.Namespace) -> int:
 
 @run_async
 async def cmd_submit(args: argparse.Namespace) -> int:
+    source = "<stdin>" if args.filename == "-" else args.filename
     try:
-        documents = [d for d in yaml.safe_load_all(Path(args.filename).read_text() if args.filename != "-" else sys.stdin.read()) if d]
-    except (OSError, yaml.YAMLError) as err:
-        raise CommandError(f"cannot read {args.filename}: {err}") from None
-    jobs = [d for d in documents if d.get("kind") == "Job" and str(d.get("apiVersion", "")).startswith("batch/")]
+        raw = sys.stdin.buffer.read() if args.filename == "-" else Path(args.filename).read_bytes()
+    except OSError as err:
+        raise CommandError(f"cannot read {args.filename}: {err.strerror or err}") from None
+    documents, errors = object_documents(raw, source)
+    if errors:
+        raise CommandError(str(errors[0]))
+    jobs = [d.data for d in documents if d.kind == "Job" and str(d.data.get("apiVersion", "")).startswith("batch/")]
     if len(jobs) != 1:
         raise CommandError(f"{args.filename}: expected exactly one batch/v1 Job, found {len(jobs)}")
     job = jobs[0]
@@ -255,6 +260,8 @@ async def cmd_submit(args: argparse.Namespace) -> int:
         labels[c.QUEUE_NAME_LABEL] = args.queue
     if not labels.get(c.QUEUE_NAME_LABEL):
         raise CommandError(f"{args.filename}: metadata.labels[{c.QUEUE_NAME_LABEL}]: Required value: give --queue")
+    for problem in queue_label_errors(job):
+        raise CommandError(f"{source}: {problem}")
     namespace = args.namespace or metadata.get("namespace") or "default"
     metadata["namespace"] = namespace
     client = await manager_client(args)
