@@ -24,7 +24,7 @@ from manager.api.manifest import object_documents, queue_label_errors
 from manager.cli import views
 from manager.kube.client import KubeClient, KubeconfigError
 from manager.kube.errors import KubeError, NotFoundError
-from manager.multikueue.kubeconfig import KubeconfigRejectedError, parse_kubeconfig
+from manager.multikueue.kubeconfig import REASON_BAD, KubeconfigRejectedError, parse_kubeconfig
 
 WORKER_TIMEOUT = 3.0  # seconds a worker gets to answer before it is shown as unreachable
 
@@ -132,8 +132,10 @@ async def read_worker(client: KubeClient, cluster: kueue.MultiKueueCluster, *, s
         return view
     try:
         secret = await client.get(Secret, ref.location, namespace=system_namespace)
-        raw = base64.b64decode((secret.data or {}).get(c.MULTIKUEUE_SECRET_KEY, ""))
-        kubeconfig = parse_kubeconfig(raw)
+        encoded = (secret.data or {}).get(c.MULTIKUEUE_SECRET_KEY)
+        if encoded is None:
+            raise KubeconfigRejectedError(REASON_BAD, f'key "{c.MULTIKUEUE_SECRET_KEY}" not found in secret "{ref.location}"')
+        kubeconfig = parse_kubeconfig(base64.b64decode(encoded))
         worker = await KubeClient.from_kubeconfig(kubeconfig, name=cluster.name, where=f"Secret {ref.location}")
     except (KubeError, KubeconfigRejectedError, KubeconfigError, ValueError) as err:
         view.error = f"cannot use its kubeconfig: {err}"
