@@ -100,9 +100,10 @@ _PARSER: Any = getattr(yaml, "CParser", None)
 class YamlRefusedError(ValueError):
     """Input the reader refuses before building it (too large, too deep, alias bombs)."""
 
-    def __init__(self, message: str, line: int | None = None) -> None:
+    def __init__(self, message: str, line: int | None = None, document: int | None = None) -> None:
         super().__init__(message)
         self.line = line
+        self.document = document  # the document's index, when found before reading the stream
 
 
 def _children(node: yaml.Node) -> list[yaml.Node]:
@@ -158,7 +159,7 @@ def _check_node(root: yaml.Node) -> None:
         if id(node) in seen:
             aliases += 1
             if aliases > MAX_ALIASES:
-                raise YamlRefusedError(f"more than {MAX_ALIASES} aliases", _line(node))
+                raise YamlRefusedError(f"more than {MAX_ALIASES} aliases")
             continue
         seen.add(id(node))
         stack.extend((child, depth + 1) for child in _children(node))
@@ -179,11 +180,14 @@ def _check_flow_depth(text: str) -> None:
     if deepest <= MAX_DEPTH:
         return
     depth = 0
+    document = -1
     for event in yaml.parse(text, Loader=_LOADER):
-        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+        if isinstance(event, yaml.DocumentStartEvent):
+            document += 1
+        elif isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
             depth += 1
             if depth > MAX_DEPTH:
-                raise YamlRefusedError(f"nested deeper than {MAX_DEPTH} levels", event.start_mark.line + 1)
+                raise YamlRefusedError(f"nested deeper than {MAX_DEPTH} levels", event.start_mark.line + 1, max(document, 0))
         elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
             depth -= 1
 
@@ -230,7 +234,8 @@ def split_documents(text: str | bytes, source: str) -> tuple[list[Document], lis
             index += 1
     except YamlRefusedError as err:
         line = f"line {err.line}: " if err.line is not None else ""
-        errors.append(ManifestError(Document(source, index, None), FieldError("", f"refused: {line}{err}")))
+        at = err.document if err.document is not None else index
+        errors.append(ManifestError(Document(source, at, None), FieldError("", f"refused: {line}{err}")))
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         line = f"line {mark.line + 1}: " if mark is not None else ""

@@ -20,7 +20,7 @@ import yaml
 from manager.api import constants as c
 from manager.api import kueue
 from manager.api.core import Job, Secret
-from manager.api.manifest import object_documents, queue_label_errors
+from manager.api.manifest import ManifestError, object_documents, queue_label_errors
 from manager.cli import views
 from manager.kube.client import KubeClient, KubeconfigError
 from manager.kube.errors import KubeError, NotFoundError
@@ -252,10 +252,11 @@ async def cmd_submit(args: argparse.Namespace) -> int:
     documents, errors = object_documents(raw, source)
     if errors:
         raise CommandError(str(errors[0]))
-    jobs = [d.data for d in documents if d.kind == "Job" and str(d.data.get("apiVersion", "")).startswith("batch/")]
+    jobs = [d for d in documents if d.kind == "Job" and str(d.data.get("apiVersion", "")).startswith("batch/")]
     if len(jobs) != 1:
         raise CommandError(f"{args.filename}: expected exactly one batch/v1 Job, found {len(jobs)}")
-    job = jobs[0]
+    document = jobs[0]
+    job = document.data
     metadata = job.setdefault("metadata", {})
     labels = metadata.setdefault("labels", {})
     if args.queue:
@@ -263,7 +264,7 @@ async def cmd_submit(args: argparse.Namespace) -> int:
     if not labels.get(c.QUEUE_NAME_LABEL):
         raise CommandError(f"{args.filename}: metadata.labels[{c.QUEUE_NAME_LABEL}]: Required value: give --queue")
     for problem in queue_label_errors(job):
-        raise CommandError(f"{source}: {problem}")
+        raise CommandError(str(ManifestError(document, problem)))
     namespace = args.namespace or metadata.get("namespace") or "default"
     metadata["namespace"] = namespace
     client = await manager_client(args)
