@@ -15,6 +15,7 @@ from manager.multikueue.kubeconfig import (
     check_kubeconfig_path,
     parse_kubeconfig,
 )
+from manager.runtime import options
 
 GOOD: dict[str, Any] = {
     "apiVersion": "v1",
@@ -193,3 +194,11 @@ def test_a_symlink_out_of_the_prefix_is_refused_and_a_file_under_it_accepted() -
     with pytest.raises(KubeconfigRejectedError):
         check_kubeconfig_path("/etc/multikueue/kubeconfigs/evil", "/etc/multikueue/kubeconfigs/", realpath=lambda p: links.get(p, p))
     assert check_kubeconfig_path("/etc/multikueue/kubeconfigs/w1", "/etc/multikueue/kubeconfigs/", realpath=lambda p: p).endswith("/w1")
+
+
+def test_http_workers_need_the_managers_explicit_flag(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KFED_MULTIKUEUE_ALLOW_INSECURE_HTTP", raising=False)
+    assert options.parse([], component="manager").multikueue_allow_insecure_http is False
+    assert options.parse(["--multikueue-allow-insecure-http"], component="manager").multikueue_allow_insecure_http is True
+    monkeypatch.setenv("KFED_MULTIKUEUE_ALLOW_INSECURE_HTTP", "true")
+    assert options.parse([], component="manager").multikueue_allow_insecure_http is True

@@ -12,13 +12,14 @@ from typing import Any
 
 import pytest
 import yaml
+from aiohttp.test_utils import TestClient, TestServer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from manager.api import manifest
 from manager.api.manifest import load_text, split_documents
 from manager.cli.main import main
-from manager.controllers.webhooks import validate
+from manager.controllers.webhooks import MUTATE_JOB_PATH, VALIDATE_PATH, make_app, validate
 from manager.multikueue.kubeconfig import KubeconfigRejectedError, parse_kubeconfig
 
 LABEL_RULE = (
@@ -191,3 +192,22 @@ def test_alias_bombs_of_any_shape_are_refused_quickly(width: int, levels: int, i
             assert [str(error).split(": line")[0] for error in loaded.errors] == ["bomb.yaml[0]: refused"]
 
     bounded(read)
+
+
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        (b"[" * 20000 + b"]" * 20000, "the body is nested too deeply"),
+        (b'{"a": ' * 20000 + b"1" + b"}" * 20000, "the body is nested too deeply"),
+        (b"\xff\xfe not json", "the body is not JSON"),
+        (b"[1, 2]", "the body is not an AdmissionReview or ConversionReview object"),
+    ],
+)
+async def test_the_webhook_server_answers_bad_bodies_with_400(body: bytes, error: str) -> None:
+    app = make_app(uses_multikueue=lambda namespace, queue: False)
+    async with TestClient(TestServer(app)) as client:
+        for path in (VALIDATE_PATH, MUTATE_JOB_PATH):
+            started = time.monotonic()
+            response = await client.post(path, data=body, headers={"Content-Type": "application/json"})
+            assert (response.status, await response.json()) == (400, {"error": error})
+            assert time.monotonic() - started < 1.0
