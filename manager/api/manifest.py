@@ -22,6 +22,7 @@ from manager.api import constants as c
 from manager.api.meta import OpenModel, Resource
 from manager.api.validation import FieldError, label_value_errors, not_supported, object_errors, required
 
+HUB_API_VERSION = "kueue.x-k8s.io/v1beta2"
 KUEUE_VERSIONS: dict[str, dict[str, type[Resource]]] = {
     "kueue.x-k8s.io/v1beta2": kueue.KIND_BY_NAME,
     "kueue.x-k8s.io/v1beta1": v1beta1.KIND_BY_NAME,
@@ -94,7 +95,7 @@ MAX_ALIASES = 1000
 ALIAS_EXPANSION_ALLOWANCE = 100_000
 # libyaml's C parser when PyYAML was built with it (about 15 times faster), else PyYAML's own.
 _LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-_PARSER: Any = getattr(yaml, "CParser", None)
+_HAS_LIBYAML = _LOADER is not yaml.SafeLoader
 
 
 class YamlRefusedError(ValueError):
@@ -204,11 +205,93 @@ def decode(raw: str | bytes) -> str:
         raise YamlRefusedError(f"not UTF-8: byte 0x{raw[err.start]:02x} at offset {err.start}") from None
 
 
+_STR_TAG = "tag:yaml.org,2002:str"
+# Tags whose values are immutable: one constructed value serves every equal scalar.
+_CACHED_TAGS = frozenset(f"tag:yaml.org,2002:{name}" for name in ("null", "bool", "int", "float", "timestamp", "binary"))
+
+
+def _fast_path_applies(text: str) -> bool:
+    """Plain data: no anchors or aliases, no tags, no merge keys. Nearly every manifest."""
+    return not any(marker in text for marker in ("&", "*", "!", "<<"))
+
+
+def _build_from_events(text: str) -> typing.Iterator[Any]:
+    """Documents built straight from libyaml's events, for plain data (`_fast_path_applies`).
+
+    PyYAML's composer makes a node and two marks per scalar through Python constructors; this
+    skips the nodes and resolves each distinct plain scalar once, with PyYAML's own resolver
+    and constructors, so the result is the same as `yaml.safe_load_all`. About four times
+    faster on a large input."""
+    loader = _LOADER(text)
+    resolved: dict[tuple[str, bool], Any] = {}
+    try:
+        root: Any = None
+        # Each open collection: [container, is_mapping, key, has_key]
+        stack: list[list[Any]] = []
+
+        def add(value: Any, event: Any) -> None:
+            nonlocal root
+            if not stack:
+                root = value
+                return
+            frame = stack[-1]
+            if not frame[1]:
+                frame[0].append(value)
+            elif frame[3]:
+                frame[0][frame[2]] = value
+                frame[3] = False
+            else:
+                if isinstance(value, (dict, list)):
+                    raise yaml.constructor.ConstructorError("while constructing a mapping", None, "found unhashable key", event.start_mark)
+                frame[2] = value
+                frame[3] = True
+
+        while loader.check_event():
+            event = loader.get_event()
+            kind = type(event)
+            if kind is yaml.ScalarEvent:
+                if not event.implicit[0]:
+                    add(event.value, event)  # quoted: a string
+                    continue
+                key = (event.value, event.implicit[1])
+                if key in resolved:
+                    add(resolved[key], event)
+                    continue
+                tag = loader.resolve(yaml.ScalarNode, event.value, event.implicit)
+                if tag == _STR_TAG:
+                    value = event.value
+                else:
+                    node = yaml.ScalarNode(tag, event.value, event.start_mark, event.end_mark, event.style)
+                    value = loader.construct_object(node, deep=True)
+                if tag in _CACHED_TAGS or tag == _STR_TAG:
+                    resolved[key] = value
+                add(value, event)
+            elif kind is yaml.MappingStartEvent or kind is yaml.SequenceStartEvent:
+                if len(stack) >= MAX_DEPTH:
+                    raise YamlRefusedError(f"nested deeper than {MAX_DEPTH} levels", event.start_mark.line + 1)
+                container: Any = {} if kind is yaml.MappingStartEvent else []
+                add(container, event)
+                stack.append([container, kind is yaml.MappingStartEvent, None, False])
+            elif kind is yaml.MappingEndEvent or kind is yaml.SequenceEndEvent:
+                stack.pop()
+            elif kind is yaml.DocumentStartEvent:
+                root = None
+            elif kind is yaml.DocumentEndEvent:
+                yield root
+            elif kind is yaml.AliasEvent:  # not reached: `_fast_path_applies` saw no "*"
+                raise yaml.composer.ComposerError(None, None, f"found undefined alias {event.anchor!r}", event.start_mark)
+    finally:
+        loader.dispose()
+
+
 def iter_yaml(raw: str | bytes) -> typing.Iterator[Any]:
     """Each YAML document's data (None for an empty one), within the reader's limits. Raises
     YamlRefusedError or yaml.YAMLError."""
     text = decode(raw)
     _check_flow_depth(text)
+    if _HAS_LIBYAML and _fast_path_applies(text):
+        yield from _build_from_events(text)
+        return
     loader = _LOADER(text)
     try:
         while loader.check_node():
@@ -391,16 +474,18 @@ def load_document(document: Document) -> Loaded:
         result.skipped.append(document)
         return result
     errors = queue_label_errors(data) + unknown_field_errors(model, data)
+    obj: BaseModel | None = None
     try:
-        model.model_validate(data)
+        obj = model.model_validate(data)
     except ValidationError as err:
         errors += _pydantic_errors(err)
-    if errors:
+    if errors or obj is None:
         return fail(errors)
-    hub_data = conversion.convert(data, "v1beta2") if data["apiVersion"] in KUEUE_VERSIONS else data
-    hub_model = model_for(hub_data)
-    assert hub_model is not None
-    obj = hub_model.model_validate(hub_data)
+    if data["apiVersion"] in KUEUE_VERSIONS and data["apiVersion"] != HUB_API_VERSION:
+        hub_data = conversion.convert(data, "v1beta2")
+        hub_model = model_for(hub_data)
+        assert hub_model is not None
+        obj = hub_model.model_validate(hub_data)
     if isinstance(obj, Resource):
         semantic = object_errors(obj)
         if semantic:
