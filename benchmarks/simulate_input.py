@@ -2,7 +2,8 @@
 
 Each ClusterQueue has 20 cpu and 80Gi nominal with borrowing, and its LocalQueue in its own
 namespace. Each queue holds ten pending Workloads of three sizes and three priorities, so most
-are admitted, some borrow from the cohort and some wait. The file is what a user would write:
+are admitted, some borrow from the cohort and some wait. `--preemption` adds Kueue's
+preemption policies (LowerPriority within the queue, reclaim from the cohort). The file is what a user would write:
 YAML documents separated by `---`.
 
 Run: python benchmarks/simulate_input.py OUT.yaml [--cohorts 10] [--queues 100] [--per-queue 10]
@@ -21,22 +22,19 @@ PRIORITIES = (0, 100, 1000)
 GROUP = "kueue.x-k8s.io/v1beta2"
 
 
-def cluster_queue(name: str, cohort: str) -> dict[str, Any]:
+def cluster_queue(name: str, cohort: str, *, preemption: bool) -> dict[str, Any]:
     resources = [
         {"name": "cpu", "nominalQuota": "20", "borrowingLimit": "40"},
         {"name": "memory", "nominalQuota": "80Gi", "borrowingLimit": "160Gi"},
     ]
-    return {
-        "apiVersion": GROUP,
-        "kind": "ClusterQueue",
-        "metadata": {"name": name},
-        "spec": {
-            "cohortName": cohort,
-            "namespaceSelector": {},
-            "resourceGroups": [{"coveredResources": ["cpu", "memory"], "flavors": [{"name": "default", "resources": resources}]}],
-            "preemption": {"withinClusterQueue": "LowerPriority", "reclaimWithinCohort": "Any"},
-        },
+    spec: dict[str, Any] = {
+        "cohortName": cohort,
+        "namespaceSelector": {},
+        "resourceGroups": [{"coveredResources": ["cpu", "memory"], "flavors": [{"name": "default", "resources": resources}]}],
     }
+    if preemption:
+        spec["preemption"] = {"withinClusterQueue": "LowerPriority", "reclaimWithinCohort": "Any"}
+    return {"apiVersion": GROUP, "kind": "ClusterQueue", "metadata": {"name": name}, "spec": spec}
 
 
 def workload(name: str, namespace: str, index: int) -> dict[str, Any]:
@@ -54,13 +52,20 @@ def workload(name: str, namespace: str, index: int) -> dict[str, Any]:
     }
 
 
-def documents(cohorts: int, queues: int, per_queue: int) -> list[dict[str, Any]]:
+def documents(cohorts: int, queues: int, per_queue: int, *, preemption: bool = False) -> list[dict[str, Any]]:
     docs: list[dict[str, Any]] = [{"apiVersion": GROUP, "kind": "ResourceFlavor", "metadata": {"name": "default"}}]
     for co in range(cohorts):
         for q in range(queues):
             name, namespace = f"cq-{co}-{q}", f"ns-{co}-{q}"
-            docs.append(cluster_queue(name, f"cohort-{co}"))
-            docs.append({"apiVersion": GROUP, "kind": "LocalQueue", "metadata": {"name": "lq", "namespace": namespace}, "spec": {"clusterQueue": name}})
+            docs.append(cluster_queue(name, f"cohort-{co}", preemption=preemption))
+            docs.append(
+                {
+                    "apiVersion": GROUP,
+                    "kind": "LocalQueue",
+                    "metadata": {"name": "lq", "namespace": namespace},
+                    "spec": {"clusterQueue": name},
+                }
+            )
             docs += [workload(f"wl-{k}", namespace, co * queues * per_queue + q * per_queue + k) for k in range(per_queue)]
     return docs
 
@@ -71,9 +76,12 @@ def main() -> None:
     parser.add_argument("--cohorts", type=int, default=10)
     parser.add_argument("--queues", type=int, default=100, help="ClusterQueues per cohort")
     parser.add_argument("--per-queue", type=int, default=10, help="pending Workloads per ClusterQueue")
+    parser.add_argument(
+        "--preemption", action="store_true", help="queues preempt lower priorities and reclaim from the cohort (the engine works harder)"
+    )
     args = parser.parse_args()
     dumper: Any = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
-    docs = documents(args.cohorts, args.queues, args.per_queue)
+    docs = documents(args.cohorts, args.queues, args.per_queue, preemption=args.preemption)
     args.out.write_text(yaml.dump_all(docs, Dumper=dumper, sort_keys=False))
     print(f"{args.out}: {len(docs)} documents, {args.out.stat().st_size / 1e6:.1f} MB")
 

@@ -188,7 +188,8 @@ def _check_flow_depth(text: str) -> None:
         elif isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
             depth += 1
             if depth > MAX_DEPTH:
-                raise YamlRefusedError(f"nested deeper than {MAX_DEPTH} levels", event.start_mark.line + 1, max(document, 0))
+                line = event.start_mark.line + 1 if event.start_mark is not None else None
+                raise YamlRefusedError(f"nested deeper than {MAX_DEPTH} levels", line, max(document, 0))
         elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
             depth -= 1
 
