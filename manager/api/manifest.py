@@ -8,6 +8,7 @@ Every error in the input is reported, not only the first.
 
 from __future__ import annotations
 
+import functools
 import re
 import types
 import typing
@@ -225,62 +226,69 @@ def _build_from_events(text: str) -> typing.Iterator[Any]:
     faster on a large input."""
     loader = _LOADER(text)
     resolved: dict[tuple[str, bool], Any] = {}
+    scalar_event, alias_event = yaml.ScalarEvent, yaml.AliasEvent
+    mapping_start, sequence_start = yaml.MappingStartEvent, yaml.SequenceStartEvent
+    ends = (yaml.MappingEndEvent, yaml.SequenceEndEvent)
     try:
         root: Any = None
         # Each open collection: [container, is_mapping, key, has_key]
         stack: list[list[Any]] = []
-
-        def add(value: Any, event: Any) -> None:
-            nonlocal root
-            if not stack:
-                root = value
+        frame: list[Any] | None = None
+        while True:
+            event = loader.get_event()
+            kind = type(event)
+            if kind is scalar_event:
+                if not event.implicit[0]:
+                    value: Any = event.value  # quoted: a string
+                else:
+                    key = (event.value, event.implicit[1])
+                    if key in resolved:
+                        value = resolved[key]
+                    else:
+                        tag = loader.resolve(yaml.ScalarNode, event.value, event.implicit)
+                        if tag == _STR_TAG:
+                            value = event.value
+                        else:
+                            node = yaml.ScalarNode(tag, event.value, event.start_mark, event.end_mark, event.style)
+                            value = loader.construct_object(node, deep=True)
+                        if tag == _STR_TAG or tag in _CACHED_TAGS:
+                            resolved[key] = value
+            elif kind is mapping_start or kind is sequence_start:
+                if len(stack) >= MAX_DEPTH:
+                    raise YamlRefusedError(f"nested deeper than {MAX_DEPTH} levels", event.start_mark.line + 1)
+                value = {} if kind is mapping_start else []
+            elif kind in ends:
+                stack.pop()
+                frame = stack[-1] if stack else None
+                continue
+            elif kind is yaml.DocumentStartEvent:
+                root = None
+                continue
+            elif kind is yaml.DocumentEndEvent:
+                yield root
+                continue
+            elif kind is alias_event:  # not reached: `_fast_path_applies` saw no "*"
+                raise yaml.composer.ComposerError(None, None, f"found undefined alias {event.anchor!r}", event.start_mark)
+            elif kind is yaml.StreamEndEvent:
                 return
-            frame = stack[-1]
-            if not frame[1]:
+            else:
+                continue  # StreamStartEvent
+            # Put the value in its place: the root, a list, or a mapping's key or value.
+            if frame is None:
+                root = value
+            elif not frame[1]:
                 frame[0].append(value)
             elif frame[3]:
                 frame[0][frame[2]] = value
                 frame[3] = False
+            elif isinstance(value, (dict, list)):
+                raise yaml.constructor.ConstructorError("while constructing a mapping", None, "found unhashable key", event.start_mark)
             else:
-                if isinstance(value, (dict, list)):
-                    raise yaml.constructor.ConstructorError("while constructing a mapping", None, "found unhashable key", event.start_mark)
                 frame[2] = value
                 frame[3] = True
-
-        while loader.check_event():
-            event = loader.get_event()
-            kind = type(event)
-            if kind is yaml.ScalarEvent:
-                if not event.implicit[0]:
-                    add(event.value, event)  # quoted: a string
-                    continue
-                key = (event.value, event.implicit[1])
-                if key in resolved:
-                    add(resolved[key], event)
-                    continue
-                tag = loader.resolve(yaml.ScalarNode, event.value, event.implicit)
-                if tag == _STR_TAG:
-                    value = event.value
-                else:
-                    node = yaml.ScalarNode(tag, event.value, event.start_mark, event.end_mark, event.style)
-                    value = loader.construct_object(node, deep=True)
-                if tag in _CACHED_TAGS or tag == _STR_TAG:
-                    resolved[key] = value
-                add(value, event)
-            elif kind is yaml.MappingStartEvent or kind is yaml.SequenceStartEvent:
-                if len(stack) >= MAX_DEPTH:
-                    raise YamlRefusedError(f"nested deeper than {MAX_DEPTH} levels", event.start_mark.line + 1)
-                container: Any = {} if kind is yaml.MappingStartEvent else []
-                add(container, event)
-                stack.append([container, kind is yaml.MappingStartEvent, None, False])
-            elif kind is yaml.MappingEndEvent or kind is yaml.SequenceEndEvent:
-                stack.pop()
-            elif kind is yaml.DocumentStartEvent:
-                root = None
-            elif kind is yaml.DocumentEndEvent:
-                yield root
-            elif kind is yaml.AliasEvent:  # not reached: `_fast_path_applies` saw no "*"
-                raise yaml.composer.ComposerError(None, None, f"found undefined alias {event.anchor!r}", event.start_mark)
+            if kind is mapping_start or kind is sequence_start:
+                frame = [value, kind is mapping_start, None, False]
+                stack.append(frame)
     finally:
         loader.dispose()
 
@@ -423,21 +431,26 @@ def _model_in(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
+@functools.cache
+def _fields_of(model: type[BaseModel]) -> dict[str, type[BaseModel] | None]:
+    """Each field's wire name and the model inside it (computed once per model)."""
+    return {(info.alias or name): _model_in(info.annotation) for name, info in model.model_fields.items()}
+
+
 def unknown_field_errors(model: type[BaseModel], data: Any, path: str = "") -> list[FieldError]:
     """Fields the model does not declare, as the API server's strict field validation reports them."""
     if issubclass(model, OpenModel) or not isinstance(data, dict):
         return []
-    known = {(info.alias or name): info for name, info in model.model_fields.items()}
+    known = _fields_of(model)
     errors: list[FieldError] = []
     for key, value in data.items():
-        child = f"{path}.{key}" if path else str(key)
-        info = known.get(key)
-        if info is None:
-            errors.append(FieldError(child, "unknown field"))
+        if key not in known:
+            errors.append(FieldError(f"{path}.{key}" if path else str(key), "unknown field"))
             continue
-        nested = _model_in(info.annotation)
+        nested = known[key]
         if nested is None or key == "metadata":
             continue
+        child = f"{path}.{key}" if path else str(key)
         if isinstance(value, list):
             for i, item in enumerate(value):
                 errors += unknown_field_errors(nested, item, f"{child}[{i}]")
