@@ -38,10 +38,10 @@ def load_paths(paths: list[str]) -> Loaded:
     for path in expand(paths):
         source = "<stdin>" if path is None else str(path)
         try:
-            text = sys.stdin.read() if path is None else path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as err:
-            reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
-            result.errors.append(ManifestError(Document(source, 0, None), FieldError("", f"cannot read file: {reason}")))
+            # Bytes: the reader checks the encoding and reports the offset of a bad byte.
+            raw = sys.stdin.buffer.read() if path is None else path.read_bytes()
+        except OSError as err:
+            result.errors.append(ManifestError(Document(source, 0, None), FieldError("", f"cannot read file: {err.strerror or err}")))
             continue
-        result.extend(load_text(text, source))
+        result.extend(load_text(raw, source))
     return result

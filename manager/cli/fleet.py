@@ -20,10 +20,11 @@ import yaml
 from manager.api import constants as c
 from manager.api import kueue
 from manager.api.core import Job, Secret
+from manager.api.manifest import ManifestError, object_documents, queue_label_errors
 from manager.cli import views
 from manager.kube.client import KubeClient, KubeconfigError
 from manager.kube.errors import KubeError, NotFoundError
-from manager.multikueue.kubeconfig import KubeconfigRejectedError, parse_kubeconfig
+from manager.multikueue.kubeconfig import REASON_BAD, KubeconfigRejectedError, parse_kubeconfig
 
 WORKER_TIMEOUT = 3.0  # seconds a worker gets to answer before it is shown as unreachable
 
@@ -131,8 +132,10 @@ async def read_worker(client: KubeClient, cluster: kueue.MultiKueueCluster, *, s
         return view
     try:
         secret = await client.get(Secret, ref.location, namespace=system_namespace)
-        raw = base64.b64decode((secret.data or {}).get(c.MULTIKUEUE_SECRET_KEY, ""))
-        kubeconfig = parse_kubeconfig(raw)
+        encoded = (secret.data or {}).get(c.MULTIKUEUE_SECRET_KEY)
+        if encoded is None:
+            raise KubeconfigRejectedError(REASON_BAD, f'key "{c.MULTIKUEUE_SECRET_KEY}" not found in secret "{ref.location}"')
+        kubeconfig = parse_kubeconfig(base64.b64decode(encoded))
         worker = await KubeClient.from_kubeconfig(kubeconfig, name=cluster.name, where=f"Secret {ref.location}")
     except (KubeError, KubeconfigRejectedError, KubeconfigError, ValueError) as err:
         view.error = f"cannot use its kubeconfig: {err}"
@@ -241,20 +244,27 @@ async def cmd_status(args: argparse.Namespace) -> int:
 
 @run_async
 async def cmd_submit(args: argparse.Namespace) -> int:
+    source = "<stdin>" if args.filename == "-" else args.filename
     try:
-        documents = [d for d in yaml.safe_load_all(Path(args.filename).read_text() if args.filename != "-" else sys.stdin.read()) if d]
-    except (OSError, yaml.YAMLError) as err:
-        raise CommandError(f"cannot read {args.filename}: {err}") from None
-    jobs = [d for d in documents if d.get("kind") == "Job" and str(d.get("apiVersion", "")).startswith("batch/")]
+        raw = sys.stdin.buffer.read() if args.filename == "-" else Path(args.filename).read_bytes()
+    except OSError as err:
+        raise CommandError(f"cannot read {args.filename}: {err.strerror or err}") from None
+    documents, errors = object_documents(raw, source)
+    if errors:
+        raise CommandError(str(errors[0]))
+    jobs = [d for d in documents if d.kind == "Job" and str(d.data.get("apiVersion", "")).startswith("batch/")]
     if len(jobs) != 1:
         raise CommandError(f"{args.filename}: expected exactly one batch/v1 Job, found {len(jobs)}")
-    job = jobs[0]
+    document = jobs[0]
+    job = document.data
     metadata = job.setdefault("metadata", {})
     labels = metadata.setdefault("labels", {})
     if args.queue:
         labels[c.QUEUE_NAME_LABEL] = args.queue
     if not labels.get(c.QUEUE_NAME_LABEL):
         raise CommandError(f"{args.filename}: metadata.labels[{c.QUEUE_NAME_LABEL}]: Required value: give --queue")
+    for problem in queue_label_errors(job):
+        raise CommandError(str(ManifestError(document, problem)))
     namespace = args.namespace or metadata.get("namespace") or "default"
     metadata["namespace"] = namespace
     client = await manager_client(args)

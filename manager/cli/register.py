@@ -18,6 +18,7 @@ import base64
 import contextlib
 import copy
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,13 +27,16 @@ import yaml
 
 from manager.api import constants as c
 from manager.api import kueue
-from manager.api.core import Secret
+from manager.api.core import Namespace, Secret
+from manager.api.manifest import YamlRefusedError, iter_yaml
 from manager.cli.fleet import CommandError, Reporter, manager_client, run_async
 from manager.kube.client import KubeClient, KubeconfigError
-from manager.kube.errors import AlreadyExistsError, KubeError, NotFoundError
+from manager.kube.errors import AlreadyExistsError, ForbiddenError, KubeError, NotFoundError
 from manager.multikueue.kubeconfig import KubeconfigRejectedError, validate_kubeconfig
 
 SERVICE_ACCOUNT = "kfed-multikueue"
+TOKEN_WAIT_SECONDS = 5.0  # for the token controller to fill the token Secret in
+TOKEN_REQUEST_SECONDS = 365 * 24 * 3600
 # What MultiKueue does on a worker (Kueue's multikueue-setup RBAC): nothing more.
 REQUIRED_ACCESS: tuple[tuple[str, str, str, str], ...] = (
     ("kueue.x-k8s.io", "workloads", "", "create"),
@@ -158,14 +162,17 @@ async def check_worker(worker: KubeClient, manager: KubeClient, *, config: str) 
 
 def _load(path: str, context: str | None) -> dict[str, Any]:
     try:
-        data = yaml.safe_load(Path(path).expanduser().read_text())
+        raw = Path(path).expanduser().read_bytes()
     except OSError as err:
         raise CommandError(f"cannot read kubeconfig {path}: {err.strerror}") from None
-    except yaml.YAMLError:
+    try:
+        # The worker rules apply to the context chosen, so parse first and validate the cut.
+        documents = [data for data in iter_yaml(raw) if data is not None]
+    except (YamlRefusedError, yaml.YAMLError):
         raise CommandError(f"kubeconfig {path} is not valid YAML") from None
-    if not isinstance(data, dict):
+    if len(documents) != 1 or not isinstance(documents[0], dict):
         raise CommandError(f"kubeconfig {path}: expected a mapping")
-    kubeconfig = select_context(data, context, where=path)
+    kubeconfig = select_context(documents[0], context, where=path)
     try:
         validate_kubeconfig(kubeconfig)
     except KubeconfigRejectedError as err:
@@ -173,7 +180,9 @@ def _load(path: str, context: str | None) -> dict[str, Any]:
     return kubeconfig
 
 
-async def create_service_account(worker: KubeClient, kubeconfig: dict[str, Any], *, namespace: str) -> dict[str, Any]:
+async def create_service_account(
+    worker: KubeClient, kubeconfig: dict[str, Any], *, namespace: str, token_wait: float = TOKEN_WAIT_SECONDS
+) -> dict[str, Any]:
     """Kueue's setup script, done through the API: a ServiceAccount with only MultiKueue's
     verbs, a long-lived token for it, and a kubeconfig that uses that token."""
     objects = [
@@ -218,21 +227,53 @@ async def create_service_account(worker: KubeClient, kubeconfig: dict[str, Any],
     for path, body in objects:
         with contextlib.suppress(AlreadyExistsError):
             await worker.request("POST", path, body=body)
-    token = ""
-    for _ in range(50):  # the token controller fills the Secret in; poll it with a bound
-        secret = await worker.get(Secret, f"{SERVICE_ACCOUNT}-token", namespace=namespace)
-        token = base64.b64decode((secret.data or {}).get("token", "")).decode()
-        if token:
-            break
-        await asyncio.sleep(0.2)
-    if not token:
-        raise CommandError(
-            f"the worker did not issue a token for ServiceAccount {namespace}/{SERVICE_ACCOUNT} (is its token controller running?)"
-        )
+    token = await _issued_token(worker, namespace, token_wait)
     out = copy.deepcopy(kubeconfig)
     out["users"] = [{"name": SERVICE_ACCOUNT, "user": {"token": token}}]
     out["contexts"][0]["context"]["user"] = SERVICE_ACCOUNT
     return out
+
+
+async def _issued_token(worker: KubeClient, namespace: str, wait: float) -> str:
+    """The long-lived token the worker's token controller writes into the Secret (Kueue's setup
+    script). A cluster without that controller (`kfed dev up` runs no kube-controller-manager
+    on its workers) gets a TokenRequest token bound to the same Secret instead: deleting the
+    Secret revokes either."""
+    secret_name = f"{SERVICE_ACCOUNT}-token"
+    deadline = time.monotonic() + wait
+    while True:  # poll the Secret with a bound
+        secret = await worker.get(Secret, secret_name, namespace=namespace)
+        token = base64.b64decode((secret.data or {}).get("token", "")).decode()
+        if token:
+            return token
+        if time.monotonic() >= deadline:
+            break
+        await asyncio.sleep(0.2)
+    request = {
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenRequest",
+        "spec": {
+            "expirationSeconds": TOKEN_REQUEST_SECONDS,
+            "boundObjectRef": {"apiVersion": "v1", "kind": "Secret", "name": secret_name, "uid": secret.metadata.uid},
+        },
+    }
+    try:
+        answer = await worker.request("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{SERVICE_ACCOUNT}/token", body=request)
+    except KubeError as err:
+        raise CommandError(f"the worker issued no token for ServiceAccount {namespace}/{SERVICE_ACCOUNT}: {err}") from None
+    token = str((answer.get("status") or {}).get("token") or "")
+    if not token:
+        raise CommandError(f"the worker issued no token for ServiceAccount {namespace}/{SERVICE_ACCOUNT}")
+    return token
+
+
+async def manager_cluster_uid(client: KubeClient) -> str | None:
+    """The uid of the cluster's kube-system namespace, which identifies a cluster; None when
+    this identity may not read it."""
+    try:
+        return (await client.get(Namespace, "kube-system")).metadata.uid
+    except (ForbiddenError, NotFoundError):
+        return None
 
 
 @run_async
@@ -246,6 +287,12 @@ async def cmd_register(args: argparse.Namespace) -> int:
             raise CommandError(str(err)) from None
         worker.retry_attempts = 1
         try:
+            own = await manager_cluster_uid(manager)
+            if own is not None and own == await manager_cluster_uid(worker):
+                raise CommandError(
+                    f"{args.worker_kubeconfig} points at the manager's own cluster (kube-system has uid {own} on both); "
+                    "a worker must be another cluster"
+                )
             if args.create_service_account and not args.dry_run:
                 kubeconfig = await create_service_account(worker, kubeconfig, namespace=args.system_namespace)
                 await worker.close()

@@ -112,6 +112,10 @@ def make_app(*, uses_multikueue: Callable[[str, str], bool]) -> web.Application:
             review = await request.json()
         except ValueError:
             return web.json_response({"error": "the body is not JSON"}, status=400)
+        except RecursionError:  # the JSON decoder recurses once per level of nesting
+            return web.json_response({"error": "the body is nested too deeply"}, status=400)
+        if not isinstance(review, dict):
+            return web.json_response({"error": "the body is not an AdmissionReview or ConversionReview object"}, status=400)
         return web.json_response(handler(review))
 
     async def mutate_job(request: web.Request) -> web.Response:

@@ -5,7 +5,9 @@ Builders here are pure (they return manifests); `install` writes them to local c
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import concurrent.futures
 import sys
 import time
 from pathlib import Path
@@ -16,7 +18,11 @@ import yaml
 from manager.api import constants as c
 from manager.api import crdgen, kueue
 from manager.api.quantity import Quantity
+from manager.cli import register
+from manager.cli.fleet import CommandError
 from manager.dev.local import ClusterError, LocalCluster, wait_for
+from manager.kube.client import KubeClient, KubeconfigError
+from manager.kube.errors import KubeError
 
 SYSTEM_NAMESPACE = "kfed-system"
 WORKER_CPU = 8
@@ -193,6 +199,30 @@ def wait_established(cluster: LocalCluster, crds: list[dict[str, Any]], *, timeo
     wait_for(lambda: cluster.request("GET", "/apis/kueue.x-k8s.io/v1beta2")[0] == 200, timeout=timeout, what="kueue API served")
 
 
+def least_privilege_kubeconfig(worker: LocalCluster) -> dict[str, Any]:
+    """What the manager gets for a worker: the kubeconfig `kfed register --create-service-account`
+    makes (a ServiceAccount with only MultiKueue's verbs and its token), never the worker's
+    system:masters certificate. The same function, run on its own event loop in a thread so
+    that callers inside a loop (benchmarks) can use this synchronous installer too."""
+
+    async def issue() -> dict[str, Any]:
+        admin = worker.kubeconfig()
+        client = await KubeClient.from_kubeconfig(admin, name=f"dev/{worker.name}")
+        try:
+            # Only a worker with Job controllers runs the token controller; the others get a
+            # TokenRequest token at once.
+            wait = register.TOKEN_WAIT_SECONDS if worker.jobs else 0.0
+            return await register.create_service_account(client, admin, namespace=SYSTEM_NAMESPACE, token_wait=wait)
+        finally:
+            await client.close()
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        try:
+            return pool.submit(asyncio.run, issue()).result()
+        except (CommandError, KubeError, KubeconfigError) as err:
+            raise ClusterError(f"{worker.name}: cannot make the manager's ServiceAccount: {err}") from None
+
+
 def install(manager: LocalCluster, workers: list[LocalCluster], crds: list[dict[str, Any]]) -> float:
     """Install CRDs and the federation's objects; returns the seconds it took."""
     started = time.monotonic()
@@ -201,7 +231,7 @@ def install(manager: LocalCluster, workers: list[LocalCluster], crds: list[dict[
     for worker in workers:
         for obj in worker_objects():
             create(worker, obj)
-    for obj in manager_objects({worker.name: worker.kubeconfig() for worker in workers}):
+    for obj in manager_objects({worker.name: least_privilege_kubeconfig(worker) for worker in workers}):
         create(manager, obj)
     return time.monotonic() - started
 

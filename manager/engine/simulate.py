@@ -293,16 +293,15 @@ class Simulation:
             decisions=self.decisions,
         )
 
+    # Shallow copies: the output shares the input's spec, which nothing changes (a deep copy
+    # of 10,000 Workloads took seconds).
     def _workload_out(self, info: WorkloadInfo) -> Workload:
-        wl = info.obj.model_copy(deep=True)
-        wl.api_version = f"{c.GROUP}/{c.STORAGE_VERSION}"
-        if wl.metadata.uid is None:
-            wl.metadata.uid = info.uid
-        wl.status = workload_status(info, now=self.now())
-        return wl
+        metadata = info.obj.metadata
+        if metadata.uid is None:
+            metadata = metadata.model_copy(update={"uid": info.uid})
+        update = {"api_version": f"{c.GROUP}/{c.STORAGE_VERSION}", "metadata": metadata, "status": workload_status(info, now=self.now())}
+        return info.obj.model_copy(update=update)
 
     def _cluster_queue_out(self, cq: ClusterQueueInfo) -> ClusterQueue:
-        obj = cq.obj.model_copy(deep=True)
-        obj.api_version = f"{c.GROUP}/{c.STORAGE_VERSION}"
-        obj.status = cluster_queue_status(cq, self.scheduler, since=self.start)
-        return obj
+        status = cluster_queue_status(cq, self.scheduler, since=self.start)
+        return cq.obj.model_copy(update={"api_version": f"{c.GROUP}/{c.STORAGE_VERSION}", "status": status})

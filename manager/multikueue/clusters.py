@@ -66,6 +66,7 @@ class ClusterController:
         qps: float,
         burst: int,
         path_prefix: str,
+        allow_insecure_http: bool = False,
         clusters: Informer[kueue.MultiKueueCluster],
         secrets: Informer[Secret],
         on_connection_change: Callable[[RemoteCluster], None],
@@ -78,6 +79,7 @@ class ClusterController:
         self.qps = qps
         self.burst = burst
         self.path_prefix = path_prefix
+        self.allow_insecure_http = allow_insecure_http
         self.clusters = clusters
         self.secrets = secrets
         self.clock = clock
@@ -184,7 +186,7 @@ class ClusterController:
                 raw = await asyncio.to_thread(Path(path).read_bytes)
             except OSError as err:
                 raise KubeconfigRejectedError(REASON_BAD, f'cannot read "{path}": {err.strerror}') from None
-            return parse_kubeconfig(raw)
+            return parse_kubeconfig(raw, allow_http=self.allow_insecure_http)
         secret = self.secrets.get(f"{self.namespace}/{ref.location}")
         if secret is None:
             raise KubeconfigRejectedError(REASON_BAD, f'Secret "{ref.location}" not found')
@@ -195,7 +197,7 @@ class ClusterController:
             raw = base64.b64decode(encoded, validate=True)
         except (binascii.Error, ValueError):
             raise KubeconfigRejectedError(REASON_BAD, f'key "{c.MULTIKUEUE_SECRET_KEY}" in secret "{ref.location}" is not base64') from None
-        return parse_kubeconfig(raw)
+        return parse_kubeconfig(raw, allow_http=self.allow_insecure_http)
 
     async def _write_status(self, cluster: kueue.MultiKueueCluster, status: str, reason: str, message: str) -> None:
         if not self.is_leader:

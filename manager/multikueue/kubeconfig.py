@@ -16,11 +16,23 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from manager.api.manifest import YamlRefusedError, iter_yaml
+
 REASON_BAD = "BadKubeConfig"
 REASON_INSECURE = "InsecureKubeConfig"
 DEFAULT_PATH_PREFIX = "/etc/multikueue/kubeconfigs/"
+MAX_KUBECONFIG_BYTES = 1 << 20  # a Secret holds at most 1 MiB
+# Where a bearer token must never go: link-local addresses (the cloud metadata services among
+# them) and AWS's IPv6 metadata address.
+FORBIDDEN_NETWORKS = (
+    ipaddress.ip_network("169.254.0.0/16"),
+    ipaddress.ip_network("fe80::/10"),
+    ipaddress.ip_network("fd00:ec2::254/128"),
+)
+METADATA_HOSTNAMES = frozenset({"metadata.google.internal", "metadata", "instance-data", "instance-data.ec2.internal"})
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_NUMERIC_LABEL = re.compile(r"^(0x[0-9a-f]*|[0-9]+)$", re.IGNORECASE)
 
 
 class KubeconfigRejectedError(ValueError):
@@ -35,34 +47,56 @@ def _insecure(message: str) -> KubeconfigRejectedError:
     return KubeconfigRejectedError(REASON_INSECURE, message)
 
 
-def parse_kubeconfig(raw: bytes) -> dict[str, Any]:
-    """Parse and validate a kubeconfig; raises KubeconfigRejectedError (never quoting credentials)."""
+def _bad(message: str) -> KubeconfigRejectedError:
+    return KubeconfigRejectedError(REASON_BAD, message)
+
+
+def parse_kubeconfig(raw: bytes, *, allow_http: bool = False) -> dict[str, Any]:
+    """Parse and validate a worker kubeconfig; raises KubeconfigRejectedError (never quoting
+    credentials). Content that is not a kubeconfig at all is BadKubeConfig. The reader is the
+    manifests' one, with its limits on size, depth and aliases."""
+    if len(raw) > MAX_KUBECONFIG_BYTES:
+        raise _bad(f"failed to parse kubeconfig(apiconfig): larger than {MAX_KUBECONFIG_BYTES} bytes")
     try:
-        data = yaml.safe_load(raw.decode("utf-8"))
-    except (UnicodeDecodeError, yaml.YAMLError) as err:
-        kind = "not UTF-8" if isinstance(err, UnicodeDecodeError) else "not valid YAML"
-        raise _insecure(f"failed to parse kubeconfig(apiconfig): the content is {kind}") from None
-    if not isinstance(data, dict):
-        raise _insecure("failed to parse kubeconfig(apiconfig): expected a mapping")
-    validate_kubeconfig(data)
-    return data
+        documents = [data for data in iter_yaml(raw) if data is not None]
+    except YamlRefusedError as err:
+        raise _bad(f"failed to parse kubeconfig(apiconfig): {err}") from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark is not None else ""
+        raise _bad(f"failed to parse kubeconfig(apiconfig): the content is not valid YAML{where}") from None
+    if len(documents) != 1 or not isinstance(documents[0], dict):
+        raise _bad("failed to parse kubeconfig(apiconfig): expected one mapping")
+    validate_kubeconfig(documents[0], allow_http=allow_http)
+    return documents[0]
 
 
 def _named(data: dict[str, Any], section: str, inner: str) -> dict[str, dict[str, Any]]:
+    entries = data.get(section)
+    if entries is None:
+        return {}
+    if not isinstance(entries, list):
+        raise _bad(f"{section}: Invalid value: expected a list")
     out: dict[str, dict[str, Any]] = {}
-    for entry in data.get(section) or []:
-        if isinstance(entry, dict) and isinstance(entry.get("name"), str):
-            body = entry.get(inner)
-            out[entry["name"]] = body if isinstance(body, dict) else {}
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str) or not entry["name"]:
+            raise _bad(f"{section}[{i}].name: Required value")
+        body = entry.get(inner)
+        if body is not None and not isinstance(body, dict):
+            raise _bad(f"{section}[{entry['name']}].{inner}: Invalid value: expected a mapping")
+        out[entry["name"]] = body or {}
     return out
 
 
-def _is_valid_host(server: str) -> bool:
-    """Kueue's isValidHostname: the URL's host is an IP address or a DNS-1123 subdomain."""
+def _host(server: str) -> str | None:
     try:
-        host = urlsplit(server).hostname or ""
+        return urlsplit(server).hostname
     except ValueError:
-        return False
+        return None
+
+
+def _is_valid_host(host: str) -> bool:
+    """Kueue's isValidHostname: the URL's host is an IP address or a DNS-1123 subdomain."""
     try:
         ipaddress.ip_address(host)
         return True
@@ -72,8 +106,39 @@ def _is_valid_host(server: str) -> bool:
     return 0 < len(host) <= 253 and all(_DNS_LABEL.match(label) for label in host.split("."))
 
 
-def validate_kubeconfig(data: dict[str, Any]) -> None:
-    """Kueue's validateKubeconfig: every user and cluster entry, then the current context's."""
+def _forbidden_address(host: str) -> bool:
+    """Link-local and cloud metadata addresses, also as a resolver reads them: a name whose last
+    label is a number (`2852039166`, `169.254.43518`, `0xa9.0xfe.0xa9.0xfe`) is an IPv4 address."""
+    if host.lower() in METADATA_HOSTNAMES:
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return bool(_NUMERIC_LABEL.match(host.rsplit(".", 1)[-1]))
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return any(address in network for network in FORBIDDEN_NETWORKS)
+
+
+def _check_server(name: str, server: str, *, allow_http: bool) -> None:
+    field = f"clusters[{name}].cluster.server"
+    try:
+        parts = urlsplit(server)
+    except ValueError:
+        raise _insecure(f"{field}: Invalid value: not a URL") from None
+    if parts.username is not None or parts.password is not None:
+        raise _insecure(f"{field}: Forbidden: credentials in the URL are not allowed")
+    if parts.scheme != "https" and not (allow_http and parts.scheme == "http"):
+        raise _insecure(f"{field}: Forbidden: must be an https:// URL; the bearer token would be sent in clear text")
+    if parts.hostname and _forbidden_address(parts.hostname):
+        raise _insecure(f"{field}: Forbidden: link-local and cloud metadata addresses are not allowed")
+
+
+def validate_kubeconfig(data: dict[str, Any], *, allow_http: bool = False) -> None:
+    """Kueue's validateKubeconfig (its messages), then kfed's own rules, which name the field:
+    an https:// server that is not link-local or a metadata address and has no credentials in
+    it, no proxy-url, no client certificate or key file. `allow_http` (the manager's
+    --multikueue-allow-insecure-http flag) permits http:// servers."""
     users = _named(data, "users", "user")
     clusters = _named(data, "clusters", "cluster")
     for user in users.values():
@@ -97,7 +162,7 @@ def validate_kubeconfig(data: dict[str, Any]) -> None:
         raise _insecure(f'invalid configuration: context "{current}": cluster "{context.get("cluster")}" not found')
     if user.get("bearerTokenFile"):
         raise _insecure("bearerTokenFile is not allowed")
-    if not _is_valid_host(str(found.get("server"))):
+    if not _is_valid_host(_host(str(found.get("server"))) or ""):
         raise _insecure("untrusted server endpoint")
     if user.get("username") or user.get("password"):
         raise _insecure("basic auth is not allowed")
@@ -105,6 +170,14 @@ def validate_kubeconfig(data: dict[str, Any]) -> None:
         raise _insecure("exec plugins are not allowed")
     if user.get("auth-provider"):
         raise _insecure("auth providers are not allowed")
+    for name, cluster in clusters.items():
+        _check_server(name, str(cluster.get("server")), allow_http=allow_http)
+        if cluster.get("proxy-url"):
+            raise _insecure(f"clusters[{name}].cluster.proxy-url: Forbidden: proxies are not allowed")
+    for name, entry in users.items():
+        for key in ("client-certificate", "client-key"):
+            if entry.get(key):
+                raise _insecure(f"users[{name}].user.{key}: Forbidden: file paths are not allowed, use {key}-data")
 
 
 def check_kubeconfig_path(raw: str, prefix: str, *, realpath: Callable[[str], str] = posixpath.realpath) -> str:

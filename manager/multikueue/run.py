@@ -33,6 +33,7 @@ class MultiKueue:
             qps=opts.qps,
             burst=opts.burst,
             path_prefix=self.settings.kubeconfig_path_prefix,
+            allow_insecure_http=opts.multikueue_allow_insecure_http,
             clusters=self.cluster_objects,
             secrets=self.secrets,
             on_connection_change=lambda remote: self.on_connection_change(remote),

@@ -36,6 +36,7 @@ class Options:
     log_level: str
     shutdown_timeout: float
     kubeconfig_path_prefix: str
+    multikueue_allow_insecure_http: bool
     webhook_cert_secret: str | None
     webhook_cert_validity: str
     webhook_cert_rotate_before: str
@@ -91,6 +92,12 @@ def parse(argv: list[str] | None, *, component: str) -> Options:
         dest="kubeconfig_path_prefix",
         default=_env("multikueue-kubeconfig-path-prefix", "/etc/multikueue/kubeconfigs/"),
         help="MultiKueueClusters with locationType Path may only read kubeconfigs under this directory",
+    )
+    p.add_argument(
+        "--multikueue-allow-insecure-http",
+        action=argparse.BooleanOptionalAction,
+        default=_bool(_env("multikueue-allow-insecure-http", "false")),
+        help="accept worker kubeconfigs whose server is http:// (the bearer token travels in clear text; local development only)",
     )
     p.add_argument("--shutdown-timeout", type=float, default=float(_env("shutdown-timeout", "30") or 30))
     args = p.parse_args(argv)

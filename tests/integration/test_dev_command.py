@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import os
 import subprocess
 import sys
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from manager.dev import federation, kind
@@ -57,6 +59,21 @@ async def test_dev_up_leaves_a_ready_federation_whose_printed_steps_run_and_down
             assert queue["spec"]["admissionChecksStrategy"] == {"admissionChecks": [{"name": "multikueue"}]}
             secret = await core_api(api).read_namespaced_secret("worker1-kubeconfig", "kfed-system")
             assert set(secret.data) == {"kubeconfig"}
+            # The manager holds the least-privilege ServiceAccount token `kfed register
+            # --create-service-account` makes, never the worker's system:masters certificate.
+            stored = yaml.safe_load(base64.b64decode(secret.data["kubeconfig"]))
+            assert stored["users"] == [{"name": "kfed-multikueue", "user": {"token": stored["users"][0]["user"]["token"]}}]
+            assert stored["clusters"][0]["cluster"]["server"].startswith("https://127.0.0.1:")
+
+            async def workers_connected() -> bool:
+                for name in ("worker1", "worker2"):
+                    cluster = await custom.get_cluster_custom_object("kueue.x-k8s.io", "v1beta2", "multikueueclusters", name)
+                    conditions = cluster.get("status", {}).get("conditions", [])
+                    if not any(c["type"] == "Active" and c["status"] == "True" for c in conditions):
+                        return False
+                return True
+
+            await eventually(workers_connected, timeout=60, what="both workers connected with their ServiceAccount tokens")
         async with api_for(KubeconfigFile(tmp_path / "worker2.kubeconfig")) as api:
             lq = await custom_api(api).get_namespaced_custom_object("kueue.x-k8s.io", "v1beta2", "default", "localqueues", "user-queue")
             assert lq["spec"]["clusterQueue"] == "cluster-queue"

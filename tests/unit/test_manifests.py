@@ -249,7 +249,7 @@ def test_every_error_in_the_input_is_reported() -> None:
 
 def test_yaml_syntax_error_is_reported_with_its_line() -> None:
     assert errors_of("kind: ClusterQueue\nmetadata: {name: [\n") == [
-        "team-a.yaml[0]: invalid YAML: line 3: expected the node content, but found '<stream end>'"
+        "team-a.yaml[0]: invalid YAML: line 3: did not find expected node content"
     ]
 
 

@@ -15,6 +15,7 @@ from manager.multikueue.kubeconfig import (
     check_kubeconfig_path,
     parse_kubeconfig,
 )
+from manager.runtime import options
 
 GOOD: dict[str, Any] = {
     "apiVersion": "v1",
@@ -52,15 +53,121 @@ def test_a_token_and_inline_ca_data_are_accepted() -> None:
         (with_("users", username="admin", password="secret"), "basic auth is not allowed"),
         (with_("users", exec={"command": "aws"}), "exec plugins are not allowed"),
         (with_("users", **{"auth-provider": {"name": "gcp"}}), "auth providers are not allowed"),
-        (b"- not\n- a mapping\n", "failed to parse kubeconfig(apiconfig): expected a mapping"),
-        (b"clusters: [unclosed", "failed to parse kubeconfig(apiconfig): the content is not valid YAML"),
+        (with_("users", bearerTokenFile="/var/run/token"), "bearerTokenFile is not allowed"),
+        (
+            yaml.safe_dump({**GOOD, "current-context": "elsewhere"}).encode(),
+            "invalid configuration: no configuration has been provided, try setting current-context",
+        ),
+        (
+            yaml.safe_dump({k: v for k, v in GOOD.items() if k != "current-context"}).encode(),
+            "invalid configuration: no configuration has been provided, try setting current-context",
+        ),
+        # kfed's own rules name the field.
+        (
+            with_("clusters", server="http://worker.example.com:6443"),
+            "clusters[worker].cluster.server: Forbidden: must be an https:// URL; the bearer token would be sent in clear text",
+        ),
+        (
+            with_("clusters", server="https://169.254.169.254"),
+            "clusters[worker].cluster.server: Forbidden: link-local and cloud metadata addresses are not allowed",
+        ),
+        (
+            with_("clusters", server="https://169.254.10.1:6443"),
+            "clusters[worker].cluster.server: Forbidden: link-local and cloud metadata addresses are not allowed",
+        ),
+        (
+            with_("clusters", server="https://[fe80::1]:6443"),
+            "clusters[worker].cluster.server: Forbidden: link-local and cloud metadata addresses are not allowed",
+        ),
+        (
+            with_("clusters", server="https://[fd00:ec2::254]"),
+            "clusters[worker].cluster.server: Forbidden: link-local and cloud metadata addresses are not allowed",
+        ),
+        (
+            with_("clusters", server="https://[::ffff:169.254.169.254]"),
+            "clusters[worker].cluster.server: Forbidden: link-local and cloud metadata addresses are not allowed",
+        ),
+        (
+            with_("clusters", server="https://2852039166"),  # 169.254.169.254 as a resolver reads it
+            "clusters[worker].cluster.server: Forbidden: link-local and cloud metadata addresses are not allowed",
+        ),
+        (
+            with_("clusters", server="https://metadata.google.internal"),
+            "clusters[worker].cluster.server: Forbidden: link-local and cloud metadata addresses are not allowed",
+        ),
+        (
+            with_("clusters", **{"proxy-url": "http://proxy.example.com:3128"}),
+            "clusters[worker].cluster.proxy-url: Forbidden: proxies are not allowed",
+        ),
+        (
+            with_("users", **{"client-certificate": "/etc/kfed/tls.crt"}),
+            "users[sa].user.client-certificate: Forbidden: file paths are not allowed, use client-certificate-data",
+        ),
+        (
+            with_("users", **{"client-key": "/etc/kfed/tls.key"}),
+            "users[sa].user.client-key: Forbidden: file paths are not allowed, use client-key-data",
+        ),
+        (
+            with_("clusters", server="https://admin:secret@worker.example.com:6443"),
+            "clusters[worker].cluster.server: Forbidden: credentials in the URL are not allowed",
+        ),
     ],
 )
-def test_unsafe_kubeconfigs_are_rejected_with_kueues_message(raw: bytes, message: str) -> None:
+def test_unsafe_kubeconfigs_are_rejected_naming_the_field(raw: bytes, message: str) -> None:
     with pytest.raises(KubeconfigRejectedError) as caught:
         parse_kubeconfig(raw)
     assert (caught.value.reason, str(caught.value)) == (REASON_INSECURE, message)
     assert "t0k3n" not in str(caught.value) and "secret" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (b"- not\n- a mapping\n", "failed to parse kubeconfig(apiconfig): expected one mapping"),
+        (b"", "failed to parse kubeconfig(apiconfig): expected one mapping"),
+        (b"kind: Config\nclusters: a: b\n", "failed to parse kubeconfig(apiconfig): the content is not valid YAML (line 2)"),
+        (b"token: \xff\xfe", "failed to parse kubeconfig(apiconfig): not UTF-8: byte 0xff at offset 7"),
+        (b"a: " + b"[" * 20000 + b"]" * 20000, "failed to parse kubeconfig(apiconfig): nested deeper than 128 levels"),
+        (b"clusters: 7\n", "clusters: Invalid value: expected a list"),
+        (b"users: [{user: {token: t0k3n}}]\n", "users[0].name: Required value"),
+        (b"clusters: [{name: w, cluster: https://x}]\n", "clusters[w].cluster: Invalid value: expected a mapping"),
+        (b"x" * (1024 * 1024 + 1), "failed to parse kubeconfig(apiconfig): larger than 1048576 bytes"),
+    ],
+)
+def test_content_that_is_not_a_kubeconfig_is_a_bad_kubeconfig(raw: bytes, message: str) -> None:
+    with pytest.raises(KubeconfigRejectedError) as caught:
+        parse_kubeconfig(raw)
+    assert (caught.value.reason, str(caught.value)) == (REASON_BAD, message)
+    assert "t0k3n" not in str(caught.value)
+
+
+def test_an_alias_bomb_is_refused_at_once() -> None:
+    lines = ['a: &a ["t0k3n","t0k3n","t0k3n","t0k3n","t0k3n","t0k3n","t0k3n","t0k3n","t0k3n"]']
+    lines += [f"{chr(98 + i)}: &{chr(98 + i)} [{','.join(['*' + chr(97 + i)] * 9)}]" for i in range(8)]
+    with pytest.raises(KubeconfigRejectedError) as caught:
+        parse_kubeconfig("\n".join(lines).encode())
+    assert caught.value.reason == REASON_BAD
+    assert str(caught.value).startswith("failed to parse kubeconfig(apiconfig): aliases expand the document beyond")
+
+
+def test_http_and_loopback_are_accepted_only_behind_the_flag() -> None:
+    plain = with_("clusters", server="http://127.0.0.1:8080")
+    with pytest.raises(KubeconfigRejectedError):
+        parse_kubeconfig(plain)
+    assert parse_kubeconfig(plain, allow_http=True)
+    # The flag permits http, never the other refusals.
+    with pytest.raises(KubeconfigRejectedError) as caught:
+        parse_kubeconfig(with_("clusters", server="http://169.254.169.254"), allow_http=True)
+    assert "link-local" in str(caught.value)
+    with pytest.raises(KubeconfigRejectedError):
+        parse_kubeconfig(with_("clusters", server="ftp://worker.example.com"), allow_http=True)
+
+
+def test_a_certificate_given_inline_and_a_name_with_digits_are_accepted() -> None:
+    inline = with_("users", **{"client-certificate-data": "Q0VSVA==", "client-key-data": "S0VZ"})
+    assert parse_kubeconfig(inline)["users"][0]["user"]["client-key-data"] == "S0VZ"
+    assert parse_kubeconfig(with_("clusters", server="https://worker-1.example.com:6443"))
+    assert parse_kubeconfig(with_("clusters", server="https://10.0.0.7"))
 
 
 @pytest.mark.parametrize(
@@ -87,3 +194,11 @@ def test_a_symlink_out_of_the_prefix_is_refused_and_a_file_under_it_accepted() -
     with pytest.raises(KubeconfigRejectedError):
         check_kubeconfig_path("/etc/multikueue/kubeconfigs/evil", "/etc/multikueue/kubeconfigs/", realpath=lambda p: links.get(p, p))
     assert check_kubeconfig_path("/etc/multikueue/kubeconfigs/w1", "/etc/multikueue/kubeconfigs/", realpath=lambda p: p).endswith("/w1")
+
+
+def test_http_workers_need_the_managers_explicit_flag(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KFED_MULTIKUEUE_ALLOW_INSECURE_HTTP", raising=False)
+    assert options.parse([], component="manager").multikueue_allow_insecure_http is False
+    assert options.parse(["--multikueue-allow-insecure-http"], component="manager").multikueue_allow_insecure_http is True
+    monkeypatch.setenv("KFED_MULTIKUEUE_ALLOW_INSECURE_HTTP", "true")
+    assert options.parse([], component="manager").multikueue_allow_insecure_http is True
