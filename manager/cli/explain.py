@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -15,7 +14,7 @@ from typing import Any
 
 from manager.api import constants as c
 from manager.api import kueue
-from manager.api.core import Job, Secret
+from manager.api.core import Job
 from manager.api.meta import find_condition, is_condition_true
 from manager.cli import views
 from manager.cli.fleet import (
@@ -26,14 +25,14 @@ from manager.cli.fleet import (
     manager_client,
     parse_object_name,
     run_async,
+    worker_client,
 )
 from manager.engine.jobs import job_queue_name
 from manager.engine.preemption import satisfies_policy
 from manager.engine.requests import RequestError
 from manager.engine.workload import WorkloadInfo, build_info
-from manager.kube.client import KubeClient, KubeconfigError
+from manager.kube.client import KubeClient
 from manager.kube.errors import KubeError, NotFoundError
-from manager.multikueue.kubeconfig import KubeconfigRejectedError, parse_kubeconfig
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -284,16 +283,12 @@ async def _remote(manager: KubeClient, cluster: kueue.MultiKueueCluster, key: st
     cond = find_condition(cluster.status.conditions if cluster.status else None, c.ACTIVE)
     active = cond is not None and cond.status == "True"
     reason = cond.reason if cond is not None else ""
-    ref = cluster.spec.cluster_source.kube_config
-    if not active or ref is None or ref.effective_location_type != "Secret":
-        return Remote(cluster.name, active, reason, error="" if active else (cond.message if cond else ""))
+    if not active:
+        return Remote(cluster.name, active, reason, error=cond.message if cond else "")
     try:
-        secret = await manager.get(Secret, ref.location, namespace=system_namespace)
-        kubeconfig = parse_kubeconfig(base64.b64decode((secret.data or {}).get(c.MULTIKUEUE_SECRET_KEY, "")))
-        worker = await KubeClient.from_kubeconfig(kubeconfig, name=cluster.name)
-    except (KubeError, KubeconfigRejectedError, KubeconfigError, ValueError) as err:
-        return Remote(cluster.name, active, reason, error=f"cannot read it: {err}")
-    worker.retry_attempts = 1
+        worker = await worker_client(manager, cluster, system_namespace=system_namespace)
+    except CommandError as err:
+        return Remote(cluster.name, active, reason, error=str(err))
     namespace, _, name = key.partition("/")
     try:
         copy = await asyncio.wait_for(worker.get(kueue.Workload, name, namespace=namespace), timeout=WORKER_TIMEOUT)

@@ -89,11 +89,15 @@ def table_width() -> int:
     return views.TABLE_WIDTH
 
 
-def present(args: argparse.Namespace, *, rows: list[dict[str, str]], records: Any, empty: str = "No resources found.") -> str:
-    """Records for -o json|yaml, else the table (whole values with -o wide)."""
+def present(
+    args: argparse.Namespace, *, rows: list[dict[str, str]], records: list[dict[str, Any]], empty: str = "No resources found."
+) -> Shown:
+    """Records for -o json|yaml, else the table (whole values with -o wide); rows and records
+    come in the same order."""
     if args.output in ("json", "yaml"):
-        return views.dump(records, output=args.output)
-    return views.render(rows, width=table_width(), wide=args.output == "wide", empty=empty)
+        return Shown(views.dump(records, output=args.output))
+    text = views.render(rows, width=table_width(), wide=args.output == "wide", empty=empty)
+    return Shown(text, tuple(json.dumps(record, sort_keys=True) for record in records))
 
 
 class Reporter:
@@ -159,24 +163,32 @@ async def _optional(call: Coroutine[Any, Any, Any]) -> Any:
         return None
 
 
+async def worker_client(manager: KubeClient, cluster: kueue.MultiKueueCluster, *, system_namespace: str) -> KubeClient:
+    """A client for a worker, through the kubeconfig Secret the manager holds for it (as the
+    manager's MultiKueue controllers reach it): quick to give up, since a person waits."""
+    ref = cluster.spec.cluster_source.kube_config
+    if ref is None or ref.effective_location_type != "Secret":
+        raise CommandError("kubeconfig is not in a Secret")
+    try:
+        secret = await manager.get(Secret, ref.location, namespace=system_namespace)
+        kubeconfig = parse_kubeconfig(base64.b64decode((secret.data or {}).get(c.MULTIKUEUE_SECRET_KEY, "")))
+        worker = await KubeClient.from_kubeconfig(kubeconfig, name=cluster.name, where=f"Secret {ref.location}")
+    except (KubeError, KubeconfigRejectedError, KubeconfigError, ValueError) as err:
+        raise CommandError(f"cannot use its kubeconfig: {err}") from None
+    worker.retry_attempts = 1
+    worker.timeout = WORKER_TIMEOUT
+    return worker
+
+
 async def read_worker(client: KubeClient, cluster: kueue.MultiKueueCluster, *, system_namespace: str, origin: str) -> views.WorkerView:
     """The worker's own ClusterQueues and our copies there, through the kubeconfig the manager
     holds for it. Any failure is shown on the row, never raised."""
     view = views.worker_view(cluster)
-    ref = cluster.spec.cluster_source.kube_config
-    if ref is None or ref.effective_location_type != "Secret":
-        view.error = "kubeconfig is not in a Secret"
-        return view
     try:
-        secret = await client.get(Secret, ref.location, namespace=system_namespace)
-        raw = base64.b64decode((secret.data or {}).get(c.MULTIKUEUE_SECRET_KEY, ""))
-        kubeconfig = parse_kubeconfig(raw)
-        worker = await KubeClient.from_kubeconfig(kubeconfig, name=cluster.name, where=f"Secret {ref.location}")
-    except (KubeError, KubeconfigRejectedError, KubeconfigError, ValueError) as err:
-        view.error = f"cannot use its kubeconfig: {err}"
+        worker = await worker_client(client, cluster, system_namespace=system_namespace)
+    except CommandError as err:
+        view.error = str(err)
         return view
-    worker.retry_attempts = 1
-    worker.timeout = WORKER_TIMEOUT
     try:
         cqs, wls = await asyncio.wait_for(
             asyncio.gather(
@@ -232,40 +244,54 @@ async def _labelled_jobs(client: KubeClient, args: argparse.Namespace, workloads
     return selected & owned_by_job
 
 
-async def _refresh(args: argparse.Namespace, produce: Callable[[KubeClient], Coroutine[Any, Any, str]]) -> int:
+@dataclass(frozen=True)
+class Shown:
+    """What a listing command prints, and what --watch compares to know it changed: one key per
+    table row (its record, without ages), or the whole text."""
+
+    text: str
+    keys: tuple[str, ...] | None = None
+
+    def identity(self) -> tuple[str, ...]:
+        return self.keys if self.keys is not None else (self.text,)
+
+
+async def _refresh(args: argparse.Namespace, produce: Callable[[KubeClient], Coroutine[Any, Any, Shown]]) -> int:
     """Print what `produce` makes from the manager; with --watch, again whenever it changes."""
     client = await manager_client(args)
     try:
-        last = ""
-        watch = getattr(args, "watch", False)
+        last: Shown | None = None
         while True:
-            text = await produce(client)
-            if text != last:
-                _show(text, last, args)
-                last = text
-            if not watch:
+            shown = await produce(client)
+            if last is None or shown.identity() != last.identity():
+                _show(shown, last, args)
+                last = shown
+            if not getattr(args, "watch", False):
                 return 0
             await asyncio.sleep(args.interval)  # --watch reads the manager again every --interval
     finally:
         await client.close()
 
 
-def _show(text: str, previous: str, args: argparse.Namespace) -> None:
+def _show(shown: Shown, previous: Shown | None, args: argparse.Namespace) -> None:
     """With --watch, a terminal redraws the whole screen; a pipe gets, like `kubectl get -w`,
-    the table once and then each row that changed."""
-    if not getattr(args, "watch", False) or not previous:
-        sys.stdout.write(text)
+    the table once and then each row that changed (the whole table again if its columns did)."""
+    lines, before = shown.text.splitlines(), previous.text.splitlines() if previous else []
+    if previous is None or not getattr(args, "watch", False):
+        sys.stdout.write(shown.text)
     elif sys.stdout.isatty():
-        sys.stdout.write("\x1b[H\x1b[2J" + text)
+        sys.stdout.write("\x1b[H\x1b[2J" + shown.text)
+    elif shown.keys is None or previous.keys is None or lines[:1] != before[:1] or len(lines) != len(shown.keys) + 1:
+        sys.stdout.write(shown.text)
     else:
-        before = set(previous.splitlines()[1:])
-        sys.stdout.write("".join(line + "\n" for line in text.splitlines()[1:] if line not in before))
+        seen = set(previous.keys)
+        sys.stdout.write("".join(line + "\n" for line, key in zip(lines[1:], shown.keys, strict=True) if key not in seen))
     sys.stdout.flush()
 
 
 @run_async
 async def cmd_jobs(args: argparse.Namespace) -> int:
-    async def produce(client: KubeClient) -> str:
+    async def produce(client: KubeClient) -> Shown:
         state = await read_manager(client, _namespace(args))
         rows = views.job_views(state["workloads"], checks=state["checks"], local_queues=state["local_queues"], known=state["known"])
         rows = _filter(rows, args, await _labelled_jobs(client, args, state["workloads"]))
@@ -277,19 +303,19 @@ async def cmd_jobs(args: argparse.Namespace) -> int:
 
 @run_async
 async def cmd_queues(args: argparse.Namespace) -> int:
-    async def produce(client: KubeClient) -> str:
+    async def produce(client: KubeClient) -> Shown:
         state = await read_manager(client, _namespace(args))
         lqs = state["local_queues"].values()
         if args.output in ("json", "yaml"):
-            return views.dump(views.queue_records(state["cluster_queues"], lqs), output=args.output)
-        return views.queues_text(state["cluster_queues"], lqs, width=table_width(), wide=args.output == "wide")
+            return Shown(views.dump(views.queue_records(state["cluster_queues"], lqs), output=args.output))
+        return Shown(views.queues_text(state["cluster_queues"], lqs, width=table_width(), wide=args.output == "wide"))
 
     return await _refresh(args, produce)
 
 
 @run_async
 async def cmd_clusters(args: argparse.Namespace) -> int:
-    async def produce(client: KubeClient) -> str:
+    async def produce(client: KubeClient) -> Shown:
         workers = await read_workers(client, (await client.list(kueue.MultiKueueCluster)).items, args)
         return present(
             args,
@@ -303,15 +329,15 @@ async def cmd_clusters(args: argparse.Namespace) -> int:
 
 @run_async
 async def cmd_status(args: argparse.Namespace) -> int:
-    async def produce(client: KubeClient) -> str:
+    async def produce(client: KubeClient) -> Shown:
         state = await read_manager(client, None)
         workers = await read_workers(client, state["clusters"], args)
         jobs = views.job_views(state["workloads"], checks=state["checks"], local_queues=state["local_queues"])
         manager = f"{client.api.configuration.host} (reachable)"
         if args.output in ("json", "yaml"):
             data = views.status_data(manager=manager, workers=workers, cluster_queues=state["cluster_queues"], jobs=jobs)
-            return views.dump(data, output=args.output)
-        return views.status_text(
+            return Shown(views.dump(data, output=args.output))
+        text = views.status_text(
             manager=manager,
             workers=workers,
             cluster_queues=state["cluster_queues"],
@@ -319,6 +345,15 @@ async def cmd_status(args: argparse.Namespace) -> int:
             now=_now(),
             width=table_width(),
             wide=args.output == "wide",
+        )
+        # --watch redraws when something but the ages changed.
+        return Shown(
+            text,
+            (
+                json.dumps(
+                    views.status_data(manager=manager, workers=workers, cluster_queues=state["cluster_queues"], jobs=jobs), sort_keys=True
+                ),
+            ),
         )
 
     return await _refresh(args, produce)
@@ -396,7 +431,7 @@ async def check_queue(client: KubeClient, namespace: str, queue: str) -> None:
     labels: dict[str, str] | None = None
     if lq is not None:
         try:
-            cq = await client.get(kueue.ClusterQueue, lq.spec.cluster_queue)
+            cq = await client.get(kueue.ClusterQueue, lq.spec.cluster_queue or "")
         except NotFoundError:
             cq = None
         try:

@@ -218,6 +218,10 @@ def build_parser() -> argparse.ArgumentParser:
     register.add_commands(commands)
     explain.add_command(commands)
 
+    from manager.cli import logs
+
+    logs.add_command(commands)
+
     from manager.cli import dev  # imported here: it pulls in the cluster harness
 
     dev.add_commands(commands)

@@ -157,8 +157,9 @@ def eviction_sentence(reason: str, message: str) -> str:
     sentence = EVICTION_SENTENCES.get(reason)
     if sentence is None:
         return f"evicted ({reason})" + (f": {scrub(message)}" if message else "")
-    if reason == "Deactivated" and message:
-        return f"{sentence}: {scrub(message)}"
+    if reason == "Deactivated" and message:  # Kueue's message says why (e.g. the requeuing limit)
+        said = scrub(message)
+        return f"evicted: {said[:1].lower()}{said[1:]}"
     return sentence
 
 
@@ -406,7 +407,7 @@ def local_queue_rows(local_queues: Iterable[kueue.LocalQueue]) -> list[dict[str,
         {
             "NAMESPACE": lq.namespace,
             "NAME": lq.name,
-            "CLUSTERQUEUE": lq.spec.cluster_queue,
+            "CLUSTERQUEUE": lq.spec.cluster_queue or "",
             "PENDING": str((lq.status.pending_workloads if lq.status else 0) or 0),
             "ADMITTED": str((lq.status.admitted_workloads if lq.status else 0) or 0),
             "STATUS": _queue_status(lq.spec.stop_policy) or "Active",

@@ -221,7 +221,7 @@ def test_each_kueue_preemption_reason_is_one_plain_sentence_without_uids(
         (
             "Deactivated",
             "The workload is deactivated due to exceeding the maximum number of re-queuing retries",
-            "evicted: it was deactivated (spec.active is false): The workload is deactivated due to exceeding the maximum number of re-queuing retries",
+            "evicted: the workload is deactivated due to exceeding the maximum number of re-queuing retries",
         ),
         ("SomethingNew", "by 5f1c2a9e-3b7d-4c1e-9a0b-1d2e3f4a5b6c", "evicted (SomethingNew): by"),
     ],
