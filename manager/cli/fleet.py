@@ -589,7 +589,7 @@ def add_commands(commands: Any) -> None:
     queues.set_defaults(func=cmd_queues)
 
     for name in ("jobs", "workloads"):
-        jobs = commands.add_parser(name, help="jobs and where they stand (squeue-like)")
+        jobs = commands.add_parser(name, help="jobs and where they stand (squeue-like)" if name == "jobs" else "the same as jobs")
         add_cluster_options(jobs, namespaced=True)
         jobs.add_argument("--queue", help="only this LocalQueue")
         jobs.add_argument("--state", choices=[s.lower() for s in views.STATES] + list(views.STATES), help="only this state")

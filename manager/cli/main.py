@@ -101,10 +101,10 @@ def cmd_crds(args: argparse.Namespace) -> int:
 # One runnable example per command, shown at the end of its --help.
 EXAMPLES = {
     "": "kfed jobs -n team-a --state pending",
-    "validate": "kfed validate -f examples/",
-    "convert": "kfed convert --to v1beta1 -f cluster-queue.yaml",
+    "validate": "kfed validate -f queues.yaml -f job.yaml",
+    "convert": "kfed convert --to v1beta1 -f queues.yaml",
     "crds": "kfed crds --check",
-    "simulate": "kfed simulate -f examples/ -o table",
+    "simulate": "kfed simulate -f queues.yaml -f job.yaml --cycles 5",
     "status": "kfed status",
     "clusters": "kfed clusters -o wide",
     "queues": "kfed queues -A",
