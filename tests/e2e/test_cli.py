@@ -338,3 +338,39 @@ async def test_logs_streams_the_pods_of_a_job_from_the_worker_that_runs_it(fed: 
         await kube.manager.delete(Job, "chatty", namespace=ns, propagation="Background")
     missing = kfed(fed.manager, "logs", "nothing-here", "-n", ns)
     assert missing.returncode == 1 and missing.stderr.strip() == f'error: no Job "nothing-here" in namespace {ns} (see `kfed jobs -n {ns}`)'
+
+
+async def test_a_preempted_job_says_who_preempted_it_and_why_without_uids(fed: Federation, kube: Clients, tag: str) -> None:
+    ns = f"{tag}-cli-preempt"
+    await kube.queues(ns, manager_cpu=1, worker_cpu={"worker1": 4, "worker2": 4}, labels=PARKED, tag=tag)
+    for name, value in (("low", 10), ("high", 1000)):
+        await kube.manager.create(
+            kueue.WorkloadPriorityClass,
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta2",
+                "kind": "WorkloadPriorityClass",
+                "metadata": {"name": f"{tag}-{name}"},
+                "value": value,
+            },
+        )
+    await kube.manager.create(Job, job_manifest("victim", ns, priority_class=f"{tag}-low"))
+    await eventually(
+        lambda: jobs_json(fed.manager, ns).get("victim", {}).get("state") == "Running", timeout=60, what="the low-priority Job running"
+    )
+    await kube.manager.create(Job, job_manifest("urgent", ns, priority_class=f"{tag}-high"))
+
+    async def preempted() -> Any:
+        row = jobs_json(fed.manager, ns).get("victim", {})
+        return row if row.get("state") == "Preempted" else None
+
+    row = await eventually(preempted, timeout=90, what="the victim shown Preempted")
+    sentence = f"preempted by {ns}/urgent (priority 1000) to make room in ClusterQueue {tag}-mgr"
+    assert row["reason"] == sentence
+    workloads = (await kube.manager.list(kueue.Workload, namespace=ns)).items
+    uid = next(w.metadata.uid for w in workloads if w.name.startswith("job-urgent-"))
+    assert row["preemptedBy"]["uid"] == uid and row["preemptedBy"]["name"] == "urgent" and uid in row["message"]
+    wide = kfed(fed.manager, "jobs", "-n", ns, "-o", "wide")
+    assert sentence in wide.stdout and str(uid) not in wide.stdout
+    why = kfed(fed.manager, "explain", "job/victim", "-n", ns)
+    assert why.returncode == 0, why.stderr
+    assert f"  {sentence}" in why.stdout.splitlines() and str(uid) not in why.stdout
