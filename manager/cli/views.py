@@ -23,6 +23,7 @@ from rich.table import Table
 from manager.api import constants as c
 from manager.api import kueue
 from manager.api.meta import find_condition, is_condition_true
+from manager.engine import preemption
 
 STATES = ("Pending", "QuotaReserved", "Dispatching", "Running", "Succeeded", "Failed", "Preempted", "Evicted")
 TABLE_WIDTH = 80  # what a table fits when the terminal's width is unknown (output to a pipe or file)
@@ -54,7 +55,9 @@ def _multikueue_check(wl: kueue.Workload, checks: Mapping[str, kueue.AdmissionCh
 
 # --- why a job was preempted or evicted ----------------------------------------------------------------
 _UUID = re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.IGNORECASE)
-# Kueue's message on a preempted Workload's Evicted and Preempted conditions.
+# Kueue's message on a preempted Workload's Evicted and Preempted conditions (the engine's
+# scheduler writes it: "Preempted to accommodate a workload (UID: …, JobUID: …) due to …;
+# preemptor path: /cohort/cq; preemptee path: /cohort/cq").
 _PREEMPTED = re.compile(
     r"UID: (?P<uid>[^,)]+)(?:, JobUID: (?P<job_uid>[^)]*))?\) due to (?P<why>[^;]*)"
     r"(?:; preemptor path: (?P<preemptor_path>[^;]*))?(?:; preemptee path: (?P<preemptee_path>[^;]*))?"
@@ -128,10 +131,10 @@ def preemption_sentence(preemptor: Preemptor) -> str:
     queue = f"ClusterQueue {preemptor.cluster_queue}" if preemptor.cluster_queue else "its ClusterQueue"
     cohort = f"cohort {preemptor.cohort}" if preemptor.cohort else "its cohort"
     why = {
-        "InClusterQueue": f" to make room in {queue}",
-        "InCohortReclamation": f" to reclaim quota lent to {cohort}",
-        "InCohortReclaimWhileBorrowing": f" of {queue}, which reclaims quota in {cohort} while it borrows",
-        "InCohortFairSharing": f" of {queue}, to restore fair sharing in {cohort}",
+        preemption.IN_CLUSTER_QUEUE: f" to make room in {queue}",
+        preemption.IN_COHORT_RECLAMATION: f" to reclaim quota lent to {cohort}",
+        preemption.IN_COHORT_RECLAIM_WHILE_BORROWING: f" of {queue}, which reclaims quota in {cohort} while it borrows",
+        preemption.IN_COHORT_FAIR_SHARING: f" of {queue}, to restore fair sharing in {cohort}",
     }.get(preemptor.reason, f" in {queue}")
     return f"preempted by {who}{why}"
 

@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from manager.api import kueue
+from manager.api.core import Pod
 from manager.cli.fleet import CommandError, ObjectName, check_context, parse_object_name, queue_problem
+from manager.cli.logs import pick_container, where_it_runs
 from manager.cli.main import EXAMPLES, _subcommands, build_parser, hoist_global_flags
 from tests.conftest import REPO_ROOT
 
@@ -152,3 +154,58 @@ def test_a_kubeconfig_context_that_does_not_exist_names_the_ones_that_do() -> No
         'kubeconfig k has no context "staging" (--context): use one of dev, prod '
         "(list them with `kubectl config get-contexts --kubeconfig k`)"
     )
+
+
+def pod(*containers: str, default: str | None = None) -> Pod:
+    annotations = {"kubectl.kubernetes.io/default-container": default} if default else None
+    return Pod.model_validate(
+        {"metadata": {"name": "p", "annotations": annotations}, "spec": {"containers": [{"name": n} for n in containers]}}
+    )
+
+
+@pytest.mark.parametrize(
+    ("subject", "wanted", "chosen"),
+    [
+        (pod("main"), None, "main"),
+        (pod("main", "sidecar"), None, "main"),  # kubectl's default: the first
+        (pod("sidecar", "main", default="main"), None, "main"),  # unless the pod names its default
+        (pod("main", "sidecar"), "sidecar", "sidecar"),
+    ],
+)
+def test_logs_reads_the_container_kubectl_would(subject: Pod, wanted: str | None, chosen: str) -> None:
+    assert pick_container(subject, wanted) == chosen
+
+
+def test_logs_of_a_container_the_pod_lacks_names_the_ones_it_has() -> None:
+    with pytest.raises(CommandError) as err:
+        pick_container(pod("main", "sidecar"), "trainer")
+    assert str(err.value) == 'pod p has no container "trainer": choose one of main, sidecar with --container'
+
+
+def test_logs_of_a_job_not_running_anywhere_says_where_it_stands_and_what_to_run() -> None:
+    waiting = kueue.Workload.model_validate(
+        {
+            "metadata": {"name": "job-train-x", "namespace": "team-a"},
+            "spec": {"queueName": "q", "podSets": [{"name": "main", "count": 1, "template": {}}]},
+            "status": {
+                "conditions": [
+                    {
+                        "type": "QuotaReserved",
+                        "status": "False",
+                        "reason": "Pending",
+                        "message": "insufficient quota",
+                        "lastTransitionTime": "2026-11-21T11:00:00Z",
+                    }
+                ]
+            },
+        }
+    )
+    with pytest.raises(CommandError) as err:
+        where_it_runs(waiting, {}, "train", "team-a")
+    assert str(err.value) == (
+        "job/train is not running on any cluster yet (Pending: insufficient quota); see `kfed explain job/train -n team-a`"
+    )
+    placed = waiting.model_copy(deep=True)
+    assert placed.status is not None
+    placed.status.cluster_name = "worker2"
+    assert where_it_runs(placed, {}, "train", "team-a") == "worker2"
