@@ -23,6 +23,9 @@ from manager.cli.fleet import (
     ObjectName,
     add_cluster_options,
     manager_client,
+    missing_cluster_queue,
+    missing_local_queue,
+    namespace_not_selected,
     parse_object_name,
     run_async,
     worker_client,
@@ -97,8 +100,13 @@ def next_step(
         return f"Nothing to do: it runs on {winner}." if winner else "Nothing to do: it runs."
     if state in ("Evicted", "Preempted"):
         return f"It was {state.lower()} and will be queued again; nothing to do unless it keeps happening."
+    # The engine's Misconfigured messages, each with its fix.
     if state == "Pending" and "doesn't exist" in reason and "LocalQueue" in reason:
-        return f"Create LocalQueue {queue} in namespace {namespace} on the manager, or submit to an existing queue with --queue."
+        return f"{missing_local_queue(namespace, queue)}."
+    if state == "Pending" and "doesn't exist" in reason and reason.startswith("ClusterQueue"):
+        return f"{missing_cluster_queue(namespace, queue, cluster_queue)}."
+    if state == "Pending" and "doesn't match ClusterQueue selector" in reason:
+        return f"{namespace_not_selected(namespace, cluster_queue)}."
     if cq is not None and (cq.spec.stop_policy or "None") != "None":
         return f"ClusterQueue {cluster_queue} is stopped (stopPolicy {cq.spec.stop_policy}); set stopPolicy: None to let jobs in."
     active = find_condition(cq.status.conditions if cq and cq.status else None, c.ACTIVE) if cq else None

@@ -397,6 +397,24 @@ async def cmd_submit(args: argparse.Namespace) -> int:
         await client.close()
 
 
+def missing_local_queue(namespace: str, queue: str) -> str:
+    return f'LocalQueue "{queue}" does not exist in namespace {namespace}: create it, or pass --queue with an existing one'
+
+
+def missing_cluster_queue(namespace: str, queue: str, cluster_queue: str) -> str:
+    return (
+        f'LocalQueue {namespace}/{queue} points to ClusterQueue "{cluster_queue}", which does not exist: '
+        "create it, or fix spec.clusterQueue"
+    )
+
+
+def namespace_not_selected(namespace: str, cluster_queue: str) -> str:
+    return (
+        f"ClusterQueue {cluster_queue} does not select namespace {namespace} (spec.namespaceSelector): "
+        "label the namespace to match it, or widen the selector"
+    )
+
+
 def queue_problem(
     namespace: str,
     queue: str,
@@ -409,17 +427,12 @@ def queue_problem(
     """Why a Job sent to `queue` in `namespace` would never be admitted, naming the fix; or ""."""
     if local_queue is None:
         known = f"; LocalQueues in {namespace}: {', '.join(sorted(others))}" if others else f"; {namespace} has none"
-        return f'LocalQueue "{queue}" does not exist in namespace {namespace}: create it, or pass --queue with an existing one{known}'
-    cq_name = local_queue.spec.cluster_queue
+        return missing_local_queue(namespace, queue) + known
+    cq_name = local_queue.spec.cluster_queue or ""
     if cluster_queue is None:
-        return (
-            f'LocalQueue {namespace}/{queue} points to ClusterQueue "{cq_name}", which does not exist: create it, or fix spec.clusterQueue'
-        )
+        return missing_cluster_queue(namespace, queue, cq_name)
     if namespace_labels is not None and not selector_matches(cluster_queue.spec.namespace_selector, namespace_labels):
-        return (
-            f"ClusterQueue {cq_name} does not select namespace {namespace} (spec.namespaceSelector): "
-            f"label the namespace to match it, or widen the selector"
-        )
+        return namespace_not_selected(namespace, cq_name)
     return ""
 
 

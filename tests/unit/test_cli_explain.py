@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
+
 from manager.api import kueue
 from manager.cli import views
 from manager.cli.explain import Remote, explain, explanation_record, explanation_text
@@ -241,3 +243,26 @@ def test_a_preempted_job_says_who_took_its_place() -> None:
     assert "  preempted by ns/urgent (priority 50) to make room in ClusterQueue cq" in text
     assert "11111111" not in text
     assert text.splitlines()[-1] == "Next: It was preempted and will be queued again; nothing to do unless it keeps happening."
+
+
+@pytest.mark.parametrize(
+    ("message", "next_line"),
+    [
+        (
+            "LocalQueue user-queue doesn't exist",
+            'Next: LocalQueue "user-queue" does not exist in namespace ns: create it, or pass --queue with an existing one.',
+        ),
+        (
+            "ClusterQueue cq doesn't exist",
+            'Next: LocalQueue ns/user-queue points to ClusterQueue "cq", which does not exist: create it, or fix spec.clusterQueue.',
+        ),
+        (
+            "workload namespace doesn't match ClusterQueue selector",
+            "Next: ClusterQueue cq does not select namespace ns (spec.namespaceSelector): "
+            "label the namespace to match it, or widen the selector.",
+        ),
+    ],
+)
+def test_a_misconfigured_job_names_the_fix(message: str, next_line: str) -> None:
+    wl = workload({"conditions": [cond("QuotaReserved", "False", "Misconfigured", message)]})
+    assert run(wl, []).splitlines()[-1] == next_line
