@@ -319,7 +319,7 @@ async def cmd_clusters(args: argparse.Namespace) -> int:
         workers = await read_workers(client, (await client.list(kueue.MultiKueueCluster)).items, args)
         return present(
             args,
-            rows=views.cluster_rows(workers, now=_now()),
+            rows=views.cluster_rows(workers, now=_now(), wide=args.output == "wide"),
             records=views.cluster_records(workers),
             empty="No worker clusters registered.",
         )

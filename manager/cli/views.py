@@ -493,7 +493,9 @@ def _resource_text(resource: str, pair: tuple[int, int] | None) -> str:
     return f"{used / 1000:g}/{total / 1000:g}"
 
 
-def cluster_rows(views: Sequence[WorkerView], *, now: datetime) -> list[dict[str, str]]:
+def cluster_rows(views: Sequence[WorkerView], *, now: datetime, wide: bool = False) -> list[dict[str, str]]:
+    """The table. REASON says why a worker is not Active, or why it could not be read (in a
+    word; the whole error with wide); RUNNING and PENDING count our copies there."""
     rows = []
     for v in sorted(views, key=lambda x: x.name):
         gpu = next((k for k in v.usage if k.endswith("/gpu") or k == "gpu"), None)
@@ -501,14 +503,18 @@ def cluster_rows(views: Sequence[WorkerView], *, now: datetime) -> list[dict[str
             {
                 "NAME": v.name,
                 "ACTIVE": v.active,
-                "REASON": v.reason if v.active != "True" else "",
+                "REASON": v.reason if v.active != "True" else ("" if v.reachable else (v.error if wide else v.error.split(":")[0])),
                 "SINCE": age(v.since, now),
-                "WORKLOADS": f"{v.running} running, {v.pending} pending" if v.reachable else (v.error or "unreachable"),
+                "RUNNING": str(v.running) if v.reachable else "-",
+                "PENDING": str(v.pending) if v.reachable else "-",
                 "CPU": _resource_text("cpu", v.usage.get("cpu")),
                 "GPU": _resource_text("gpu", v.usage.get(gpu)) if gpu else "",
                 "MEMORY": _resource_text("memory", v.usage.get("memory")),
             }
         )
+    if not any(row["GPU"] for row in rows):  # a fleet without GPUs keeps the room for the reasons
+        for row in rows:
+            del row["GPU"]
     return rows
 
 
@@ -624,7 +630,7 @@ def status_text(
 ) -> str:
     """`kfed status`: the manager, each worker, each ClusterQueue and the jobs by state, on one screen."""
     out = [f"Manager: {manager}"]
-    out.append(render(cluster_rows(workers, now=now), title="Workers", width=width, wide=wide, empty="Workers: none registered"))
+    out.append(render(cluster_rows(workers, now=now, wide=wide), title="Workers", width=width, wide=wide, empty="Workers: none registered"))
     out.append(render(cluster_queue_rows(cluster_queues), title="ClusterQueues", width=width, wide=wide, empty="ClusterQueues: none"))
     counts = state_counts(jobs)
     out.append(wrap_parts("Jobs: ", [f"{state} {count}" for state, count in counts.items()], width=width if not wide else 10**6))

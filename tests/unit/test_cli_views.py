@@ -311,6 +311,7 @@ UP = views.WorkerView(
     "worker1",
     active="True",
     reason="Active",
+    since=datetime(2026, 11, 20, 9, 0, 0, tzinfo=UTC),
     reachable=True,
     running=2,
     pending=1,
@@ -320,6 +321,7 @@ DOWN = views.WorkerView(
     "worker2",
     active="False",
     reason="ClientConnectionFailed",
+    since=datetime(2026, 11, 21, 11, 55, 0, tzinfo=UTC),
     error="unreachable: Get https://10.0.0.7:6443/apis/kueue.x-k8s.io/v1beta2/clusterqueues: dial tcp: connection refused",
 )
 
@@ -348,3 +350,12 @@ def test_status_fits_80_columns() -> None:
 def test_an_empty_listing_says_so() -> None:
     assert views.render([], output="table") == "No resources found.\n"
     assert views.render([], output="json") == "[]\n"
+
+
+def test_an_active_worker_that_cannot_be_read_says_why_in_a_word_and_wide_says_it_all() -> None:
+    broken = views.WorkerView("worker3", active="True", reason="Active", error="cannot use its kubeconfig: Secret w3: not found")
+    gpus = views.WorkerView("worker4", active="True", reachable=True, usage={"nvidia.com/gpu": (2000, 8000)})
+    (short, with_gpu) = views.cluster_rows([broken, gpus], now=NOW)
+    assert (short["REASON"], short["RUNNING"], short["GPU"], with_gpu["GPU"]) == ("cannot use its kubeconfig", "-", "", "2/8")
+    assert views.cluster_rows([broken], now=NOW, wide=True)[0]["REASON"] == "cannot use its kubeconfig: Secret w3: not found"
+    assert "GPU" not in views.cluster_rows([broken], now=NOW)[0]  # no worker has GPUs: no column for them
