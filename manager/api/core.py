@@ -82,6 +82,16 @@ class Job(Resource, OpenModel):
     status: JobStatus | None = None
 
 
+class Pod(Resource, OpenModel):
+    VERSION: ClassVar[str] = "v1"
+    KIND: ClassVar[str] = "Pod"
+    PLURAL: ClassVar[str] = "pods"
+    NAMESPACED: ClassVar[bool] = True
+
+    spec: PodSpec = Field(default_factory=PodSpec)
+    status: dict[str, Any] | None = None
+
+
 class Namespace(Resource, OpenModel):
     VERSION: ClassVar[str] = "v1"
     KIND: ClassVar[str] = "Namespace"

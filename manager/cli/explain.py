@@ -6,24 +6,38 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
-import json
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
-
-import yaml
 
 from manager.api import constants as c
 from manager.api import kueue
-from manager.api.core import Job, Secret
+from manager.api.core import Job
 from manager.api.meta import find_condition, is_condition_true
 from manager.cli import views
-from manager.cli.fleet import WORKER_TIMEOUT, CommandError, add_cluster_options, manager_client, run_async
-from manager.kube.client import KubeClient, KubeconfigError
+from manager.cli.fleet import (
+    WORKER_TIMEOUT,
+    CommandError,
+    ObjectName,
+    add_cluster_options,
+    manager_client,
+    missing_cluster_queue,
+    missing_local_queue,
+    namespace_not_selected,
+    parse_object_name,
+    run_async,
+    worker_client,
+)
+from manager.engine.jobs import job_queue_name
+from manager.engine.preemption import satisfies_policy
+from manager.engine.requests import RequestError
+from manager.engine.workload import WorkloadInfo, build_info
+from manager.kube.client import KubeClient
 from manager.kube.errors import KubeError, NotFoundError
-from manager.multikueue.kubeconfig import KubeconfigRejectedError, parse_kubeconfig
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 @dataclass(frozen=True)
@@ -84,10 +98,15 @@ def next_step(
         return f"It failed: {reason or 'see the Job'}. Fix the cause and submit it again."
     if state == "Running":
         return f"Nothing to do: it runs on {winner}." if winner else "Nothing to do: it runs."
-    if state == "Evicted":
-        return "It was evicted and will be queued again; nothing to do unless it keeps happening."
+    if state in ("Evicted", "Preempted"):
+        return f"It was {state.lower()} and will be queued again; nothing to do unless it keeps happening."
+    # The engine's Misconfigured messages, each with its fix.
     if state == "Pending" and "doesn't exist" in reason and "LocalQueue" in reason:
-        return f"Create LocalQueue {queue} in namespace {namespace} on the manager, or submit to an existing queue with --queue."
+        return f"{missing_local_queue(namespace, queue)}."
+    if state == "Pending" and "doesn't exist" in reason and reason.startswith("ClusterQueue"):
+        return f"{missing_cluster_queue(namespace, queue, cluster_queue)}."
+    if state == "Pending" and "doesn't match ClusterQueue selector" in reason:
+        return f"{namespace_not_selected(namespace, cluster_queue)}."
     if cq is not None and (cq.spec.stop_policy or "None") != "None":
         return f"ClusterQueue {cluster_queue} is stopped (stopPolicy {cq.spec.stop_policy}); set stopPolicy: None to let jobs in."
     active = find_condition(cq.status.conditions if cq and cq.status else None, c.ACTIVE) if cq else None
@@ -117,8 +136,12 @@ def _borrowing(cq: kueue.ClusterQueue) -> bool:
     return False
 
 
-def _allowed(policy: str, mine: int, theirs: int) -> bool:
-    return policy == "Any" or theirs < mine or (policy == "LowerOrNewerEqualPriority" and theirs == mine)
+def _info(wl: kueue.Workload) -> WorkloadInfo | None:
+    """The engine's view of a Workload, so that its preemption rule decides (None: unreadable)."""
+    try:
+        return build_info(wl, priority=wl.spec.priority or 0, created=wl.metadata.creation_timestamp or EPOCH)
+    except RequestError:
+        return None
 
 
 def preemption_candidates(
@@ -140,7 +163,9 @@ def preemption_candidates(
         for name, other_cq in (cluster_queues or {}).items()
         if name != cq.name and cq.spec.cohort_name and other_cq.spec.cohort_name == cq.spec.cohort_name and _borrowing(other_cq)
     }
-    mine = wl.spec.priority or 0
+    me = _info(wl)
+    if me is None:
+        return []
     found = []
     for other in others:
         admission = other.status.admission if other.status else None
@@ -148,12 +173,26 @@ def preemption_candidates(
             continue
         if is_condition_true(other.status.conditions if other.status else None, c.FINISHED):
             continue
-        theirs = other.spec.priority or 0
-        if admission.cluster_queue == cq.name and within != "Never" and _allowed(within, mine, theirs):
-            found.append((theirs, other.key, ""))
-        elif admission.cluster_queue in borrowing and reclaim != "Never" and _allowed(reclaim, mine, theirs):
-            found.append((theirs, other.key, f", borrowing in {admission.cluster_queue}"))
+        them = _info(other)
+        if them is None:
+            continue
+        if admission.cluster_queue == cq.name and satisfies_policy(me, them, within):
+            found.append((them.priority, other.key, ""))
+        elif admission.cluster_queue in borrowing and satisfies_policy(me, them, reclaim):
+            found.append((them.priority, other.key, f", borrowing in {admission.cluster_queue}"))
     return [f"{key} (priority {priority}{where})" for priority, key, where in sorted(found)]
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """What `kfed explain` found: the text and the JSON are both rendered from this."""
+
+    view: views.JobView
+    cluster: str  # the worker that runs it
+    manager: list[str]  # the manager's findings, one per line
+    workers: dict[str, str]  # worker -> its verdict, by name
+    next: str  # the one line to act on
+    candidates: list[str] = field(default_factory=list)
 
 
 def explain(
@@ -163,34 +202,27 @@ def explain(
     cq: kueue.ClusterQueue | None,
     remotes: Sequence[Remote],
     candidates: Sequence[str] = (),
-) -> str:
+) -> Explanation:
     status = wl.status
     nominated = list((status.nominated_cluster_names if status else None) or [])
     winner = (status.cluster_name or "") if status else ""
     reserved = is_condition_true(status.conditions if status else None, c.QUOTA_RESERVED)
-    lines = [
-        f"Job {view.namespace}/{view.name} (Workload {view.workload}), queue {view.queue} -> ClusterQueue {view.cluster_queue or '?'}",
-        f"State: {view.state}"
-        + (f" on {winner}" if winner else "")
-        + (f", position {view.position} in its ClusterQueue" if view.position else ""),
-        "",
-        "Manager:",
-    ]
+    manager = []
     if view.state in ("Pending",):
-        lines.append(f"  waiting for quota: {view.reason}")
-    elif reserved:
-        lines.append(
-            f"  quota reserved in ClusterQueue {status.admission.cluster_queue if status and status.admission else view.cluster_queue}"
+        manager.append(f"waiting for quota: {view.reason}")
+    elif reserved and view.state not in ("Preempted", "Evicted"):
+        manager.append(
+            f"quota reserved in ClusterQueue {status.admission.cluster_queue if status and status.admission else view.cluster_queue}"
         )
     else:
-        lines.append(f"  {view.reason or view.state}")
+        manager.append(view.reason or view.state)
     if cq is not None:
-        lines.append(f"  ClusterQueue {cq.name}: {views.usage_text(cq) or 'no quota'} (reserved/nominal)")
+        manager.append(f"ClusterQueue {cq.name}: {views.usage_text(cq) or 'no quota'} (reserved/nominal)")
         if (cq.spec.stop_policy or "None") != "None":
-            lines.append(f"  ClusterQueue {cq.name} is stopped (stopPolicy {cq.spec.stop_policy})")
+            manager.append(f"ClusterQueue {cq.name} is stopped (stopPolicy {cq.spec.stop_policy})")
     if view.state == "Pending":
-        lines.append(
-            "  preemption candidates: "
+        manager.append(
+            "preemption candidates: "
             + (
                 ", ".join(candidates)
                 if candidates
@@ -198,30 +230,60 @@ def explain(
             )
         )
     for check in (status.admission_checks if status else None) or []:
-        lines.append(f"  admission check {check.name}: {check.state}" + (f" ({check.message})" if check.message else ""))
+        manager.append(f"admission check {check.name}: {check.state}" + (f" ({check.message})" if check.message else ""))
     verdicts = {r.cluster: worker_verdict(r, nominated=nominated, winner=winner, reserved=reserved) for r in remotes}
-    if remotes:
-        lines.append("")
-        lines.append("Workers:")
-        width = max(len(r.cluster) for r in remotes)
-        for remote in remotes:
-            lines.append(f"  {remote.cluster.ljust(width)}  {verdicts[remote.cluster]}")
-    lines.append("")
-    lines.append(
-        "Next: "
-        + next_step(
-            view.state,
-            reason=view.reason,
-            cluster_queue=view.cluster_queue,
-            cq=cq,
-            namespace=view.namespace,
-            queue=view.queue,
-            remotes=remotes,
-            verdicts=verdicts,
-            winner=winner,
-        )
+    step = next_step(
+        view.state,
+        reason=view.reason,
+        cluster_queue=view.cluster_queue,
+        cq=cq,
+        namespace=view.namespace,
+        queue=view.queue,
+        remotes=remotes,
+        verdicts=verdicts,
+        winner=winner,
     )
+    return Explanation(view=view, cluster=winner, manager=manager, workers=verdicts, next=step, candidates=list(candidates))
+
+
+def explanation_text(found: Explanation) -> str:
+    view = found.view
+    lines = [
+        f"Job {view.namespace}/{view.name} (Workload {view.workload}), queue {view.queue} -> ClusterQueue {view.cluster_queue or '?'}",
+        f"State: {view.state}"
+        + (f" on {found.cluster}" if found.cluster else "")
+        + (f", position {view.position} in its ClusterQueue" if view.position else ""),
+        "",
+        "Manager:",
+        *(f"  {line}" for line in found.manager),
+    ]
+    if found.workers:
+        width = max(len(name) for name in found.workers)
+        lines += ["", "Workers:", *(f"  {name.ljust(width)}  {verdict}" for name, verdict in found.workers.items())]
+    lines += ["", f"Next: {found.next}"]
     return "\n".join(lines) + "\n"
+
+
+def explanation_record(found: Explanation) -> dict[str, Any]:
+    view = found.view
+    return {
+        "job": f"{view.namespace}/{view.name}",
+        "namespace": view.namespace,
+        "name": view.name,
+        "workload": view.workload,
+        "queue": view.queue,
+        "clusterQueue": view.cluster_queue,
+        "state": view.state,
+        "reason": view.reason,
+        "message": view.detail,
+        "preemptedBy": view.preemptor.record() if view.preemptor else None,
+        "position": view.position,
+        "cluster": found.cluster,
+        "manager": found.manager,
+        "preemptionCandidates": found.candidates,
+        "workers": found.workers,
+        "next": found.next,
+    }
 
 
 # --- the command ----------------------------------------------------------------------------------------
@@ -229,16 +291,12 @@ async def _remote(manager: KubeClient, cluster: kueue.MultiKueueCluster, key: st
     cond = find_condition(cluster.status.conditions if cluster.status else None, c.ACTIVE)
     active = cond is not None and cond.status == "True"
     reason = cond.reason if cond is not None else ""
-    ref = cluster.spec.cluster_source.kube_config
-    if not active or ref is None or ref.effective_location_type != "Secret":
-        return Remote(cluster.name, active, reason, error="" if active else (cond.message if cond else ""))
+    if not active:
+        return Remote(cluster.name, active, reason, error=cond.message if cond else "")
     try:
-        secret = await manager.get(Secret, ref.location, namespace=system_namespace)
-        kubeconfig = parse_kubeconfig(base64.b64decode((secret.data or {}).get(c.MULTIKUEUE_SECRET_KEY, "")))
-        worker = await KubeClient.from_kubeconfig(kubeconfig, name=cluster.name)
-    except (KubeError, KubeconfigRejectedError, KubeconfigError, ValueError) as err:
-        return Remote(cluster.name, active, reason, error=f"cannot read it: {err}")
-    worker.retry_attempts = 1
+        worker = await worker_client(manager, cluster, system_namespace=system_namespace)
+    except CommandError as err:
+        return Remote(cluster.name, active, reason, error=str(err))
     namespace, _, name = key.partition("/")
     try:
         copy = await asyncio.wait_for(worker.get(kueue.Workload, name, namespace=namespace), timeout=WORKER_TIMEOUT)
@@ -251,31 +309,48 @@ async def _remote(manager: KubeClient, cluster: kueue.MultiKueueCluster, key: st
         await worker.close()
 
 
+async def find_workload(client: KubeClient, target: ObjectName, namespace: str, workloads: list[kueue.Workload]) -> kueue.Workload | str:
+    """The Workload of `target`, or a line saying why there is none."""
+    if target.kind in ("", "workload"):
+        wl = next((w for w in workloads if w.name == target.name), None)
+        if wl is not None or target.kind == "workload":
+            return wl or f'no Workload "{target.name}" in namespace {namespace} (see `kfed jobs -n {namespace} -o wide`)'
+    if target.kind == "jobset":
+        owned = [w for w in workloads if any(r.kind == "JobSet" and r.name == target.name for r in w.metadata.owner_references or [])]
+        return owned[0] if owned else f"no Workload for jobset/{target.name} in namespace {namespace}"
+    try:
+        job = await client.get(Job, target.name, namespace=namespace)
+    except NotFoundError:
+        what = "Job" if target.kind == "job" else "Job or Workload"
+        raise CommandError(f'no {what} "{target.name}" in namespace {namespace} (see `kfed jobs -n {namespace}`)') from None
+    wl = next((w for w in workloads if any(ref.uid == job.metadata.uid for ref in w.metadata.owner_references or [])), None)
+    if wl is not None:
+        return wl
+    if job_queue_name(job):
+        return f"Job {namespace}/{target.name}: it has no Workload yet (is the manager running?)"
+    return (
+        f"Job {namespace}/{target.name}: it has no {c.QUEUE_NAME_LABEL} label, so kfed does not queue it; "
+        f"add the label (kubectl label job {target.name} -n {namespace} {c.QUEUE_NAME_LABEL}=QUEUE) or submit it with "
+        f"`kfed submit --queue QUEUE`"
+    )
+
+
 @run_async
 async def cmd_explain(args: argparse.Namespace) -> int:
     namespace = args.namespace or "default"
+    target = parse_object_name(args.name)
     client = await manager_client(args)
     try:
         workloads = (await client.list(kueue.Workload, namespace=namespace)).items
-        wl = next((w for w in workloads if w.name == args.name), None)
-        if wl is None:
-            try:
-                job = await client.get(Job, args.name, namespace=namespace)
-            except NotFoundError:
-                raise CommandError(f'no Job or Workload "{args.name}" in namespace {namespace}') from None
-            wl = next((w for w in workloads if any(ref.uid == job.metadata.uid for ref in w.metadata.owner_references or [])), None)
-            if wl is None:
-                queued = (job.metadata.labels or {}).get(c.QUEUE_NAME_LABEL)
-                hint = (
-                    "it has no Workload yet (is the manager running?)"
-                    if queued
-                    else f"it has no {c.QUEUE_NAME_LABEL} label, so kfed does not queue it"
-                )
-                print(f"Job {namespace}/{args.name}: {hint}")
-                return 0
+        wl = await find_workload(client, target, namespace, workloads)
+        if isinstance(wl, str):
+            print(wl)
+            return 0
         checks = {ac.name: ac for ac in (await client.list(kueue.AdmissionCheck)).items}
         lqs = {lq.key: lq for lq in (await client.list(kueue.LocalQueue, namespace=namespace)).items}
-        view = views.job_views([wl], checks=checks, local_queues=lqs)[0]
+        preempted = is_condition_true(wl.status.conditions if wl.status else None, c.PREEMPTED)
+        everyone = (await client.list(kueue.Workload)).items if preempted or not wl.status or not wl.status.admission else []
+        view = views.job_views([wl], checks=checks, local_queues=lqs, known=everyone)[0]
         cq = None
         if view.cluster_queue:
             try:
@@ -302,30 +377,17 @@ async def cmd_explain(args: argparse.Namespace) -> int:
                 ],
                 key=lambda r: r.cluster,
             )
-        everyone = (await client.list(kueue.Workload)).items if view.state == "Pending" else []
         cohort_queues = (
             {q.name: q for q in (await client.list(kueue.ClusterQueue)).items}
             if view.state == "Pending" and cq and cq.spec.cohort_name
             else {}
         )
-        candidates = preemption_candidates(wl, cq, everyone, cohort_queues)
-        text = explain(view=view, wl=wl, cq=cq, remotes=remotes, candidates=candidates)
+        candidates = preemption_candidates(wl, cq, everyone, cohort_queues) if view.state == "Pending" else []
+        found_out = explain(view=view, wl=wl, cq=cq, remotes=remotes, candidates=candidates)
         if args.output in ("json", "yaml"):
-            sections = text.rstrip("\n").split("\n\n")
-            data = {
-                "job": f"{view.namespace}/{view.name}",
-                "workload": view.workload,
-                "state": view.state,
-                "cluster": (wl.status.cluster_name or "") if wl.status else "",
-                "manager": [line.strip() for line in sections[1].splitlines()[1:]],
-                "workers": {r.cluster: line.split(None, 1)[1] for r, line in zip(remotes, sections[2].splitlines()[1:], strict=False)}
-                if remotes
-                else {},
-                "next": text.rstrip("\n").splitlines()[-1].removeprefix("Next: "),
-            }
-            sys.stdout.write(json.dumps(data, indent=2) + "\n" if args.output == "json" else yaml.safe_dump(data, sort_keys=False))
+            sys.stdout.write(views.dump(explanation_record(found_out), output=args.output))
         else:
-            sys.stdout.write(text)
+            sys.stdout.write(explanation_text(found_out))
         return 0
     finally:
         await client.close()
@@ -333,6 +395,6 @@ async def cmd_explain(args: argparse.Namespace) -> int:
 
 def add_command(commands: Any) -> None:
     parser = commands.add_parser("explain", help="why a job is where it is, on the manager and on each worker")
-    parser.add_argument("name", help="a Job or Workload name")
+    parser.add_argument("name", help="NAME, job/NAME, jobset/NAME or workload/NAME")
     add_cluster_options(parser, namespaced=True, all_namespaces=False, watch=False)
     parser.set_defaults(func=cmd_explain)

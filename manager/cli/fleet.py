@@ -9,8 +9,10 @@ import asyncio
 import base64
 import json
 import os
+import shutil
 import sys
 from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -19,9 +21,12 @@ import yaml
 
 from manager.api import constants as c
 from manager.api import kueue
-from manager.api.core import Job, Secret
+from manager.api.core import Job, Namespace, Secret
 from manager.api.manifest import ManifestError, object_documents, queue_label_errors
+from manager.api.meta import is_condition_true
 from manager.cli import views
+from manager.engine.jobs import job_queue_name
+from manager.engine.selectors import selector_matches
 from manager.kube.client import KubeClient, KubeconfigError
 from manager.kube.errors import KubeError, NotFoundError
 from manager.multikueue.kubeconfig import REASON_BAD, KubeconfigRejectedError, parse_kubeconfig
@@ -55,12 +60,45 @@ async def manager_client(args: argparse.Namespace) -> KubeClient:
         raise CommandError(f"cannot read kubeconfig {path}: {err.strerror}") from None
     except yaml.YAMLError:
         raise CommandError(f"kubeconfig {path} is not valid YAML") from None
+    check_context(data, args.context, path)
     try:
         client = await KubeClient.from_kubeconfig(data, name="kfed", context=args.context, where=str(path))
     except KubeconfigError as err:
         raise CommandError(str(err)) from None
     client.retry_attempts = 2
     return client
+
+
+def check_context(kubeconfig: Any, context: str | None, path: Path) -> None:
+    """A context the kubeconfig does not have is named with the ones it has."""
+    if not isinstance(kubeconfig, dict) or not isinstance(kubeconfig.get("contexts"), list):
+        return
+    names = [str(e.get("name")) for e in kubeconfig["contexts"] if isinstance(e, dict) and e.get("name")]
+    chosen = context or kubeconfig.get("current-context")
+    if chosen and names and chosen not in names:
+        where = "--context" if context else "current-context"
+        raise CommandError(
+            f'kubeconfig {path} has no context "{chosen}" ({where}): use one of {", ".join(names)} '
+            f"(list them with `kubectl config get-contexts --kubeconfig {path}`)"
+        )
+
+
+def table_width() -> int:
+    """The terminal's width when printing to one; 80 columns into a pipe or a file."""
+    if sys.stdout.isatty():
+        return shutil.get_terminal_size((views.TABLE_WIDTH, 24)).columns
+    return views.TABLE_WIDTH
+
+
+def present(
+    args: argparse.Namespace, *, rows: list[dict[str, str]], records: list[dict[str, Any]], empty: str = "No resources found."
+) -> Shown:
+    """Records for -o json|yaml, else the table (whole values with -o wide); rows and records
+    come in the same order."""
+    if args.output in ("json", "yaml"):
+        return Shown(views.dump(records, output=args.output))
+    text = views.render(rows, width=table_width(), wide=args.output == "wide", empty=empty)
+    return Shown(text, tuple(json.dumps(record, sort_keys=True) for record in records))
 
 
 class Reporter:
@@ -106,7 +144,11 @@ async def read_manager(client: KubeClient, namespace: str | None) -> dict[str, A
         client.list(kueue.ClusterQueue),
         _optional(client.list(kueue.MultiKueueCluster)),
     )
+    known = workloads.items
+    if namespace is not None and any(is_condition_true(w.status.conditions if w.status else None, c.PREEMPTED) for w in known):
+        known = (await client.list(kueue.Workload)).items  # a preemptor may sit in another namespace
     return {
+        "known": known,
         "workloads": workloads.items,
         "checks": {check.name: check for check in checks.items},
         "local_queues": {lq.key: lq for lq in lqs.items},
@@ -122,26 +164,35 @@ async def _optional(call: Coroutine[Any, Any, Any]) -> Any:
         return None
 
 
-async def read_worker(client: KubeClient, cluster: kueue.MultiKueueCluster, *, system_namespace: str, origin: str) -> views.WorkerView:
-    """The worker's own ClusterQueues and our copies there, through the kubeconfig the manager
-    holds for it. Any failure is shown on the row, never raised."""
-    view = views.worker_view(cluster)
+async def worker_client(manager: KubeClient, cluster: kueue.MultiKueueCluster, *, system_namespace: str) -> KubeClient:
+    """A client for a worker, through the kubeconfig Secret the manager holds for it (as the
+    manager's MultiKueue controllers reach it): quick to give up, since a person waits."""
     ref = cluster.spec.cluster_source.kube_config
     if ref is None or ref.effective_location_type != "Secret":
-        view.error = "kubeconfig is not in a Secret"
-        return view
+        raise CommandError("kubeconfig is not in a Secret")
     try:
-        secret = await client.get(Secret, ref.location, namespace=system_namespace)
+        secret = await manager.get(Secret, ref.location, namespace=system_namespace)
         encoded = (secret.data or {}).get(c.MULTIKUEUE_SECRET_KEY)
         if encoded is None:
             raise KubeconfigRejectedError(REASON_BAD, f'key "{c.MULTIKUEUE_SECRET_KEY}" not found in secret "{ref.location}"')
         kubeconfig = parse_kubeconfig(base64.b64decode(encoded))
         worker = await KubeClient.from_kubeconfig(kubeconfig, name=cluster.name, where=f"Secret {ref.location}")
     except (KubeError, KubeconfigRejectedError, KubeconfigError, ValueError) as err:
-        view.error = f"cannot use its kubeconfig: {err}"
-        return view
+        raise CommandError(f"cannot use its kubeconfig: {err}") from None
     worker.retry_attempts = 1
     worker.timeout = WORKER_TIMEOUT
+    return worker
+
+
+async def read_worker(client: KubeClient, cluster: kueue.MultiKueueCluster, *, system_namespace: str, origin: str) -> views.WorkerView:
+    """The worker's own ClusterQueues and our copies there, through the kubeconfig the manager
+    holds for it. Any failure is shown on the row, never raised."""
+    view = views.worker_view(cluster)
+    try:
+        worker = await worker_client(client, cluster, system_namespace=system_namespace)
+    except CommandError as err:
+        view.error = str(err)
+        return view
     try:
         cqs, wls = await asyncio.wait_for(
             asyncio.gather(
@@ -169,9 +220,7 @@ def _namespace(args: argparse.Namespace) -> str | None:
 
 
 # --- commands ------------------------------------------------------------------------------------------
-def _filter(rows: list[views.JobView], args: argparse.Namespace, workloads: list[kueue.Workload]) -> list[views.JobView]:
-    labels = {wl.key: wl.metadata.labels or {} for wl in workloads}
-    selector = dict(part.split("=", 1) for part in args.selector.split(",")) if args.selector else {}
+def _filter(rows: list[views.JobView], args: argparse.Namespace, labelled: set[tuple[str, str]] | None) -> list[views.JobView]:
     out = []
     for row in rows:
         if args.queue and row.queue != args.queue:
@@ -180,64 +229,136 @@ def _filter(rows: list[views.JobView], args: argparse.Namespace, workloads: list
             continue
         if args.cluster and row.cluster != args.cluster:
             continue
-        if selector and any(labels.get(f"{row.namespace}/{row.workload}", {}).get(k) != v for k, v in selector.items()):
+        if labelled is not None and (row.namespace, row.name) not in labelled:
             continue
         out.append(row)
     return out
 
 
-async def _refresh(args: argparse.Namespace, produce: Callable[[KubeClient], Coroutine[Any, Any, str]]) -> int:
-    """Print what `produce` makes from the manager; with --watch, again every --interval."""
+async def _labelled_jobs(client: KubeClient, args: argparse.Namespace, workloads: list[kueue.Workload]) -> set[tuple[str, str]] | None:
+    """The (namespace, name) of the Jobs `-l` selects: it filters by the Job's labels, which the
+    user wrote, not the Workload's."""
+    if not args.selector:
+        return None
+    jobs = await client.list(Job, namespace=_namespace(args), label_selector=args.selector)
+    selected = {(job.namespace, job.name) for job in jobs.items}
+    owned_by_job = {
+        (wl.namespace, ref.name) for wl in workloads for ref in wl.metadata.owner_references or [] if ref.controller and ref.kind == "Job"
+    }
+    return selected & owned_by_job
+
+
+@dataclass(frozen=True)
+class Shown:
+    """What a listing command prints, and what --watch compares to know it changed: one key per
+    table row (its record, without ages), or the whole text."""
+
+    text: str
+    keys: tuple[str, ...] | None = None
+
+    def identity(self) -> tuple[str, ...]:
+        return self.keys if self.keys is not None else (self.text,)
+
+
+async def _refresh(args: argparse.Namespace, produce: Callable[[KubeClient], Coroutine[Any, Any, Shown]]) -> int:
+    """Print what `produce` makes from the manager; with --watch, again whenever it changes."""
     client = await manager_client(args)
     try:
-        while await _show(await produce(client), args):
-            pass
-        return 0
+        last: Shown | None = None
+        while True:
+            shown = await produce(client)
+            if last is None or shown.identity() != last.identity():
+                _show(shown, last, args)
+                last = shown
+            if not getattr(args, "watch", False):
+                return 0
+            await asyncio.sleep(args.interval)  # --watch reads the manager again every --interval
     finally:
         await client.close()
 
 
+def _show(shown: Shown, previous: Shown | None, args: argparse.Namespace) -> None:
+    """With --watch, a terminal redraws the whole screen; a pipe gets, like `kubectl get -w`,
+    the table once and then each row that changed (the whole table again if its columns did)."""
+    lines, before = shown.text.splitlines(), previous.text.splitlines() if previous else []
+    if previous is None or not getattr(args, "watch", False):
+        sys.stdout.write(shown.text)
+    elif sys.stdout.isatty():
+        sys.stdout.write("\x1b[H\x1b[2J" + shown.text)
+    elif shown.keys is None or previous.keys is None or lines[:1] != before[:1] or len(lines) != len(shown.keys) + 1:
+        sys.stdout.write(shown.text)
+    else:
+        seen = set(previous.keys)
+        sys.stdout.write("".join(line + "\n" for line, key in zip(lines[1:], shown.keys, strict=True) if key not in seen))
+    sys.stdout.flush()
+
+
 @run_async
 async def cmd_jobs(args: argparse.Namespace) -> int:
-    async def produce(client: KubeClient) -> str:
+    async def produce(client: KubeClient) -> Shown:
         state = await read_manager(client, _namespace(args))
-        rows = views.job_views(state["workloads"], checks=state["checks"], local_queues=state["local_queues"])
-        rows = _filter(rows, args, state["workloads"])
-        return views.render(views.job_rows(rows, now=_now(), wide=args.output == "wide"), output=_table(args.output))
+        rows = views.job_views(state["workloads"], checks=state["checks"], local_queues=state["local_queues"], known=state["known"])
+        rows = _filter(rows, args, await _labelled_jobs(client, args, state["workloads"]))
+        table = views.job_rows(rows, now=_now(), wide=args.output == "wide", all_namespaces=_namespace(args) is None)
+        return present(args, rows=table, records=views.job_records(rows))
 
     return await _refresh(args, produce)
 
 
 @run_async
 async def cmd_queues(args: argparse.Namespace) -> int:
-    async def produce(client: KubeClient) -> str:
+    async def produce(client: KubeClient) -> Shown:
         state = await read_manager(client, _namespace(args))
-        return views.render(views.queue_rows(state["cluster_queues"], state["local_queues"].values()), output=_table(args.output))
+        lqs = state["local_queues"].values()
+        if args.output in ("json", "yaml"):
+            return Shown(views.dump(views.queue_records(state["cluster_queues"], lqs), output=args.output))
+        return Shown(views.queues_text(state["cluster_queues"], lqs, width=table_width(), wide=args.output == "wide"))
 
     return await _refresh(args, produce)
 
 
 @run_async
 async def cmd_clusters(args: argparse.Namespace) -> int:
-    async def produce(client: KubeClient) -> str:
+    async def produce(client: KubeClient) -> Shown:
         workers = await read_workers(client, (await client.list(kueue.MultiKueueCluster)).items, args)
-        return views.render(views.cluster_rows(workers, now=_now()), output=_table(args.output), empty="No worker clusters registered.")
+        return present(
+            args,
+            rows=views.cluster_rows(workers, now=_now(), wide=args.output == "wide"),
+            records=views.cluster_records(workers),
+            empty="No worker clusters registered.",
+        )
 
     return await _refresh(args, produce)
 
 
 @run_async
 async def cmd_status(args: argparse.Namespace) -> int:
-    async def produce(client: KubeClient) -> str:
+    async def produce(client: KubeClient) -> Shown:
         state = await read_manager(client, None)
         workers = await read_workers(client, state["clusters"], args)
         jobs = views.job_views(state["workloads"], checks=state["checks"], local_queues=state["local_queues"])
         manager = f"{client.api.configuration.host} (reachable)"
-        now = _now()
         if args.output in ("json", "yaml"):
-            data = views.status_data(manager=manager, workers=workers, cluster_queues=state["cluster_queues"], jobs=jobs, now=now)
-            return views.render([data], output=args.output)
-        return views.status_text(manager=manager, workers=workers, cluster_queues=state["cluster_queues"], jobs=jobs, now=now)
+            data = views.status_data(manager=manager, workers=workers, cluster_queues=state["cluster_queues"], jobs=jobs)
+            return Shown(views.dump(data, output=args.output))
+        text = views.status_text(
+            manager=manager,
+            workers=workers,
+            cluster_queues=state["cluster_queues"],
+            jobs=jobs,
+            now=_now(),
+            width=table_width(),
+            wide=args.output == "wide",
+        )
+        # --watch redraws when something but the ages changed.
+        return Shown(
+            text,
+            (
+                json.dumps(
+                    views.status_data(manager=manager, workers=workers, cluster_queues=state["cluster_queues"], jobs=jobs), sort_keys=True
+                ),
+            ),
+        )
 
     return await _refresh(args, produce)
 
@@ -261,8 +382,15 @@ async def cmd_submit(args: argparse.Namespace) -> int:
     labels = metadata.setdefault("labels", {})
     if args.queue:
         labels[c.QUEUE_NAME_LABEL] = args.queue
-    if not labels.get(c.QUEUE_NAME_LABEL):
-        raise CommandError(f"{args.filename}: metadata.labels[{c.QUEUE_NAME_LABEL}]: Required value: give --queue")
+    try:
+        queue = job_queue_name(Job.model_validate(job))
+    except ValueError as err:
+        raise CommandError(f"{args.filename}: not a valid Job: {str(err).splitlines()[0]}") from None
+    if not queue:
+        raise CommandError(
+            f"{args.filename}: metadata.labels[{c.QUEUE_NAME_LABEL}]: Required value: "
+            f"give --queue NAME, or add the label {c.QUEUE_NAME_LABEL}: NAME (see `kfed queues` for the LocalQueues)"
+        )
     for problem in queue_label_errors(job):
         raise CommandError(str(ManifestError(document, problem)))
     namespace = args.namespace or metadata.get("namespace") or "default"
@@ -270,13 +398,73 @@ async def cmd_submit(args: argparse.Namespace) -> int:
     client = await manager_client(args)
     report = Reporter(args.output)
     try:
+        await check_queue(client, namespace, queue)
         created = await client.create(Job, job, namespace=namespace, retry_unreachable_webhook=True)
-        report.say(f"job/{created.name} submitted to queue {labels[c.QUEUE_NAME_LABEL]} in {namespace}")
+        report.say(f"job/{created.name} submitted to queue {queue} in {namespace}")
         code, state = (await _follow(client, namespace, created, report)) if args.wait else (0, "Submitted")
-        report.done(job=created.name, namespace=namespace, queue=labels[c.QUEUE_NAME_LABEL], state=state)
+        report.done(job=created.name, namespace=namespace, queue=queue, state=state)
         return code
     finally:
         await client.close()
+
+
+def missing_local_queue(namespace: str, queue: str) -> str:
+    return f'LocalQueue "{queue}" does not exist in namespace {namespace}: create it, or pass --queue with an existing one'
+
+
+def missing_cluster_queue(namespace: str, queue: str, cluster_queue: str) -> str:
+    return (
+        f'LocalQueue {namespace}/{queue} points to ClusterQueue "{cluster_queue}", which does not exist: '
+        "create it, or fix spec.clusterQueue"
+    )
+
+
+def namespace_not_selected(namespace: str, cluster_queue: str) -> str:
+    return (
+        f"ClusterQueue {cluster_queue} does not select namespace {namespace} (spec.namespaceSelector): "
+        "label the namespace to match it, or widen the selector"
+    )
+
+
+def queue_problem(
+    namespace: str,
+    queue: str,
+    *,
+    local_queue: kueue.LocalQueue | None,
+    others: list[str],
+    cluster_queue: kueue.ClusterQueue | None,
+    namespace_labels: dict[str, str] | None,
+) -> str:
+    """Why a Job sent to `queue` in `namespace` would never be admitted, naming the fix; or ""."""
+    if local_queue is None:
+        known = f"; LocalQueues in {namespace}: {', '.join(sorted(others))}" if others else f"; {namespace} has none"
+        return missing_local_queue(namespace, queue) + known
+    cq_name = local_queue.spec.cluster_queue or ""
+    if cluster_queue is None:
+        return missing_cluster_queue(namespace, queue, cq_name)
+    if namespace_labels is not None and not selector_matches(cluster_queue.spec.namespace_selector, namespace_labels):
+        return namespace_not_selected(namespace, cq_name)
+    return ""
+
+
+async def check_queue(client: KubeClient, namespace: str, queue: str) -> None:
+    """Refuse, before creating anything, a Job that would wait forever for a queue mistake."""
+    lqs = (await client.list(kueue.LocalQueue, namespace=namespace)).items
+    lq = next((q for q in lqs if q.name == queue), None)
+    cq = None
+    labels: dict[str, str] | None = None
+    if lq is not None:
+        try:
+            cq = await client.get(kueue.ClusterQueue, lq.spec.cluster_queue or "")
+        except NotFoundError:
+            cq = None
+        try:
+            labels = (await client.get(Namespace, namespace)).metadata.labels or {}
+        except NotFoundError:
+            raise CommandError(f"namespace {namespace} does not exist: create it (kubectl create namespace {namespace})") from None
+    problem = queue_problem(namespace, queue, local_queue=lq, others=[q.name for q in lqs], cluster_queue=cq, namespace_labels=labels)
+    if problem:
+        raise CommandError(problem)
 
 
 async def _follow(client: KubeClient, namespace: str, job: Job, report: Reporter) -> tuple[int, str]:
@@ -304,19 +492,33 @@ async def _follow(client: KubeClient, namespace: str, job: Job, report: Reporter
 async def cmd_cancel(args: argparse.Namespace) -> int:
     client = await manager_client(args)
     namespace = args.namespace or "default"
+    where = f"{_cluster_name(args)} ({client.api.configuration.host})"
     try:
         if args.selector:
             listed = await client.list(Job, namespace=namespace, label_selector=args.selector)
             names = [job.name for job in listed.items]
         else:
-            names = list(args.names)
+            names = [parse_object_name(name, "job").name for name in args.names]
         if not names:
-            raise CommandError("nothing to cancel: name Jobs or give -l SELECTOR")
+            raise CommandError("nothing to cancel: name Jobs (kfed cancel NAME) or give -l SELECTOR")
         report = Reporter(args.output)
         deleted, missing = [], []
         for name in names:
             if args.dry_run:
-                report.say(f"job/{name} would be deleted (dry run)")
+                try:
+                    job = await client.get(Job, name, namespace=namespace)
+                except NotFoundError:
+                    print(f"error: job/{name} not found in {namespace}", file=sys.stderr)
+                    missing.append(name)
+                    continue
+                workloads = [
+                    wl.name
+                    for wl in (await client.list(kueue.Workload, namespace=namespace)).items
+                    if any(ref.uid == job.metadata.uid for ref in wl.metadata.owner_references or [])
+                ]
+                follows = f" and workload/{', workload/'.join(workloads)}" if workloads else ""
+                report.say(f"job/{name} in namespace {namespace} on {where} would be deleted{follows} (dry run: nothing changed)")
+                deleted.append(name)
                 continue
             try:
                 await client.delete(Job, name, namespace=namespace, propagation="Background")
@@ -325,25 +527,58 @@ async def cmd_cancel(args: argparse.Namespace) -> int:
             except NotFoundError:
                 print(f"error: job/{name} not found in {namespace}", file=sys.stderr)
                 missing.append(name)
-        report.done(namespace=namespace, deleted=deleted, notFound=missing, dryRun=args.dry_run)
+        report.done(namespace=namespace, cluster=where, deleted=deleted, notFound=missing, dryRun=args.dry_run)
         return 1 if missing else 0
     finally:
         await client.close()
 
 
-def _table(output: str) -> str:
-    return "table" if output == "wide" else output
+def _cluster_name(args: argparse.Namespace) -> str:
+    """The kubeconfig context a command acts on, as `kubectl config current-context` names it."""
+    if args.context:
+        return f"context {args.context}"
+    try:
+        data = yaml.safe_load(kubeconfig_path(args).read_text())
+    except (OSError, yaml.YAMLError):
+        return "the manager"
+    current = data.get("current-context") if isinstance(data, dict) else None
+    return f"context {current}" if current else "the manager"
 
 
-async def _show(text: str, args: argparse.Namespace) -> bool:
-    """Print; with --watch clear the screen first and return True to go round again."""
-    if getattr(args, "watch", False):
-        sys.stdout.write("\x1b[H\x1b[2J" + text)
-        sys.stdout.flush()
-        await asyncio.sleep(args.interval)  # the refresh period of --watch
-        return True
-    sys.stdout.write(text)
-    return False
+@dataclass(frozen=True)
+class ObjectName:
+    kind: str  # job, jobset or workload; "" for a bare name
+    name: str
+
+
+OBJECT_KINDS = {
+    "job": "job",
+    "jobs": "job",
+    "job.batch": "job",
+    "jobs.batch": "job",
+    "jobset": "jobset",
+    "jobsets": "jobset",
+    "jobset.jobset.x-k8s.io": "jobset",
+    "jobsets.jobset.x-k8s.io": "jobset",
+    "workload": "workload",
+    "workloads": "workload",
+    "wl": "workload",
+    "workload.kueue.x-k8s.io": "workload",
+    "workloads.kueue.x-k8s.io": "workload",
+}
+
+
+def parse_object_name(text: str, default: str = "") -> ObjectName:
+    """kubectl's naming: `job/NAME`, `jobset/NAME`, `workload/NAME`, or a bare NAME."""
+    kind, slash, name = text.partition("/")
+    if not slash:
+        return ObjectName(default, text)
+    if kind.lower() not in OBJECT_KINDS or not name or "/" in name:
+        raise CommandError(f'"{text}": expected NAME, job/NAME, jobset/NAME or workload/NAME')
+    resolved = OBJECT_KINDS[kind.lower()]
+    if default and resolved != default:
+        raise CommandError(f'"{text}": this command takes Jobs: name them NAME or job/NAME')
+    return ObjectName(resolved, name)
 
 
 def add_cluster_options(
@@ -378,7 +613,7 @@ def add_commands(commands: Any) -> None:
     queues.set_defaults(func=cmd_queues)
 
     for name in ("jobs", "workloads"):
-        jobs = commands.add_parser(name, help="jobs and where they stand (squeue-like)")
+        jobs = commands.add_parser(name, help="jobs and where they stand (squeue-like)" if name == "jobs" else "the same as jobs")
         add_cluster_options(jobs, namespaced=True)
         jobs.add_argument("--queue", help="only this LocalQueue")
         jobs.add_argument("--state", choices=[s.lower() for s in views.STATES] + list(views.STATES), help="only this state")

@@ -6,12 +6,14 @@ Also installed as `kubectl-kfed`, so `kubectl kfed ...` works as a kubectl plugi
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 import yaml
 
+from manager.api import constants as c
 from manager.api import conversion, crdgen
 from manager.cli.files import checkout_crds_dir, load_paths
 
@@ -96,8 +98,97 @@ def cmd_crds(args: argparse.Namespace) -> int:
     return 0
 
 
+# One runnable example per command, shown at the end of its --help.
+EXAMPLES = {
+    "": "kfed jobs -n team-a --state pending",
+    "validate": "kfed validate -f queues.yaml -f job.yaml",
+    "convert": "kfed convert --to v1beta1 -f queues.yaml",
+    "crds": "kfed crds --check",
+    "simulate": "kfed simulate -f queues.yaml -f job.yaml --cycles 5",
+    "status": "kfed status",
+    "clusters": "kfed clusters -o wide",
+    "queues": "kfed queues -A",
+    "jobs": "kfed jobs -n team-a --state pending -l app=train",
+    "workloads": "kfed workloads -A -o yaml",
+    "logs": "kfed logs job/train -n team-a -f",
+    "submit": "kfed submit -f job.yaml --queue user-queue -n team-a --wait",
+    "cancel": "kfed cancel job/train -n team-a --dry-run",
+    "explain": "kfed explain job/train -n team-a",
+    "register": "kfed register worker1 --kubeconfig worker1.kubeconfig --dry-run",
+    "unregister": "kfed unregister worker1",
+    "dev": "kfed dev up --workers 2 --jobs",
+    "dev up": "kfed dev up --workers 2 --jobs",
+    "dev down": "kfed dev down",
+    "dev status": "kfed dev status",
+}
+
+# Flags every fleet command takes, accepted before the command too (as kubectl accepts them).
+GLOBAL_FLAGS = {"--kubeconfig": True, "--context": True, "-n": True, "--namespace": True, "-o": True, "--output": True}
+
+
+def version_text() -> str:
+    try:
+        version = importlib.metadata.version("kfed")
+    except importlib.metadata.PackageNotFoundError:
+        version = "dev (a checkout that was never installed)"
+    served = ", ".join(f"{c.GROUP}/{v}" + (" (stored)" if v == c.STORAGE_VERSION else "") for v in c.SERVED_VERSIONS)
+    return f"kfed {version}\nKueue API served: {served}"
+
+
+def hoist_global_flags(argv: Sequence[str], commands: Sequence[str]) -> list[str]:
+    """Move the global flags given before the command to after it, where each command's own
+    parser reads them: `kfed --kubeconfig F status` is `kfed status --kubeconfig F`."""
+    hoisted: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        flag, eq, _ = arg.partition("=")
+        if arg in commands or (arg.startswith("--") and flag not in GLOBAL_FLAGS):
+            break
+        if flag in GLOBAL_FLAGS and (eq or not GLOBAL_FLAGS[flag]):
+            hoisted.append(arg)
+            i += 1
+        elif flag in GLOBAL_FLAGS and i + 1 < len(argv):
+            hoisted += [arg, argv[i + 1]]
+            i += 2
+        elif len(arg) > 2 and arg[:2] in GLOBAL_FLAGS and not arg.startswith("--"):  # -nteam-a, -ojson
+            hoisted.append(arg)
+            i += 1
+        else:
+            break
+    if not hoisted or i >= len(argv) or argv[i] not in commands:
+        return list(argv)
+    return [argv[i], *argv[i + 1 :], *hoisted]
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    found: dict[str, argparse.ArgumentParser] = {}
+    for action in parser._actions:  # argparse has no public way to list subparsers
+        if isinstance(action, argparse._SubParsersAction):
+            found.update(action.choices)
+    return found
+
+
+def _add_examples(parser: argparse.ArgumentParser, prefix: str = "") -> None:
+    for name, sub in _subcommands(parser).items():
+        path = f"{prefix} {name}".strip()
+        sub.formatter_class = argparse.RawDescriptionHelpFormatter
+        sub.epilog = f"example:\n  {EXAMPLES[path]}"
+        _add_examples(sub, path)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kfed", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(
+        prog="kfed",
+        description=__doc__.splitlines()[0] if __doc__ else None,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=f"example:\n  {EXAMPLES['']}\n\n"
+        "--kubeconfig, --context, -n and -o may also come before the command, as with kubectl.\n"
+        "Run `kfed COMMAND --help` for a command's options and an example.",
+    )
+    parser.add_argument(
+        "--version", action="version", version=version_text(), help="print kfed's version and the Kueue API versions it serves"
+    )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     validate = commands.add_parser("validate", help="check manifests against Kueue's schema and rules")
@@ -127,15 +218,20 @@ def build_parser() -> argparse.ArgumentParser:
     register.add_commands(commands)
     explain.add_command(commands)
 
+    from manager.cli import logs
+
+    logs.add_command(commands)
+
     from manager.cli import dev  # imported here: it pulls in the cluster harness
 
     dev.add_commands(commands)
+    _add_examples(parser)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(hoist_global_flags(sys.argv[1:] if argv is None else argv, list(_subcommands(parser))))
     try:
         return int(args.func(args))
     except KeyboardInterrupt:

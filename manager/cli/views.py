@@ -1,28 +1,33 @@
 """What `kfed jobs`, `kfed queues`, `kfed clusters` and `kfed status` show, computed from the
 objects read from the clusters (pure: no I/O, time passed in), and the printers.
 
-A row is a plain dict of column to text, so the same rows become a rich table, JSON or YAML.
+Each view has two shapes: records (stable camelCase keys, typed values, every detail) for
+`-o json|yaml`, and rows (heading to text) for the table, which fits the terminal's width by
+cutting long values with an ellipsis (`-o wide` shows them whole).
 """
 
 from __future__ import annotations
 
 import io
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
 import yaml
-from rich import box
 from rich.console import Console
 from rich.table import Table
 
 from manager.api import constants as c
 from manager.api import kueue
 from manager.api.meta import find_condition, is_condition_true
+from manager.engine import preemption
 
-STATES = ("Pending", "QuotaReserved", "Dispatching", "Running", "Succeeded", "Failed", "Evicted")
+STATES = ("Pending", "QuotaReserved", "Dispatching", "Running", "Succeeded", "Failed", "Preempted", "Evicted")
+TABLE_WIDTH = 80  # what a table fits when the terminal's width is unknown (output to a pipe or file)
+COLUMN_GAP = 2
 
 
 def age(since: datetime | None, now: datetime) -> str:
@@ -36,6 +41,10 @@ def age(since: datetime | None, now: datetime) -> str:
     return f"{seconds}s"
 
 
+def _iso(moment: datetime | None) -> str | None:
+    return moment.isoformat().replace("+00:00", "Z") if moment is not None else None
+
+
 def _multikueue_check(wl: kueue.Workload, checks: Mapping[str, kueue.AdmissionCheck]) -> kueue.AdmissionCheckState | None:
     for state in (wl.status.admission_checks if wl.status else None) or []:
         check = checks.get(state.name)
@@ -44,6 +53,120 @@ def _multikueue_check(wl: kueue.Workload, checks: Mapping[str, kueue.AdmissionCh
     return None
 
 
+# --- why a job was preempted or evicted ----------------------------------------------------------------
+_UUID = re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.IGNORECASE)
+# Kueue's message on a preempted Workload's Evicted and Preempted conditions (the engine's
+# scheduler writes it: "Preempted to accommodate a workload (UID: …, JobUID: …) due to …;
+# preemptor path: /cohort/cq; preemptee path: /cohort/cq").
+_PREEMPTED = re.compile(
+    r"UID: (?P<uid>[^,)]+)(?:, JobUID: (?P<job_uid>[^)]*))?\) due to (?P<why>[^;]*)"
+    r"(?:; preemptor path: (?P<preemptor_path>[^;]*))?(?:; preemptee path: (?P<preemptee_path>[^;]*))?"
+)
+
+
+@dataclass(frozen=True)
+class Preemptor:
+    """Who preempted a job, as far as the listed Workloads tell."""
+
+    uid: str
+    reason: str  # Kueue's: InClusterQueue, InCohortReclamation, InCohortFairSharing, InCohortReclaimWhileBorrowing
+    namespace: str = ""
+    name: str = ""  # the preemptor's Job (its Workload's when it has no owner); empty when not listed
+    workload: str = ""
+    priority: int | None = None
+    cluster_queue: str = ""  # the last part of the preemptor path
+    cohort: str = ""  # the nearest cohort the two paths share
+
+    def record(self) -> dict[str, Any]:
+        return {
+            "uid": self.uid,
+            "reason": self.reason,
+            "namespace": self.namespace or None,
+            "name": self.name or None,
+            "workload": self.workload or None,
+            "priority": self.priority,
+            "clusterQueue": self.cluster_queue or None,
+            "cohort": self.cohort or None,
+        }
+
+
+def owner_name(wl: kueue.Workload) -> str:
+    """The name a person knows a Workload by: its controlling owner's (the Job), else its own."""
+    return next((ref.name for ref in wl.metadata.owner_references or [] if ref.controller), None) or wl.name
+
+
+def parse_preemptor(reason: str, message: str, by_uid: Mapping[str, kueue.Workload]) -> Preemptor | None:
+    """The preemptor named in Kueue's Preempted message, resolved to a listed Workload by UID."""
+    found = _PREEMPTED.search(message)
+    if found is None:
+        return None
+    mine = [p for p in (found["preemptee_path"] or "").strip().split("/") if p]
+    theirs = [p for p in (found["preemptor_path"] or "").strip().split("/") if p]
+    shared = []
+    for a, b in zip(mine[:-1], theirs[:-1], strict=False):
+        if a != b:
+            break
+        shared.append(a)
+    cohort = shared[-1] if shared else (theirs[-2] if len(theirs) > 1 else "")
+    preemptor = by_uid.get(found["uid"].strip())
+    return Preemptor(
+        uid=found["uid"].strip(),
+        reason=reason,
+        namespace=preemptor.namespace if preemptor else "",
+        name=owner_name(preemptor) if preemptor else "",
+        workload=preemptor.name if preemptor else "",
+        priority=(preemptor.spec.priority or 0) if preemptor else None,
+        cluster_queue=theirs[-1] if theirs else "",
+        cohort=cohort,
+    )
+
+
+def preemption_sentence(preemptor: Preemptor) -> str:
+    """One sentence a person understands: who, in which queue, and why (no UIDs)."""
+    who = (
+        f"{preemptor.namespace}/{preemptor.name} (priority {preemptor.priority})"
+        if preemptor.name
+        else "a workload that is no longer listed"
+    )
+    queue = f"ClusterQueue {preemptor.cluster_queue}" if preemptor.cluster_queue else "its ClusterQueue"
+    cohort = f"cohort {preemptor.cohort}" if preemptor.cohort else "its cohort"
+    why = {
+        preemption.IN_CLUSTER_QUEUE: f" to make room in {queue}",
+        preemption.IN_COHORT_RECLAMATION: f" to reclaim quota lent to {cohort}",
+        preemption.IN_COHORT_RECLAIM_WHILE_BORROWING: f" of {queue}, which reclaims quota in {cohort} while it borrows",
+        preemption.IN_COHORT_FAIR_SHARING: f" of {queue}, to restore fair sharing in {cohort}",
+    }.get(preemptor.reason, f" in {queue}")
+    return f"preempted by {who}{why}"
+
+
+EVICTION_SENTENCES = {
+    "PodsReadyTimeout": "evicted: its pods were not ready in time (waitForPodsReady); it is queued again",
+    "AdmissionCheck": "evicted: an admission check asked for a retry; it is queued again",
+    "ClusterQueueStopped": "evicted: its ClusterQueue was stopped",
+    "LocalQueueStopped": "evicted: its LocalQueue was stopped",
+    "Deactivated": "evicted: it was deactivated (spec.active is false)",
+    "NodeFailures": "evicted: a node it ran on failed; it is queued again",
+    "FlavorMigration": "evicted to move it to a preferred flavor; it is queued again",
+    "EvictedOnManagerCluster": "evicted on the manager cluster",
+}
+
+
+def scrub(text: str) -> str:
+    """Human text never shows UIDs: `-o json` keeps them."""
+    return re.sub(r"\s*\(\s*\)", "", _UUID.sub("", text)).strip()
+
+
+def eviction_sentence(reason: str, message: str) -> str:
+    sentence = EVICTION_SENTENCES.get(reason)
+    if sentence is None:
+        return f"evicted ({reason})" + (f": {scrub(message)}" if message else "")
+    if reason == "Deactivated" and message:  # Kueue's message says why (e.g. the requeuing limit)
+        said = scrub(message)
+        return f"evicted: {said[:1].lower()}{said[1:]}"
+    return sentence
+
+
+# --- jobs --------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class JobView:
     """One manager Workload as a researcher sees it."""
@@ -56,58 +179,75 @@ class JobView:
     state: str
     cluster: str
     created: datetime | None
-    reason: str
+    reason: str  # for a person: no UIDs
     priority: int
     position: int | None = None
+    detail: str = ""  # the condition's own message, UIDs and all (for -o json)
+    preemptor: Preemptor | None = None
 
 
-def job_state(wl: kueue.Workload, checks: Mapping[str, kueue.AdmissionCheck]) -> tuple[str, str]:
-    """(STATE, REASON) of a Workload, from its conditions and its MultiKueue check."""
+def job_state(
+    wl: kueue.Workload, checks: Mapping[str, kueue.AdmissionCheck], by_uid: Mapping[str, kueue.Workload] | None = None
+) -> tuple[str, str, str, Preemptor | None]:
+    """(STATE, REASON for a person, the condition's own message, the preemptor) of a Workload,
+    from its conditions and its MultiKueue check."""
     conditions = wl.status.conditions if wl.status else None
     finished = find_condition(conditions, c.FINISHED)
     if finished is not None and finished.status == "True":
-        return ("Failed" if finished.reason == "Failed" else "Succeeded"), finished.message
+        return ("Failed" if finished.reason == "Failed" else "Succeeded"), finished.message, finished.message, None
     reserved = is_condition_true(conditions, c.QUOTA_RESERVED)
     evicted = find_condition(conditions, c.EVICTED)
     if evicted is not None and evicted.status == "True":
-        return "Evicted", evicted.message
+        preempted = find_condition(conditions, c.PREEMPTED)
+        if preempted is not None and preempted.status == "True":
+            preemptor = parse_preemptor(preempted.reason, preempted.message, by_uid or {})
+            sentence = preemption_sentence(preemptor) if preemptor else f"preempted ({preempted.reason}): {scrub(preempted.message)}"
+            return "Preempted", sentence, preempted.message, preemptor
+        return "Evicted", eviction_sentence(evicted.reason, evicted.message), evicted.message, None
     if is_condition_true(conditions, c.ADMITTED):
-        return "Running", ""
+        return "Running", "", "", None
     mk = _multikueue_check(wl, checks)
     if reserved and mk is not None:
         nominated = (wl.status.nominated_cluster_names if wl.status else None) or []
         reason = mk.message or (
             f"waiting for a worker to admit it (copies on {', '.join(nominated)})" if nominated else "waiting for a worker"
         )
-        return "Dispatching", reason
+        return "Dispatching", reason, mk.message, None
     if reserved:
         pending = [s.name for s in (wl.status.admission_checks if wl.status else None) or [] if s.state != "Ready"]
-        return "QuotaReserved", f"waiting for admission checks: {', '.join(pending)}" if pending else ""
+        reason = f"waiting for admission checks: {', '.join(pending)}" if pending else ""
+        return "QuotaReserved", reason, reason, None
     waiting = find_condition(conditions, c.QUOTA_RESERVED)
     requeued = find_condition(conditions, c.REQUEUED)
     message = waiting.message if waiting is not None and waiting.message else ""
     if not message and requeued is not None and requeued.status == "False":
         message = requeued.message
     if wl.spec.active is False:
-        return "Pending", "deactivated (spec.active is false)"
-    return "Pending", message or "waiting for the scheduler"
+        return "Pending", "deactivated (spec.active is false)", message, None
+    return "Pending", scrub(message) or "waiting for the scheduler", message, None
 
 
 def job_views(
-    workloads: Iterable[kueue.Workload], *, checks: Mapping[str, kueue.AdmissionCheck], local_queues: Mapping[str, kueue.LocalQueue]
+    workloads: Iterable[kueue.Workload],
+    *,
+    checks: Mapping[str, kueue.AdmissionCheck],
+    local_queues: Mapping[str, kueue.LocalQueue],
+    known: Iterable[kueue.Workload] = (),
 ) -> list[JobView]:
     """Every Workload as a JobView, with each pending one's position in its ClusterQueue
-    (Kueue's order: higher priority first, then older first)."""
+    (Kueue's order: higher priority first, then older first). A preemptor is named from the
+    Workloads given and those in `known`."""
+    workloads = list(workloads)
+    by_uid = {w.metadata.uid: w for w in [*known, *workloads] if w.metadata.uid}
     views = []
     for wl in workloads:
-        state, reason = job_state(wl, checks)
-        owner = next((ref.name for ref in wl.metadata.owner_references or [] if ref.controller), None)
+        state, reason, detail, preemptor = job_state(wl, checks, by_uid)
         lq = local_queues.get(f"{wl.namespace}/{wl.spec.queue_name or ''}")
         admission = wl.status.admission if wl.status else None
         views.append(
             JobView(
                 namespace=wl.namespace,
-                name=owner or wl.name,
+                name=owner_name(wl),
                 workload=wl.name,
                 queue=wl.spec.queue_name or "",
                 cluster_queue=admission.cluster_queue if admission else (lq.spec.cluster_queue or "" if lq else ""),
@@ -116,6 +256,8 @@ def job_views(
                 created=wl.metadata.creation_timestamp,
                 reason=reason,
                 priority=wl.spec.priority or 0,
+                detail=detail,
+                preemptor=preemptor,
             )
         )
     by_queue: dict[str, list[int]] = {}
@@ -125,22 +267,22 @@ def job_views(
     for indexes in by_queue.values():
         ordered = sorted(indexes, key=lambda i: (-views[i].priority, views[i].created or datetime.max, views[i].name))
         for position, i in enumerate(ordered, start=1):
-            view = views[i]
-            views[i] = JobView(**{**view.__dict__, "position": position})
+            views[i] = replace(views[i], position=position)
     return sorted(views, key=lambda v: (v.namespace, v.created or datetime.max, v.name))
 
 
-def job_rows(views: Sequence[JobView], *, now: datetime, wide: bool = False) -> list[dict[str, str]]:
+def job_rows(views: Sequence[JobView], *, now: datetime, wide: bool = False, all_namespaces: bool = False) -> list[dict[str, str]]:
+    """The table; like kubectl, it names the namespace only when listing several."""
     rows = []
     for v in views:
-        row = {
-            "NAMESPACE": v.namespace,
+        row = {"NAMESPACE": v.namespace} if all_namespaces else {}
+        row |= {
             "NAME": v.name,
             "QUEUE": v.queue,
             "STATE": v.state,
             "CLUSTER": v.cluster,
             "AGE": age(v.created, now),
-            "POSITION": str(v.position) if v.position is not None else "",
+            "POS": str(v.position) if v.position is not None else "",
             "REASON": v.reason,
         }
         if wide:
@@ -151,51 +293,142 @@ def job_rows(views: Sequence[JobView], *, now: datetime, wide: bool = False) -> 
     return rows
 
 
+def job_records(views: Sequence[JobView]) -> list[dict[str, Any]]:
+    """`kfed jobs -o json|yaml`: stable camelCase keys, typed values, the conditions' own messages."""
+    return [
+        {
+            "name": v.name,
+            "namespace": v.namespace,
+            "workload": v.workload,
+            "queue": v.queue,
+            "clusterQueue": v.cluster_queue,
+            "cluster": v.cluster or None,
+            "state": v.state,
+            "reason": v.reason,
+            "message": v.detail,
+            "position": v.position,
+            "priority": v.priority,
+            "created": _iso(v.created),
+            "preemptedBy": v.preemptor.record() if v.preemptor else None,
+        }
+        for v in views
+    ]
+
+
 # --- queues -----------------------------------------------------------------------------------------
-def usage_text(cq: kueue.ClusterQueue) -> str:
-    """cpu 3/8, memory 1Gi/32Gi per flavor: what is reserved against the nominal quota."""
+def _flavor_usage(cq: kueue.ClusterQueue) -> list[dict[str, Any]]:
     reserved: dict[tuple[str, str], str] = {}
     for used in (cq.status.flavors_reservation if cq.status else None) or []:
         for resource in used.resources or []:
             reserved[(used.name, resource.name)] = str(resource.total)
+    return [
+        {
+            "flavor": quotas.name,
+            "resources": [
+                {"name": r.name, "reserved": reserved.get((quotas.name, r.name), "0"), "nominal": str(r.nominal_quota)}
+                for r in quotas.resources
+            ],
+        }
+        for group in cq.spec.resource_groups or []
+        for quotas in group.flavors
+    ]
+
+
+def usage_text(cq: kueue.ClusterQueue) -> str:
+    """cpu 3/8, memory 1Gi/32Gi per flavor: what is reserved against the nominal quota."""
     parts = []
-    for group in cq.spec.resource_groups or []:
-        for quotas in group.flavors:
-            values = [f"{r.name} {reserved.get((quotas.name, r.name), '0')}/{r.nominal_quota}" for r in quotas.resources]
-            parts.append(f"{quotas.name}: {', '.join(values)}")
+    for flavor in _flavor_usage(cq):
+        values = [f"{r['name']} {r['reserved']}/{r['nominal']}" for r in flavor["resources"]]
+        parts.append(f"{flavor['flavor']}: {', '.join(values)}")
     return "; ".join(parts)
 
 
-def queue_rows(cluster_queues: Iterable[kueue.ClusterQueue], local_queues: Iterable[kueue.LocalQueue]) -> list[dict[str, str]]:
+def _active(cq: kueue.ClusterQueue) -> tuple[str, str]:
+    active = find_condition(cq.status.conditions if cq.status else None, c.ACTIVE)
+    return (active.status, active.reason) if active else ("", "")
+
+
+def queue_records(cluster_queues: Iterable[kueue.ClusterQueue], local_queues: Iterable[kueue.LocalQueue]) -> list[dict[str, Any]]:
+    records: list[dict[str, Any]] = []
+    for cq in sorted(cluster_queues, key=lambda q: q.name):
+        active, reason = _active(cq)
+        records.append(
+            {
+                "kind": "ClusterQueue",
+                "name": cq.name,
+                "cohort": cq.spec.cohort_name or None,
+                "pending": (cq.status.pending_workloads if cq.status else 0) or 0,
+                "admitted": (cq.status.admitted_workloads if cq.status else 0) or 0,
+                "usage": _flavor_usage(cq),
+                "stopPolicy": cq.spec.stop_policy or "None",
+                "active": active or None,
+                "activeReason": reason or None,
+            }
+        )
+    for lq in sorted(local_queues, key=lambda q: (q.namespace, q.name)):
+        records.append(
+            {
+                "kind": "LocalQueue",
+                "name": lq.name,
+                "namespace": lq.namespace,
+                "clusterQueue": lq.spec.cluster_queue,
+                "pending": (lq.status.pending_workloads if lq.status else 0) or 0,
+                "admitted": (lq.status.admitted_workloads if lq.status else 0) or 0,
+                "stopPolicy": lq.spec.stop_policy or "None",
+            }
+        )
+    return records
+
+
+def _queue_status(stop_policy: str | None, active: str = "", reason: str = "") -> str:
+    if (stop_policy or "None") != "None":
+        return f"Stopped ({stop_policy})"
+    if active == "False":
+        return f"Inactive ({reason})" if reason else "Inactive"
+    return "Active" if active == "True" else ""
+
+
+def cluster_queue_rows(cluster_queues: Iterable[kueue.ClusterQueue]) -> list[dict[str, str]]:
     rows = []
     for cq in sorted(cluster_queues, key=lambda q: q.name):
-        active = find_condition(cq.status.conditions if cq.status else None, c.ACTIVE)
+        active, reason = _active(cq)
         rows.append(
             {
-                "KIND": "ClusterQueue",
                 "NAME": cq.name,
                 "COHORT": cq.spec.cohort_name or "",
                 "PENDING": str((cq.status.pending_workloads if cq.status else 0) or 0),
                 "ADMITTED": str((cq.status.admitted_workloads if cq.status else 0) or 0),
+                "STATUS": _queue_status(cq.spec.stop_policy, active, reason),
                 "USAGE": usage_text(cq),
-                "STOPPED": "yes" if (cq.spec.stop_policy or "None") != "None" else "",
-                "ACTIVE": f"{active.status} ({active.reason})" if active else "",
-            }
-        )
-    for lq in sorted(local_queues, key=lambda q: (q.namespace, q.name)):
-        rows.append(
-            {
-                "KIND": "LocalQueue",
-                "NAME": f"{lq.namespace}/{lq.name}",
-                "COHORT": f"-> {lq.spec.cluster_queue}",
-                "PENDING": str((lq.status.pending_workloads if lq.status else 0) or 0),
-                "ADMITTED": str((lq.status.admitted_workloads if lq.status else 0) or 0),
-                "USAGE": "",
-                "STOPPED": "yes" if (lq.spec.stop_policy or "None") != "None" else "",
-                "ACTIVE": "",
             }
         )
     return rows
+
+
+def local_queue_rows(local_queues: Iterable[kueue.LocalQueue]) -> list[dict[str, str]]:
+    return [
+        {
+            "NAMESPACE": lq.namespace,
+            "NAME": lq.name,
+            "CLUSTERQUEUE": lq.spec.cluster_queue or "",
+            "PENDING": str((lq.status.pending_workloads if lq.status else 0) or 0),
+            "ADMITTED": str((lq.status.admitted_workloads if lq.status else 0) or 0),
+            "STATUS": _queue_status(lq.spec.stop_policy) or "Active",
+        }
+        for lq in sorted(local_queues, key=lambda q: (q.namespace, q.name))
+    ]
+
+
+def queues_text(
+    cluster_queues: Iterable[kueue.ClusterQueue], local_queues: Iterable[kueue.LocalQueue], *, width: int = TABLE_WIDTH, wide: bool = False
+) -> str:
+    """`kfed queues`: the ClusterQueues, then the LocalQueues, each its own table."""
+    return "\n".join(
+        [
+            render(cluster_queue_rows(cluster_queues), title="ClusterQueues", width=width, wide=wide, empty="ClusterQueues: none"),
+            render(local_queue_rows(local_queues), title="LocalQueues", width=width, wide=wide, empty="LocalQueues: none"),
+        ]
+    )
 
 
 # --- clusters ---------------------------------------------------------------------------------------
@@ -260,7 +493,9 @@ def _resource_text(resource: str, pair: tuple[int, int] | None) -> str:
     return f"{used / 1000:g}/{total / 1000:g}"
 
 
-def cluster_rows(views: Sequence[WorkerView], *, now: datetime) -> list[dict[str, str]]:
+def cluster_rows(views: Sequence[WorkerView], *, now: datetime, wide: bool = False) -> list[dict[str, str]]:
+    """The table. REASON says why a worker is not Active, or why it could not be read (in a
+    word; the whole error with wide); RUNNING and PENDING count our copies there."""
     rows = []
     for v in sorted(views, key=lambda x: x.name):
         gpu = next((k for k in v.usage if k.endswith("/gpu") or k == "gpu"), None)
@@ -268,34 +503,112 @@ def cluster_rows(views: Sequence[WorkerView], *, now: datetime) -> list[dict[str
             {
                 "NAME": v.name,
                 "ACTIVE": v.active,
-                "REASON": v.reason if v.active != "True" else "",
+                "REASON": v.reason if v.active != "True" else ("" if v.reachable else (v.error if wide else v.error.split(":")[0])),
                 "SINCE": age(v.since, now),
-                "WORKLOADS": f"{v.running} running, {v.pending} pending" if v.reachable else (v.error or "unreachable"),
+                "RUNNING": str(v.running) if v.reachable else "-",
+                "PENDING": str(v.pending) if v.reachable else "-",
                 "CPU": _resource_text("cpu", v.usage.get("cpu")),
                 "GPU": _resource_text("gpu", v.usage.get(gpu)) if gpu else "",
                 "MEMORY": _resource_text("memory", v.usage.get("memory")),
             }
         )
+    if not any(row["GPU"] for row in rows):  # a fleet without GPUs keeps the room for the reasons
+        for row in rows:
+            del row["GPU"]
     return rows
 
 
+def cluster_records(views: Sequence[WorkerView]) -> list[dict[str, Any]]:
+    return [
+        {
+            "name": v.name,
+            "active": v.active,
+            "reason": v.reason or None,
+            "message": v.message or None,
+            "since": _iso(v.since),
+            "reachable": v.reachable,
+            "error": v.error or None,
+            "running": v.running if v.reachable else None,
+            "pending": v.pending if v.reachable else None,
+            "usage": {resource: {"reserved": used, "nominal": total} for resource, (used, total) in sorted(v.usage.items())},
+        }
+        for v in sorted(views, key=lambda x: x.name)
+    ]
+
+
 # --- printing -----------------------------------------------------------------------------------------
-def render(rows: Sequence[Mapping[str, Any]], *, output: str, title: str = "", width: int = 160, empty: str = "No resources found.") -> str:
-    """Rows as a table (rich, no colour when not a terminal), JSON or YAML."""
+FLEXIBLE = ("REASON", "USAGE", "WORKLOADS", "MESSAGE")  # long free text: cut first when a table is too wide
+# Who gives way, in turn, and down to how much (never below its heading): the free text first,
+# then names longer than 16, then the free text again, then everything.
+_SHRINK_STEPS = ((True, 24), (False, 16), (True, 12), (False, 0), (True, 0))
+
+
+def fit_widths(headings: Sequence[str], natural: Sequence[int], *, width: int) -> list[int]:
+    """Column widths that fit `width` (gaps included), taking from the widest column of each
+    step of `_SHRINK_STEPS` in turn."""
+    widths = list(natural)
+    excess = sum(widths) + COLUMN_GAP * (len(widths) - 1) - width
+    for flexible, floor in _SHRINK_STEPS:
+        group = [i for i, heading in enumerate(headings) if (heading in FLEXIBLE) == flexible]
+        while excess > 0:
+            shrinkable = [i for i in group if widths[i] > max(floor, len(headings[i]), 1)]
+            if not shrinkable:
+                break
+            widest = max(shrinkable, key=lambda i: (widths[i], i))
+            widths[widest] -= 1
+            excess -= 1
+    return widths
+
+
+def dump(records: Sequence[Mapping[str, Any]] | Mapping[str, Any], *, output: str) -> str:
+    """Records as JSON or YAML."""
+    data: Any = list(records) if not isinstance(records, Mapping) else dict(records)
     if output == "json":
-        return json.dumps(list(rows), indent=2) + "\n"
-    if output == "yaml":
-        return yaml.safe_dump(list(rows), sort_keys=False)
+        return json.dumps(data, indent=2) + "\n"
+    return yaml.safe_dump(data, sort_keys=False)
+
+
+def render(
+    rows: Sequence[Mapping[str, Any]],
+    *,
+    output: str = "table",
+    title: str = "",
+    width: int = TABLE_WIDTH,
+    wide: bool = False,
+    empty: str = "No resources found.",
+) -> str:
+    """Rows as a table (rich, no colour) that fits `width`, cutting long values with an
+    ellipsis; `wide` shows every value whole. JSON and YAML take records (see `dump`)."""
+    if output in ("json", "yaml"):
+        return dump(rows, output=output)
     if not rows:
         return empty + "\n"
-    table = Table(box=box.SIMPLE_HEAD, title=title or None, title_justify="left", show_edge=False, pad_edge=False)
-    for column in rows[0]:
-        table.add_column(column, overflow="fold")
-    for row in rows:
-        table.add_row(*(str(value) for value in row.values()))
+    headings = list(rows[0])
+    cells = [[str(row.get(h, "")) for h in headings] for row in rows]
+    natural = [max([len(h)] + [len(line[i]) for line in cells]) for i, h in enumerate(headings)]
+    widths = natural if wide else fit_widths(headings, natural, width=width)
+    table = Table(box=None, title=title or None, title_justify="left", show_edge=False, pad_edge=False, padding=(0, COLUMN_GAP // 2))
+    for heading, column_width in zip(headings, widths, strict=True):
+        table.add_column(heading, width=column_width, no_wrap=True, overflow="ellipsis", header_style="none")
+    for line in cells:
+        table.add_row(*line)
+    total = sum(widths) + COLUMN_GAP * (len(widths) - 1)
     buffer = io.StringIO()
-    Console(file=buffer, width=width, color_system=None, force_terminal=False).print(table)
+    Console(file=buffer, width=max(total, len(title)), color_system=None, force_terminal=False, highlight=False).print(table)
     return "\n".join(line.rstrip() for line in buffer.getvalue().splitlines()) + "\n"
+
+
+def wrap_parts(lead: str, parts: Sequence[str], *, width: int) -> str:
+    """`lead` then the parts joined by ", ", wrapped between parts to fit `width`."""
+    lines, line = [], lead
+    for i, part in enumerate(parts):
+        piece = part + ("," if i < len(parts) - 1 else "")
+        if line.strip() and len(line) + len(piece) + 1 > width and line != lead:
+            lines.append(line.rstrip())
+            line = " " * len(lead)
+        line += piece + " "
+    lines.append(line.rstrip())
+    return "\n".join(lines)
 
 
 def state_counts(views: Iterable[JobView]) -> dict[str, int]:
@@ -312,26 +625,24 @@ def status_text(
     cluster_queues: Sequence[kueue.ClusterQueue],
     jobs: Sequence[JobView],
     now: datetime,
-    width: int = 160,
+    width: int = TABLE_WIDTH,
+    wide: bool = False,
 ) -> str:
     """`kfed status`: the manager, each worker, each ClusterQueue and the jobs by state, on one screen."""
     out = [f"Manager: {manager}"]
-    out.append(render(cluster_rows(workers, now=now), output="table", title="Workers", width=width, empty="Workers: none registered"))
-    cq_rows = [row for row in queue_rows(cluster_queues, []) if row["KIND"] == "ClusterQueue"]
-    for row in cq_rows:
-        del row["KIND"]
-    out.append(render(cq_rows, output="table", title="ClusterQueues", width=width, empty="ClusterQueues: none"))
+    out.append(render(cluster_rows(workers, now=now, wide=wide), title="Workers", width=width, wide=wide, empty="Workers: none registered"))
+    out.append(render(cluster_queue_rows(cluster_queues), title="ClusterQueues", width=width, wide=wide, empty="ClusterQueues: none"))
     counts = state_counts(jobs)
-    out.append("Jobs: " + ", ".join(f"{state} {count}" for state, count in counts.items()))
+    out.append(wrap_parts("Jobs: ", [f"{state} {count}" for state, count in counts.items()], width=width if not wide else 10**6))
     return "\n".join(out) + "\n"
 
 
 def status_data(
-    *, manager: str, workers: Sequence[WorkerView], cluster_queues: Sequence[kueue.ClusterQueue], jobs: Sequence[JobView], now: datetime
+    *, manager: str, workers: Sequence[WorkerView], cluster_queues: Sequence[kueue.ClusterQueue], jobs: Sequence[JobView]
 ) -> dict[str, Any]:
     return {
         "manager": manager,
-        "workers": cluster_rows(workers, now=now),
-        "clusterQueues": [row for row in queue_rows(cluster_queues, []) if row.pop("KIND") == "ClusterQueue"],
+        "workers": cluster_records(workers),
+        "clusterQueues": queue_records(cluster_queues, []),
         "jobs": state_counts(jobs),
     }

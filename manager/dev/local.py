@@ -304,13 +304,40 @@ class LocalCluster:
                 str(b / "kwok"),
                 f"--kubeconfig={kubeconfig}",
                 f"--config={KWOK_POD_STAGES}",
+                f"--config={self._write_kwok_config()}",
                 "--manage-all-nodes=false",
                 f"--manage-nodes-with-annotation-selector={FAKE_NODE_ANNOTATION}=fake",
                 f"--server-address={LOOPBACK}:{self.kwok_port}",
+                # The nodes advertise kwok's server as their kubelet, so the apiserver reaches it
+                # for `kubectl logs` (over TLS: kwok serves a self-signed certificate there).
+                f"--node-port={self.kwok_port}",
                 f"--node-ip={LOOPBACK}",
             ],
             logs / "kwok.log",
         )
+
+    def _write_kwok_config(self) -> Path:
+        """kwok's ClusterLogs: every container of a fake pod logs the same two lines (in the CRI
+        log format kubelet reads), naming this cluster, so a log shows where its pod runs."""
+        kwok_dir = self.directory / "kwok"
+        kwok_dir.mkdir(parents=True, exist_ok=True)
+        container_log = kwok_dir / "container.log"
+        container_log.write_text(
+            f"2026-01-01T00:00:00.000000000Z stdout F simulated container log on cluster {self.name}\n"
+            "2026-01-01T00:00:01.000000000Z stdout F done\n"
+        )
+        config = kwok_dir / "kwok.yaml"
+        config.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "kwok.x-k8s.io/v1alpha1",
+                    "kind": "ClusterLogs",
+                    "metadata": {"name": "simulated"},
+                    "spec": {"logs": [{"containers": [], "logsFile": str(container_log), "follow": True}]},
+                }
+            )
+        )
+        return config
 
     # --- running ------------------------------------------------------------------------------
 

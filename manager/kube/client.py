@@ -28,6 +28,7 @@ from pydantic import ValidationError
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, stop_after_delay
 from tenacity.wait import wait_base, wait_exponential, wait_random
 
+from manager.api.core import Pod
 from manager.api.meta import Resource
 from manager.kube.errors import GoneError, KubeError, TransientError, error_from_response, rejected_by_unreachable_webhook
 from manager.kube.ratelimit import TokenBucket
@@ -408,6 +409,45 @@ class KubeClient:
                             raise GoneError(f"{what}: {obj.get('message', 'too old resource version')}", status=410)
                         raise error_from_response(code or 500, json.dumps(obj), what=what)
                     yield WatchEvent(kind, obj)
+        finally:
+            response.release()
+
+    async def pod_logs(
+        self, name: str, *, namespace: str, container: str | None = None, follow: bool = False, read_timeout: float | None = None
+    ) -> AsyncIterator[str]:
+        """The log of one container of a Pod, line by line (without the newline). With `follow`
+        it streams until the container ends or the caller stops iterating; without, the
+        whole log so far. Not retried: a caller that follows decides whether to resume."""
+        query = [("container", container)] if container else []
+        if follow:
+            query.append(("follow", "true"))
+        what = f"logs of {_describe(Pod, namespace, name)}" + (f" container {container}" if container else "")
+        response = await self._send(
+            "GET",
+            api_path(Pod, namespace=namespace, name=name, subresource="log"),
+            query=query,
+            timeout=aiohttp.ClientTimeout(
+                total=None if follow else self.timeout,
+                sock_connect=self.timeout,
+                sock_read=read_timeout if follow else self.timeout,
+            ),
+            what=what,
+        )
+        buffer = b""
+        try:
+            while True:
+                try:
+                    chunk = await response.content.readany()
+                except (TimeoutError, aiohttp.ClientError) as err:
+                    raise TransientError(f"{what}: {type(err).__name__}") from None
+                if not chunk:
+                    break
+                buffer += chunk
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    yield line.decode(errors="replace")
+            if buffer:
+                yield buffer.decode(errors="replace")
         finally:
             response.release()
 

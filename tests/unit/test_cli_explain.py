@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
+
+import pytest
 
 from manager.api import kueue
 from manager.cli import views
-from manager.cli.explain import Remote, explain
+from manager.cli.explain import Remote, explain, explanation_record, explanation_text
 
 MK = kueue.AdmissionCheck.model_validate({"metadata": {"name": "mk"}, "spec": {"controllerName": "kueue.x-k8s.io/multikueue"}})
 CQ = kueue.ClusterQueue.model_validate(
@@ -51,7 +54,7 @@ def copy(*conditions: dict[str, Any]) -> kueue.Workload:
 def run(wl: kueue.Workload, remotes: list[Remote]) -> str:
     lq = kueue.LocalQueue.model_validate({"metadata": {"name": "user-queue", "namespace": "ns"}, "spec": {"clusterQueue": "cq"}})
     view = views.job_views([wl], checks={"mk": MK}, local_queues={lq.key: lq})[0]
-    return explain(view=view, wl=wl, cq=CQ, remotes=remotes)
+    return explanation_text(explain(view=view, wl=wl, cq=CQ, remotes=remotes))
 
 
 ADMISSION = {"clusterQueue": "cq", "podSetAssignments": [{"name": "main", "count": 1}]}
@@ -174,3 +177,92 @@ def test_preemption_candidates_include_workloads_of_borrowing_queues_in_the_coho
     ]
     mine.spec.preemption = None  # reclaimWithinCohort: Never
     assert preemption_candidates(me, mine, others, queues) == []
+
+
+def test_equal_priority_is_a_candidate_only_when_newer_as_the_engine_decides() -> None:
+    from manager.cli.explain import preemption_candidates
+
+    cq = CQ.model_copy(deep=True)
+    cq.spec.preemption = kueue.ClusterQueuePreemption(within_cluster_queue="LowerOrNewerEqualPriority")
+    me = workload({})
+    me.metadata.creation_timestamp = datetime(2026, 11, 21, 11, 0, tzinfo=UTC)
+
+    def holder(name: str, created: datetime) -> kueue.Workload:
+        other = workload({"admission": ADMISSION, "conditions": [cond("QuotaReserved", "True")]})
+        other.metadata.name = name
+        other.metadata.creation_timestamp = created
+        return other
+
+    others = [holder("newer", datetime(2026, 11, 21, 11, 30, tzinfo=UTC)), holder("older", datetime(2026, 11, 21, 10, 0, tzinfo=UTC))]
+    assert preemption_candidates(me, cq, others) == ["ns/newer (priority 0)"]
+
+
+def test_explain_json_is_built_from_the_same_findings_as_the_text() -> None:
+    wl = workload(
+        {
+            "admission": ADMISSION,
+            "conditions": [cond("QuotaReserved", "True")],
+            "admissionChecks": PENDING_CHECK,
+            "nominatedClusterNames": ["worker1"],
+        }
+    )
+    lq = kueue.LocalQueue.model_validate({"metadata": {"name": "user-queue", "namespace": "ns"}, "spec": {"clusterQueue": "cq"}})
+    view = views.job_views([wl], checks={"mk": MK}, local_queues={lq.key: lq})[0]
+    found = explain(view=view, wl=wl, cq=CQ, remotes=[Remote("worker1", True), Remote("worker2", False, "ClientConnectionFailed")])
+    record = explanation_record(found)
+    assert record["job"] == "ns/train" and record["state"] == "Dispatching"
+    assert record["manager"] == [
+        "quota reserved in ClusterQueue cq",
+        "ClusterQueue cq: f: cpu 3/4 (reserved/nominal)",
+        "admission check mk: Pending",
+    ]
+    assert record["workers"] == {"worker1": "no copy yet (nominated)", "worker2": "unreachable (ClientConnectionFailed)"}
+    assert explanation_text(found).splitlines()[-1] == f"Next: {record['next']}"
+
+
+def test_a_preempted_job_says_who_took_its_place() -> None:
+    message = (
+        "Preempted to accommodate a workload (UID: 11111111-2222-3333-4444-555555555555, JobUID: UNKNOWN) due to "
+        "prioritization in the ClusterQueue; preemptor path: /cq; preemptee path: /cq"
+    )
+    wl = workload(
+        {
+            "conditions": [
+                cond("QuotaReserved", "False", "Pending", message),
+                cond("Evicted", "True", "Preempted", message),
+                cond("Preempted", "True", "InClusterQueue", message),
+            ]
+        }
+    )
+    urgent = workload({}).model_copy(deep=True)
+    urgent.metadata.name, urgent.metadata.uid, urgent.spec.priority = "job-urgent-x", "11111111-2222-3333-4444-555555555555", 50
+    urgent.metadata.owner_references[0].name = "urgent"  # type: ignore[index]
+    view = views.job_views([wl], checks={}, local_queues={}, known=[urgent])[0]
+    text = explanation_text(explain(view=view, wl=wl, cq=CQ, remotes=[]))
+    assert "State: Preempted" in text
+    assert "  preempted by ns/urgent (priority 50) to make room in ClusterQueue cq" in text
+    assert "11111111" not in text
+    assert text.splitlines()[-1] == "Next: It was preempted and will be queued again; nothing to do unless it keeps happening."
+
+
+@pytest.mark.parametrize(
+    ("message", "next_line"),
+    [
+        (
+            "LocalQueue user-queue doesn't exist",
+            'Next: LocalQueue "user-queue" does not exist in namespace ns: create it, or pass --queue with an existing one.',
+        ),
+        (
+            "ClusterQueue cq doesn't exist",
+            'Next: LocalQueue ns/user-queue points to ClusterQueue "cq", which does not exist: create it, or fix spec.clusterQueue.',
+        ),
+        (
+            "workload namespace doesn't match ClusterQueue selector",
+            "Next: ClusterQueue cq does not select namespace ns (spec.namespaceSelector): "
+            "label the namespace to match it, or widen the selector.",
+        ),
+    ],
+)
+def test_a_misconfigured_job_names_the_fix(message: str, next_line: str) -> None:
+    wl = workload({"conditions": [cond("QuotaReserved", "False", "Misconfigured", message)]})
+    assert run(wl, []).splitlines()[-1] == next_line

@@ -1,0 +1,127 @@
+"""`kfed logs JOB`: the pod logs of a Job, read from whichever cluster runs it: the worker
+MultiKueue admitted it on (through the kubeconfig the manager holds for that worker), or the
+manager itself when it runs there."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from typing import Any
+
+from manager.api import constants as c
+from manager.api import kueue
+from manager.api.core import Job, Pod
+from manager.api.meta import is_condition_true
+from manager.cli import views
+from manager.cli.fleet import CommandError, add_cluster_options, manager_client, parse_object_name, run_async, worker_client
+from manager.kube.client import KubeClient
+from manager.kube.errors import KubeError, NotFoundError
+
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"  # set by the Job controller on every pod of a Job
+DEFAULT_CONTAINER_ANNOTATION = "kubectl.kubernetes.io/default-container"
+
+
+def pick_container(pod: Pod, wanted: str | None) -> str:
+    """The container to read: --container, else kubectl's default (its annotation, else the first)."""
+    names = [container.name for container in pod.spec.containers]
+    if wanted:
+        if wanted not in names:
+            raise CommandError(f'pod {pod.name} has no container "{wanted}": choose one of {", ".join(names)} with --container')
+        return wanted
+    preferred = (pod.metadata.annotations or {}).get(DEFAULT_CONTAINER_ANNOTATION)
+    if preferred in names:
+        return str(preferred)
+    if not names:
+        raise CommandError(f"pod {pod.name} has no containers")
+    return names[0]
+
+
+def where_it_runs(wl: kueue.Workload, checks: dict[str, kueue.AdmissionCheck], name: str, namespace: str) -> str:
+    """The worker that runs the Job ("" for the manager itself), or an error naming what to do."""
+    status = wl.status
+    if status is not None and status.cluster_name:
+        return status.cluster_name
+    if is_condition_true(status.conditions if status else None, c.ADMITTED):
+        return ""
+    view = views.job_views([wl], checks=checks, local_queues={})[0]
+    raise CommandError(
+        f"job/{name} is not running on any cluster yet ({view.state}: {view.reason}); see `kfed explain job/{name} -n {namespace}`"
+    )
+
+
+async def _find(manager: KubeClient, name: str, namespace: str) -> kueue.Workload:
+    workloads = (await manager.list(kueue.Workload, namespace=namespace)).items
+    wl = next(
+        (w for w in workloads if any(r.controller and r.kind == "Job" and r.name == name for r in w.metadata.owner_references or [])),
+        None,
+    )
+    if wl is not None:
+        return wl
+    try:
+        await manager.get(Job, name, namespace=namespace)
+    except NotFoundError:
+        raise CommandError(f'no Job "{name}" in namespace {namespace} (see `kfed jobs -n {namespace}`)') from None
+    raise CommandError(f"job/{name} has no Workload: see `kfed explain job/{name} -n {namespace}`")
+
+
+async def _print(source: KubeClient, pod: Pod, container: str, *, follow: bool, prefix: str) -> bool:
+    try:
+        async for line in source.pod_logs(pod.name, namespace=pod.namespace, container=container, follow=follow):
+            sys.stdout.write(f"{prefix}{line}\n")
+            sys.stdout.flush()
+        return True
+    except KubeError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return False
+
+
+@run_async
+async def cmd_logs(args: argparse.Namespace) -> int:
+    name = parse_object_name(args.name, "job").name
+    namespace = args.namespace or "default"
+    manager = await manager_client(args)
+    source = manager
+    try:
+        wl = await _find(manager, name, namespace)
+        checks = {check.name: check for check in (await manager.list(kueue.AdmissionCheck)).items}
+        cluster = where_it_runs(wl, checks, name, namespace)
+        where = "the manager"
+        if cluster:
+            try:
+                registered = await manager.get(kueue.MultiKueueCluster, cluster)
+            except NotFoundError:
+                raise CommandError(f"job/{name} runs on {cluster}, which has no MultiKueueCluster any more (see `kfed clusters`)") from None
+            try:
+                source = await worker_client(manager, registered, system_namespace=args.system_namespace)
+            except CommandError as err:
+                raise CommandError(f"job/{name} runs on {cluster}, but kfed cannot reach it: {err}") from None
+            where = f"worker {cluster}"
+        pods = sorted((await source.list(Pod, namespace=namespace, label_selector=f"{JOB_NAME_LABEL}={name}")).items, key=lambda p: p.name)
+        if not pods:
+            raise CommandError(f"job/{name} runs on {where} but has no pods there yet: try again in a moment")
+        chosen = [(pod, pick_container(pod, args.container)) for pod in pods]
+        print(f"==> job/{name}: {len(pods)} pod(s) on {where}", file=sys.stderr, flush=True)
+        several = len(pods) > 1
+        calls: list[Any] = [
+            _print(source, pod, container, follow=args.follow, prefix=f"[pod/{pod.name}/{container}] " if several else "")
+            for pod, container in chosen
+        ]
+        if args.follow:
+            results = await asyncio.gather(*calls)  # every pod at once, lines as they come
+        else:
+            results = [await call for call in calls]  # one pod after the other
+        return 0 if all(results) else 1
+    finally:
+        if source is not manager:
+            await source.close()
+        await manager.close()
+
+
+def add_command(commands: Any) -> None:
+    parser = commands.add_parser("logs", help="the pod logs of a Job, from whichever worker runs it")
+    parser.add_argument("name", help="NAME or job/NAME")
+    parser.add_argument("-f", "--follow", action="store_true", help="keep streaming new lines")
+    parser.add_argument("-c", "--container", help="the container (default: the pod's default container, else its first)")
+    add_cluster_options(parser, namespaced=True, all_namespaces=False, watch=False)
+    parser.set_defaults(func=cmd_logs)
