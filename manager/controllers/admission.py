@@ -28,6 +28,7 @@ from manager.controllers.events import EventRecorder, InvolvedObject
 from manager.controllers.queue_metrics import (
     Finished,
     cluster_queue_samples,
+    eviction_release,
     finished_entry,
     finished_transition,
     is_finished,
@@ -117,26 +118,31 @@ class AdmissionController:
         on(caches.namespaces, self._namespace, lambda o: s.delete_namespace(o.name))
         on(caches.limit_ranges, s.upsert_limit_range, lambda o: s.delete_limit_range(o.namespace, o.name))
         on(caches.workloads, self._workload, lambda wl: s.delete_workload(wl.key, utcnow()))
-        caches.workloads.add_handler(self._track_finished)
+        caches.workloads.add_handler(self._observe_workload)
 
     def _workload(self, wl: kueue.Workload) -> None:
         self.state.upsert_workload(wl, utcnow())
         if wl.spec.active is not False and is_condition_true(wl.status.conditions if wl.status else None, DEACTIVATION_TARGET):
             self._deactivate.add(wl.key)
 
-    def _track_finished(self, kind: str, old: kueue.Workload | None, new: kueue.Workload | None) -> None:
-        """Kueue's finished-workload gauges count finished Workloads that still exist; the leader
-        counts each one that finishes."""
+    def _observe_workload(self, kind: str, old: kueue.Workload | None, new: kueue.Workload | None) -> None:
+        """Kueue's metrics that follow a Workload's updates, whoever wrote them: finished
+        Workloads (counted while they exist, and each one as it finishes) and the time an
+        eviction took to give the quota back. The leader counts; every replica keeps the gauges."""
         if new is None or not is_finished(new):
             gone = new or old
             if gone is not None:
                 self._finished.pop(gone.key, None)
-            return
-        lq = self.caches.local_queues.get(f"{new.namespace}/{new.spec.queue_name}")
-        entry = finished_entry(new, lq.spec.cluster_queue or "" if lq is not None else "")
-        self._finished[new.key] = entry
-        if self.is_leader and finished_transition(old, new) and entry.cluster_queue:
-            self.metrics.finished(entry.cluster_queue, entry.local_queue, priority_class(new))
+        else:
+            lq = self.caches.local_queues.get(f"{new.namespace}/{new.spec.queue_name}")
+            entry = finished_entry(new, lq.spec.cluster_queue or "" if lq is not None else "")
+            self._finished[new.key] = entry
+            if self.is_leader and finished_transition(old, new) and entry.cluster_queue:
+                self.metrics.finished(entry.cluster_queue, entry.local_queue, priority_class(new))
+        if self.is_leader and old is not None and new is not None:
+            released = eviction_release(old, new, utcnow())
+            if released is not None:
+                self.metrics.eviction_released(*released)
 
     def _kueue_gauges(self) -> list[Sample]:
         now = utcnow()

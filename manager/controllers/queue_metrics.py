@@ -205,8 +205,8 @@ def eviction_labels(reason: str) -> tuple[str, str]:
 
 def record_write(metrics: Metrics, write: StatusWrite, before: Workload, cohorts: Callable[[str], list[str]], now: datetime) -> None:
     """Report what a Workload status write that succeeded changed, as Kueue's scheduler and
-    workload controller report it: a quota reservation, an admission, an eviction, and the
-    quota given back after an eviction. `before` is the object the write was computed from."""
+    workload controller report it: a quota reservation, an admission, an eviction. `before` is
+    the object the write was computed from."""
     old, new = before.status or WorkloadStatus(), write.status
     reasons = {event.reason for event in write.events}
     lq = LocalQueueRef(before.spec.queue_name or "", before.namespace or "")
@@ -231,8 +231,19 @@ def record_write(metrics: Metrics, write: StatusWrite, before: Workload, cohorts
         was = _find(old.conditions, c.EVICTED)
         if (was is None or was.status != "True") and old_cq:
             metrics.evicted(old_cq, lq, reason, cause, pc)
-        if old_cq and new.admission is None and evicted.last_transition_time is not None:
-            metrics.eviction_released(old_cq, reason, (now - evicted.last_transition_time).total_seconds())
+
+
+def eviction_release(old: Workload, new: Workload, now: datetime) -> tuple[str, str, float] | None:
+    """(ClusterQueue, reason, seconds) when an update gives back an evicted Workload's quota:
+    Kueue's workload_eviction_latency, from the Evicted condition turning True until then."""
+    before, after = old.status or WorkloadStatus(), new.status or WorkloadStatus()
+    evicted = _find(after.conditions, c.EVICTED)
+    if before.admission is None or after.admission is not None or evicted is None or evicted.status != "True":
+        return None
+    if evicted.last_transition_time is None or not before.admission.cluster_queue:
+        return None
+    reason, _ = eviction_labels(evicted.reason or "")
+    return before.admission.cluster_queue, reason, (now - evicted.last_transition_time).total_seconds()
 
 
 def finished_transition(old: Workload | None, new: Workload | None) -> bool:

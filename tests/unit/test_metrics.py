@@ -17,6 +17,7 @@ from manager.controllers.queue_metrics import (
     Finished,
     cluster_queue_samples,
     eviction_labels,
+    eviction_release,
     local_queue_samples,
     record_write,
 )
@@ -327,13 +328,14 @@ def test_an_eviction_counts_its_reason_and_the_release_its_latency() -> None:
         "replica_role": "standalone",
     }
     assert metrics.value("kueue_evicted_workloads_total", labels) == 1
-    released_status = eviction_status.model_copy(deep=True)
-    released_status.admission = None
-    release = StatusWrite("ns/a", "ns", "a", "3", released_status)
-    record_write(metrics, release, stored(eviction, admitted, "3"), lambda cq: [], evicted_at + timedelta(seconds=4))
-    assert metrics.value("kueue_evicted_workloads_total", labels) == 1  # the eviction is counted once
-    latency = {"cluster_queue": "cq", "reason": "Deactivated", "replica_role": "standalone"}
-    assert metrics.value("kueue_workload_eviction_latency_seconds_sum", latency) == 4.0
+    # The job integration gives the quota back; Kueue times that from the eviction.
+    evicted = stored(eviction, admitted, "3")
+    released = evicted.model_copy(deep=True)
+    assert released.status is not None
+    released.status.admission = None
+    assert eviction_release(evicted, released, evicted_at + timedelta(seconds=4)) == ("cq", "Deactivated", 4.0)
+    assert eviction_release(admitted, evicted, evicted_at) is None  # evicted, quota still held
+    assert eviction_release(released, released, evicted_at) is None  # nothing given back by this update
 
 
 @pytest.mark.parametrize(
