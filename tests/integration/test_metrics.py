@@ -84,6 +84,7 @@ async def test_an_admission_and_an_eviction_show_under_kueues_metric_names(manag
     assert value(samples, "kueue_admission_wait_time_seconds_count", cluster_queue=cq) == 1
     assert value(samples, "kueue_local_queue_admitted_workloads_total", name="user-queue", namespace=ns) == 1
     assert value(samples, "kfed_admitted_workloads_total", cluster_queue=cq) == 1  # kfed's own, unchanged
+    assert (value(samples, "kfed_controller_reconcile_total", controller="job", result="success") or 0) >= 1
     resource = {"cohort": "", "cluster_queue": cq, "flavor": flavor, "resource": "cpu", **role}
     assert value(samples, "kueue_cluster_queue_resource_usage", **resource) == 1.5  # cores, as Kueue reports them
     assert value(samples, "kueue_cluster_queue_resource_reservation", **resource) == 1.5

@@ -13,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from manager.api import kueue
 from manager.api.config import Configuration
+from manager.api.meta import Condition
 from manager.controllers.queue_metrics import (
     Finished,
     cluster_queue_samples,
@@ -308,7 +309,7 @@ def test_an_eviction_counts_its_reason_and_the_release_its_latency() -> None:
     eviction_status = write.status.model_copy(deep=True)
     eviction_status.conditions = [
         *(eviction_status.conditions or []),
-        kueue.Condition.model_validate({**condition, "lastTransitionTime": evicted_at.isoformat()}),
+        Condition.model_validate({**condition, "lastTransitionTime": evicted_at.isoformat()}),
     ]
     eviction = StatusWrite(
         "ns/a",
@@ -328,8 +329,11 @@ def test_an_eviction_counts_its_reason_and_the_release_its_latency() -> None:
         "replica_role": "standalone",
     }
     assert metrics.value("kueue_evicted_workloads_total", labels) == 1
-    # The job integration gives the quota back; Kueue times that from the eviction.
     evicted = stored(eviction, admitted, "3")
+    # A later write on the evicted Workload (its checks reset, say) is not another eviction.
+    record_write(metrics, StatusWrite("ns/a", "ns", "a", "3", eviction_status.model_copy(deep=True)), evicted, lambda cq: [], evicted_at)
+    assert metrics.value("kueue_evicted_workloads_total", labels) == 1
+    # The job integration gives the quota back; Kueue times that from the eviction.
     released = evicted.model_copy(deep=True)
     assert released.status is not None
     released.status.admission = None
