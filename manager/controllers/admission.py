@@ -259,8 +259,6 @@ class AdmissionController:
                 patch = status_patch(write, before.status if before is not None else None)
                 stored = await self.client.patch(kueue.Workload, write.name, patch, namespace=write.namespace, subresource="status")
             self.state.write_succeeded(write, stored)
-            if before is not None:
-                record_write(self.metrics, write, before, self._cohorts_of, utcnow())
             if self.recorder is not None:
                 for event in write.events:
                     self.recorder.emit(
@@ -269,6 +267,8 @@ class AdmissionController:
                         reason=event.reason,
                         message=event.message,
                     )
+            if before is not None:
+                record_write(self.metrics, write, before, self._cohorts_of, utcnow())
         except (ConflictError, NotFoundError) as err:
             log.debug("workload write lost a race", extra={"key": write.key, "error": str(err)})
             self.state.write_failed(write, utcnow(), self.caches.workloads.get(write.key))
