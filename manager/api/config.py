@@ -9,7 +9,7 @@ from typing import ClassVar, Literal
 from pydantic import Field, field_validator
 
 from manager.api import constants as c
-from manager.api.meta import KubeModel, OpenModel
+from manager.api.meta import KubeModel, LabelSelector, OpenModel
 from manager.api.quantity import Quantity
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
@@ -102,6 +102,20 @@ class ClientConnection(KubeModel):
     burst: int | None = None
 
 
+class LocalQueueMetrics(KubeModel):
+    # Kueue defaults only an absent section to enabled: a section without `enable` turns them off.
+    enable: bool = False
+    local_queue_selector: LabelSelector | None = None
+
+
+class ControllerMetrics(KubeModel):
+    """`metrics`: which optional Kueue metrics are served (the bind address is a flag)."""
+
+    bind_address: str | None = None
+    enable_cluster_queue_resources: bool = False
+    local_queue_metrics: LocalQueueMetrics | None = None
+
+
 class Configuration(OpenModel):
     """Kueue's component configuration. Not a stored object, so no metadata is required."""
 
@@ -115,6 +129,7 @@ class Configuration(OpenModel):
     admission_fair_sharing: AdmissionFairSharingConfig | None = None
     resources: Resources | None = None
     multi_kueue: MultiKueueConfiguration | None = None
+    metrics: ControllerMetrics | None = None
 
     @property
     def effective_namespace(self) -> str:

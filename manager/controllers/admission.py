@@ -25,10 +25,21 @@ from manager.api.core import Namespace
 from manager.api.meta import is_condition_true
 from manager.controllers.caches import Caches
 from manager.controllers.events import EventRecorder, InvolvedObject
+from manager.controllers.queue_metrics import (
+    Finished,
+    cluster_queue_samples,
+    eviction_release,
+    finished_entry,
+    finished_transition,
+    is_finished,
+    local_queue_samples,
+    priority_class,
+    record_write,
+)
 from manager.engine.state import DEACTIVATION_TARGET, AdmissionState, StatusWrite
 from manager.kube.client import KubeClient
 from manager.kube.errors import ConflictError, KubeError, NotFoundError
-from manager.runtime.metrics import REGISTRY
+from manager.runtime.metrics import Metrics, Sample, current_metrics
 
 log = logging.getLogger("kfed.admission")
 
@@ -59,6 +70,7 @@ class AdmissionController:
         config: Configuration | None = None,
         recorder: EventRecorder | None = None,
         write_concurrency: int = 32,
+        metrics: Metrics | None = None,
     ) -> None:
         self.client = client
         self.caches = caches
@@ -71,11 +83,16 @@ class AdmissionController:
         self._tasks: set[asyncio.Task[None]] = set()
         self._queue_status: dict[str, dict[str, Any]] = {}
         self._deactivate: set[str] = set()
-        self._admitted = REGISTRY.counter("kfed_admitted_workloads_total", "Workloads admitted, by ClusterQueue.", ("cluster_queue",))
-        self._preempted = REGISTRY.counter("kfed_preempted_workloads_total", "Workloads preempted, by ClusterQueue.", ("cluster_queue",))
-        self._cycle_seconds = REGISTRY.histogram("kfed_admission_attempt_duration_seconds", "Scheduling cycle duration.")
-        self._pending = REGISTRY.gauge("kfed_pending_workloads", "Pending workloads, by ClusterQueue.", ("cluster_queue",))
+        self.metrics = metrics or current_metrics()
+        self._finished: dict[str, Finished] = {}  # finished Workloads that still exist
+        self._admitted = self.metrics.counter("kfed_admitted_workloads_total", "Workloads admitted, by ClusterQueue.", ("cluster_queue",))
+        self._preempted = self.metrics.counter(
+            "kfed_preempted_workloads_total", "Workloads preempted, by ClusterQueue.", ("cluster_queue",)
+        )
+        self._cycle_seconds = self.metrics.histogram("kfed_admission_attempt_duration_seconds", "Scheduling cycle duration.")
+        self._pending = self.metrics.gauge("kfed_pending_workloads", "Pending workloads, by ClusterQueue.", ("cluster_queue",))
         self._wire()
+        self.metrics.add_gauges(self._kueue_gauges)
 
     # --- events from the caches --------------------------------------------------------------------
     def _wire(self) -> None:
@@ -101,11 +118,43 @@ class AdmissionController:
         on(caches.namespaces, self._namespace, lambda o: s.delete_namespace(o.name))
         on(caches.limit_ranges, s.upsert_limit_range, lambda o: s.delete_limit_range(o.namespace, o.name))
         on(caches.workloads, self._workload, lambda wl: s.delete_workload(wl.key, utcnow()))
+        caches.workloads.add_handler(self._observe_workload)
 
     def _workload(self, wl: kueue.Workload) -> None:
         self.state.upsert_workload(wl, utcnow())
         if wl.spec.active is not False and is_condition_true(wl.status.conditions if wl.status else None, DEACTIVATION_TARGET):
             self._deactivate.add(wl.key)
+
+    def _observe_workload(self, kind: str, old: kueue.Workload | None, new: kueue.Workload | None) -> None:
+        """Kueue's metrics that follow a Workload's updates, whoever wrote them: finished
+        Workloads (counted while they exist, and each one as it finishes) and the time an
+        eviction took to give the quota back. The leader counts; every replica keeps the gauges."""
+        if new is None or not is_finished(new):
+            gone = new or old
+            if gone is not None:
+                self._finished.pop(gone.key, None)
+        else:
+            lq = self.caches.local_queues.get(f"{new.namespace}/{new.spec.queue_name}")
+            entry = finished_entry(new, lq.spec.cluster_queue or "" if lq is not None else "")
+            self._finished[new.key] = entry
+            if self.is_leader and finished_transition(old, new) and entry.cluster_queue:
+                self.metrics.finished(entry.cluster_queue, entry.local_queue, priority_class(new))
+        if self.is_leader and old is not None and new is not None:
+            released = eviction_release(old, new, utcnow())
+            if released is not None:
+                self.metrics.eviction_released(*released)
+
+    def _kueue_gauges(self) -> list[Sample]:
+        now = utcnow()
+        finished = list(self._finished.values())
+        samples = cluster_queue_samples(self.state, finished, now)
+        if self.metrics.local_queue_metrics:
+            samples += local_queue_samples(self.state, finished, now, self.metrics.exposes)
+        return samples
+
+    def _cohorts_of(self, cluster_queue: str) -> list[str]:
+        cq = self.state.cache.cluster_queues.get(cluster_queue)
+        return [node.name for node in cq.node.path()[1:]] if cq is not None else []
 
     def _namespace(self, ns: Namespace) -> None:
         self.state.upsert_namespace(ns.name, dict(ns.metadata.labels or {}))
@@ -158,11 +207,15 @@ class AdmissionController:
         for i in range(CYCLES_PER_ROUND):
             started = time.perf_counter()
             result = self.state.cycle(now)
-            self._cycle_seconds.observe(time.perf_counter() - started)
+            seconds = time.perf_counter() - started
+            self._cycle_seconds.observe(seconds)
+            if result.heads:
+                self.metrics.admission_attempt(admitted=bool(result.admitted), seconds=seconds)
             for wl in result.admitted:
                 self._admitted.inc(wl.admission_cq)
             for preemption in result.preemptions:
                 self._preempted.inc(preemption.victim_cq.name)
+                self.metrics.preempted(preemption.preemptor_cq.name, preemption.reason)
             if not result.changed:
                 break
             if i % 20 == 19:
@@ -202,7 +255,8 @@ class AdmissionController:
         try:
             async with self._writes:
                 current = self.state.infos.get(write.key)
-                patch = status_patch(write, current.obj.status if current is not None else None)
+                before = current.obj if current is not None else None
+                patch = status_patch(write, before.status if before is not None else None)
                 stored = await self.client.patch(kueue.Workload, write.name, patch, namespace=write.namespace, subresource="status")
             self.state.write_succeeded(write, stored)
             if self.recorder is not None:
@@ -213,6 +267,8 @@ class AdmissionController:
                         reason=event.reason,
                         message=event.message,
                     )
+            if before is not None:
+                record_write(self.metrics, write, before, self._cohorts_of, utcnow())
         except (ConflictError, NotFoundError) as err:
             log.debug("workload write lost a race", extra={"key": write.key, "error": str(err)})
             self.state.write_failed(write, utcnow(), self.caches.workloads.get(write.key))

@@ -19,19 +19,20 @@ import yaml
 from aiohttp import web
 
 from manager.api import constants as c
-from manager.api.config import Configuration, parse_duration
+from manager.api.config import Configuration, ControllerMetrics, parse_duration
 from manager.controllers.admission import AdmissionController
 from manager.controllers.caches import Caches
 from manager.controllers.events import EventRecorder
 from manager.controllers.jobs import JobController
 from manager.controllers.webhookcerts import WebhookCertManager
 from manager.controllers.webhooks import WebhookEndpoint, install, make_app, server_ssl_context
+from manager.engine.selectors import selector_matches
 from manager.kube.client import KubeClient
 from manager.kube.errors import KubeError
 from manager.kube.leader import LeaderConfig, LeaderElector
 from manager.runtime import logs
 from manager.runtime.certs import ServingCert, ensure_serving_cert
-from manager.runtime.metrics import REGISTRY
+from manager.runtime.metrics import ROLE_FOLLOWER, ROLE_LEADER, ROLE_STANDALONE, LocalQueueRef, Metrics, use
 from manager.runtime.options import Options
 from manager.runtime.server import make_probe_app, split_address
 from manager.runtime.tasks import cancel_and_wait
@@ -47,6 +48,25 @@ def load_configuration(path: str | None) -> Configuration:
         return Configuration()
     data = yaml.safe_load(Path(path).read_text())
     return Configuration.model_validate(data or {})
+
+
+def process_metrics(config: Configuration, local_queue_labels: Callable[[LocalQueueRef], dict[str, str] | None]) -> Metrics:
+    """The process's metrics, with the optional Kueue groups its Configuration's `metrics`
+    section asks for (Kueue's defaults: LocalQueue metrics on for every LocalQueue, ClusterQueue
+    resource metrics off)."""
+    settings = config.metrics or ControllerMetrics()
+    local = settings.local_queue_metrics
+    selector = local.local_queue_selector if local is not None else None
+
+    def selected(lq: LocalQueueRef) -> bool:
+        labels = local_queue_labels(lq)
+        return labels is not None and (selector is None or selector_matches(selector, labels))
+
+    return Metrics(
+        local_queue_metrics=local is None or local.enable,
+        cluster_queue_resources=settings.enable_cluster_queue_resources,
+        local_queue_filter=selected,
+    )
 
 
 async def _client(opts: Options, component: str) -> KubeClient:
@@ -172,7 +192,13 @@ class Process:
             except KubeError as err:
                 log.error("cannot update the webhook configurations", extra={"error": str(err)})
 
+    def _local_queue_labels(self, lq: LocalQueueRef) -> dict[str, str] | None:
+        obj = self.caches.local_queues.get(f"{lq.namespace}/{lq.name}")
+        return dict(obj.metadata.labels or {}) if obj is not None else None
+
     async def _on_leader(self) -> None:
+        if self.opts.leader_elect:
+            self.metrics.role = ROLE_LEADER
         self.admission.is_leader = True
         self.jobs.is_leader = True
         if self.cert_manager is not None:
@@ -195,19 +221,22 @@ class Process:
         self.caches = Caches.create(self.client)
         recorder = EventRecorder(self.client, component=f"kfed-{self.component.replace('_', '-')}")
         self.configuration = load_configuration(opts.config)
-        self.admission = AdmissionController(self.client, self.caches, config=self.configuration, recorder=recorder)
+        self.metrics = process_metrics(self.configuration, self._local_queue_labels)
+        self.metrics.role = ROLE_FOLLOWER if opts.leader_elect else ROLE_STANDALONE
+        use(self.metrics)  # what this process's components register with
+        self.admission = AdmissionController(self.client, self.caches, config=self.configuration, recorder=recorder, metrics=self.metrics)
         self.jobs = JobController(self.client, self.caches, recorder=recorder)
         self.recorder = recorder
         self.extensions = [factory(self) for factory in self.extension_factories]
-        REGISTRY.collectors.append(self._collect)
+        self.metrics.collectors.append(self._collect)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stop.set)
         code = 0
         try:
-            await self._serve(make_probe_app(ready=self._ready), opts.health_address)
+            await self._serve(make_probe_app(ready=self._ready, metrics=self.metrics), opts.health_address)
             if opts.metrics_address != opts.health_address:
-                await self._serve(make_probe_app(ready=self._ready), opts.metrics_address)
+                await self._serve(make_probe_app(ready=self._ready, metrics=self.metrics), opts.metrics_address)
             if opts.webhooks:
                 await self._start_webhooks()
             self.caches.start()
@@ -256,6 +285,7 @@ class Process:
         # lost the lease never writes again; the Deployment restarts it as a standby.
         self.admission.is_leader = False
         self.jobs.is_leader = False
+        self.metrics.role = ROLE_FOLLOWER
         return EXIT_LOST_LEADERSHIP
 
     async def _wait_synced(self) -> None:
@@ -264,7 +294,7 @@ class Process:
 
     def _collect(self) -> None:
         stats = self.client.stats
-        gauge = REGISTRY.gauge("kfed_kube_requests_total", "Requests sent to the apiserver, by verb.", ("verb",))
+        gauge = self.metrics.gauge("kfed_kube_requests_total", "Requests sent to the apiserver, by verb.", ("verb",))
         for verb, count in stats.by_verb.items():
             gauge.set(count, verb)
 

@@ -1,150 +1,354 @@
-"""A small Prometheus registry: counters, gauges and histograms with labels, text exposition 0.0.4."""
+"""Prometheus metrics, served with prometheus-client: kfed's own (`kfed_*`) and Kueue's, under
+Kueue's names, labels and buckets (the table in `manager.runtime.kueue_metrics`), so that
+existing Kueue dashboards and alerts work unchanged.
+
+Each process owns one `Metrics`, with its own CollectorRegistry (never prometheus-client's
+global one): several managers in one Python process keep apart. `use(metrics)` makes it the
+one that `current_metrics()` and `REGISTRY` return in the calling task and the tasks it starts, so
+controllers built there register with their own process.
+
+Kueue's counters and histograms are fed as things happen (`quota_reserved`, `admitted`, ...);
+its gauges are read from the live state at scrape time (`add_gauges`), so a deleted queue's
+series disappear with it and nothing can go stale.
+"""
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
+import contextlib
+import logging
+from collections.abc import Callable, Iterable, Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Protocol
 
+from prometheus_client import CollectorRegistry, disable_created_metrics
+from prometheus_client import Counter as PromCounter
+from prometheus_client import Gauge as PromGauge
+from prometheus_client import Histogram as PromHistogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.exposition import choose_encoder
 
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+from manager.runtime.kueue_metrics import (
+    CLUSTER_QUEUE_RESOURCES,
+    COUNTER,
+    GAUGE,
+    HISTOGRAM,
+    KUEUE_BY_NAME,
+    KUEUE_METRICS,
+    LOCAL_QUEUE,
+    MetricSpec,
+)
 
+log = logging.getLogger("kfed.metrics")
 
-def _labels(names: tuple[str, ...], values: tuple[str, ...], extra: str = "") -> str:
-    parts = [f'{n}="{_escape(v)}"' for n, v in zip(names, values, strict=True)]
-    if extra:
-        parts.append(extra)
-    return "{" + ",".join(parts) + "}" if parts else ""
+# Kueue's registry (client_golang) exposes no `_created` series; neither do we.
+disable_created_metrics()  # type: ignore[no-untyped-call]
 
-
-def _number(value: float) -> str:
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    return repr(float(value)) if not float(value).is_integer() else str(int(value))
-
-
-class _Metric:
-    kind = ""
-
-    def __init__(self, name: str, help_text: str, labels: tuple[str, ...]) -> None:
-        self.name = name
-        self.help = help_text
-        self.label_names = labels
-
-    def _check(self, values: tuple[str, ...]) -> tuple[str, ...]:
-        if len(values) != len(self.label_names):
-            raise ValueError(f"{self.name}: expected labels {self.label_names}, got {values}")
-        return tuple(str(v) for v in values)
-
-    def samples(self) -> list[str]:
-        raise NotImplementedError
-
-
-class Counter(_Metric):
-    kind = "counter"
-
-    def __init__(self, name: str, help_text: str, labels: tuple[str, ...]) -> None:
-        super().__init__(name, help_text, labels)
-        self.values: dict[tuple[str, ...], float] = {}
-
-    def inc(self, *labels: str, amount: float = 1.0) -> None:
-        key = self._check(labels)
-        self.values[key] = self.values.get(key, 0.0) + amount
-
-    def get(self, *labels: str) -> float:
-        return self.values.get(tuple(labels), 0.0)
-
-    def samples(self) -> list[str]:
-        return [f"{self.name}{_labels(self.label_names, k)} {_number(v)}" for k, v in sorted(self.values.items())]
-
-
-class Gauge(Counter):
-    kind = "gauge"
-
-    def set(self, value: float, *labels: str) -> None:
-        self.values[self._check(labels)] = value
-
-    def remove(self, *labels: str) -> None:
-        self.values.pop(tuple(labels), None)
-
+# Kueue's replica_role label (pkg/util/roletracker).
+ROLE_LEADER = "leader"
+ROLE_FOLLOWER = "follower"
+ROLE_STANDALONE = "standalone"
 
 DEFAULT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 
+# kfed's own metrics that count exactly what a Kueue metric counts: one call site feeds both.
+KFED_ALSO_AS_KUEUE = {
+    "kfed_multikueue_workloads_dispatched_total": "multikueue_workloads_dispatched_total",
+    "kfed_multikueue_workloads_admitted_total": "multikueue_workloads_admitted_total",
+}
 
-class Histogram(_Metric):
-    kind = "histogram"
 
-    def __init__(self, name: str, help_text: str, labels: tuple[str, ...], buckets: tuple[float, ...] = DEFAULT_BUCKETS) -> None:
-        super().__init__(name, help_text, labels)
-        self.buckets = buckets
-        self.series: dict[tuple[str, ...], tuple[list[int], list[float]]] = {}
+@dataclass(frozen=True)
+class Sample:
+    """One value of a Kueue gauge, its label values in the table's order without replica_role."""
+
+    name: str
+    labels: tuple[str, ...]
+    value: float
+
+
+@dataclass(frozen=True)
+class LocalQueueRef:
+    name: str
+    namespace: str
+
+
+# --- kfed's own metrics -----------------------------------------------------------------------------
+class Counter:
+    def __init__(self, metric: PromCounter, label_names: tuple[str, ...], also: Callable[[tuple[str, ...], float], None] | None) -> None:
+        self._metric = metric
+        self.label_names = label_names
+        self._also = also
+
+    def inc(self, *labels: str, amount: float = 1.0) -> None:
+        values = _check(self.label_names, labels)
+        (self._metric.labels(*values) if values else self._metric).inc(amount)
+        if self._also is not None:
+            self._also(values, amount)
+
+
+class Gauge:
+    def __init__(self, metric: PromGauge, label_names: tuple[str, ...]) -> None:
+        self._metric = metric
+        self.label_names = label_names
+
+    def set(self, value: float, *labels: str) -> None:
+        values = _check(self.label_names, labels)
+        (self._metric.labels(*values) if values else self._metric).set(value)
+
+    def remove(self, *labels: str) -> None:
+        with contextlib.suppress(KeyError):  # never set
+            self._metric.remove(*_check(self.label_names, labels))
+
+
+class Histogram:
+    def __init__(self, metric: PromHistogram, label_names: tuple[str, ...]) -> None:
+        self._metric = metric
+        self.label_names = label_names
 
     def observe(self, value: float, *labels: str) -> None:
-        key = self._check(labels)
-        counts, totals = self.series.setdefault(key, ([0] * len(self.buckets), [0.0, 0.0]))
-        for i, bound in enumerate(self.buckets):
-            if value <= bound:
-                counts[i] += 1
-        totals[0] += value
-        totals[1] += 1
-
-    def samples(self) -> list[str]:
-        out = []
-        for key, (counts, (total, count)) in sorted(self.series.items()):
-            for bound, n in zip(self.buckets, counts, strict=True):
-                le = 'le="' + _number(bound) + '"'
-                out.append(f"{self.name}_bucket{_labels(self.label_names, key, le)} {n}")
-            le = 'le="+Inf"'
-            out.append(f"{self.name}_bucket{_labels(self.label_names, key, le)} {_number(count)}")
-            out.append(f"{self.name}_sum{_labels(self.label_names, key)} {_number(total)}")
-            out.append(f"{self.name}_count{_labels(self.label_names, key)} {_number(count)}")
-        return out
+        values = _check(self.label_names, labels)
+        (self._metric.labels(*values) if values else self._metric).observe(value)
 
 
-class Registry:
-    def __init__(self) -> None:
-        self.metrics: dict[str, _Metric] = {}
-        self.collectors: list[Callable[[], None]] = []
+def _check(names: tuple[str, ...], values: tuple[str, ...]) -> tuple[str, ...]:
+    if len(values) != len(names):
+        raise ValueError(f"expected labels {names}, got {values}")
+    return tuple(str(v) for v in values)
 
-    def _get(self, cls: type[_Metric], name: str, help_text: str, labels: tuple[str, ...]) -> _Metric:
-        existing = self.metrics.get(name)
+
+class Registry(Protocol):
+    """Where a component registers kfed's own metrics: a `Metrics`, or `REGISTRY` (the current one)."""
+
+    def counter(self, name: str, help_text: str, labels: tuple[str, ...] = ()) -> Counter: ...
+
+    def gauge(self, name: str, help_text: str, labels: tuple[str, ...] = ()) -> Gauge: ...
+
+    def histogram(
+        self, name: str, help_text: str, labels: tuple[str, ...] = (), *, buckets: tuple[float, ...] = DEFAULT_BUCKETS
+    ) -> Histogram: ...
+
+
+# --- one process's metrics ------------------------------------------------------------------------
+class Metrics:
+    """One process's registry: kfed's metrics, and Kueue's for the groups this process serves.
+
+    `local_queue_metrics` is Kueue's LocalQueueMetrics (on by default); `local_queue_filter`
+    its localQueueSelector, given the LocalQueue's labels. `cluster_queue_resources` is Kueue's
+    `metrics.enableClusterQueueResources` (off by default).
+    """
+
+    def __init__(
+        self,
+        *,
+        local_queue_metrics: bool = True,
+        cluster_queue_resources: bool = False,
+        local_queue_filter: Callable[[LocalQueueRef], bool] | None = None,
+    ) -> None:
+        self.registry = CollectorRegistry()
+        self.role = ROLE_STANDALONE
+        self.local_queue_metrics = local_queue_metrics
+        self.cluster_queue_resources = cluster_queue_resources
+        self.local_queue_filter = local_queue_filter
+        self.collectors: list[Callable[[], None]] = []  # run before each scrape (kfed gauges read from elsewhere)
+        self._own: dict[str, tuple[type, tuple[str, ...], Counter | Gauge | Histogram]] = {}
+        self._events: dict[str, PromCounter | PromHistogram] = {}
+        self._gauge_sources: list[Callable[[], Iterable[Sample]]] = []
+        for spec in KUEUE_METRICS:
+            if not self.serves(spec):
+                continue
+            if spec.kind == COUNTER:
+                self._events[spec.name] = PromCounter(spec.name, spec.help, spec.labels, registry=self.registry)
+            elif spec.kind == HISTOGRAM:
+                self._events[spec.name] = PromHistogram(spec.name, spec.help, spec.labels, buckets=spec.buckets, registry=self.registry)
+        self.registry.register(_KueueGauges(self))
+
+    def serves(self, spec: MetricSpec) -> bool:
+        if spec.group == LOCAL_QUEUE:
+            return self.local_queue_metrics
+        if spec.group == CLUSTER_QUEUE_RESOURCES:
+            return self.cluster_queue_resources
+        return True
+
+    def exposes(self, lq: LocalQueueRef) -> bool:
+        """Kueue's ShouldExposeLocalQueueMetrics."""
+        return self.local_queue_metrics and (self.local_queue_filter is None or self.local_queue_filter(lq))
+
+    # kfed's own metrics: registering a name again returns the same metric (a controller rebuilt
+    # in the same process keeps counting where it was).
+    def _own_metric(self, cls: type, name: str, labels: tuple[str, ...], make: Callable[[], Counter | Gauge | Histogram]) -> object:
+        existing = self._own.get(name)
         if existing is not None:
-            if not isinstance(existing, cls) or existing.label_names != labels:
+            if existing[0] is not cls or existing[1] != labels:
                 raise ValueError(f"metric {name} is already registered with another type or labels")
-            return existing
-        metric = cls(name, help_text, labels)
-        self.metrics[name] = metric
+            return existing[2]
+        metric = make()
+        self._own[name] = (cls, labels, metric)
         return metric
 
     def counter(self, name: str, help_text: str, labels: tuple[str, ...] = ()) -> Counter:
-        metric = self._get(Counter, name, help_text, labels)
+        kueue_name = KFED_ALSO_AS_KUEUE.get(name)
+
+        def make() -> Counter:
+            also = None
+            if kueue_name is not None:
+                also = lambda values, amount: self._inc(kueue_name, *values, amount=amount)  # noqa: E731
+            return Counter(PromCounter(name, help_text, labels, registry=self.registry), labels, also)
+
+        metric = self._own_metric(Counter, name, labels, make)
         assert isinstance(metric, Counter)
         return metric
 
     def gauge(self, name: str, help_text: str, labels: tuple[str, ...] = ()) -> Gauge:
-        metric = self._get(Gauge, name, help_text, labels)
+        metric = self._own_metric(Gauge, name, labels, lambda: Gauge(PromGauge(name, help_text, labels, registry=self.registry), labels))
         assert isinstance(metric, Gauge)
         return metric
 
     def histogram(
         self, name: str, help_text: str, labels: tuple[str, ...] = (), *, buckets: tuple[float, ...] = DEFAULT_BUCKETS
     ) -> Histogram:
-        metric = self._get(Histogram, name, help_text, labels)
+        def make() -> Histogram:
+            return Histogram(PromHistogram(name, help_text, labels, buckets=buckets, registry=self.registry), labels)
+
+        metric = self._own_metric(Histogram, name, labels, make)
         assert isinstance(metric, Histogram)
-        if not metric.series:
-            metric.buckets = buckets
         return metric
 
-    def render(self) -> str:
+    # --- Kueue's gauges, read at scrape time ------------------------------------------------------
+    def add_gauges(self, source: Callable[[], Iterable[Sample]]) -> None:
+        self._gauge_sources.append(source)
+
+    def gauge_samples(self) -> Iterator[Sample]:
+        for source in self._gauge_sources:
+            try:
+                samples = list(source())
+            except Exception:  # a scrape must answer even if one source is broken
+                log.exception("metrics source failed; its gauges are left out of this scrape")
+                continue
+            yield from samples
+
+    # --- Kueue's counters and histograms, as Kueue's pkg/metrics reports them -----------------------
+    def _inc(self, name: str, *labels: str, amount: float = 1.0) -> None:
+        metric = self._events.get(name)
+        if isinstance(metric, PromCounter):
+            metric.labels(*labels, self.role).inc(amount)
+
+    def _observe(self, name: str, value: float, *labels: str) -> None:
+        metric = self._events.get(name)
+        if isinstance(metric, PromHistogram):
+            metric.labels(*labels, self.role).observe(max(0.0, value))
+
+    def admission_attempt(self, *, admitted: bool, seconds: float) -> None:
+        result = "success" if admitted else "inadmissible"
+        self._inc("kueue_admission_attempts_total", result)
+        self._observe("kueue_admission_attempt_duration_seconds", seconds, result)
+
+    def quota_reserved(self, cq: str, lq: LocalQueueRef, priority_class: str, wait: float) -> None:
+        self._inc("kueue_quota_reserved_workloads_total", cq, priority_class)
+        self._observe("kueue_quota_reserved_wait_time_seconds", wait, cq, priority_class)
+        if self.exposes(lq):
+            self._inc("kueue_local_queue_quota_reserved_workloads_total", lq.name, lq.namespace, priority_class)
+            self._observe("kueue_local_queue_quota_reserved_wait_time_seconds", wait, lq.name, lq.namespace, priority_class)
+
+    def admitted(
+        self, cq: str, lq: LocalQueueRef, priority_class: str, wait: float, checks_wait: float | None, cohorts: Iterable[str]
+    ) -> None:
+        """`checks_wait` is the time from quota reservation to admission, when checks were involved."""
+        self._inc("kueue_admitted_workloads_total", cq, priority_class)
+        self._observe("kueue_admission_wait_time_seconds", wait, cq, priority_class)
+        if checks_wait is not None:
+            self._observe("kueue_admission_checks_wait_time_seconds", checks_wait, cq, priority_class)
+        for cohort in cohorts:
+            self._inc("kueue_cohort_subtree_admitted_workloads_total", cohort, priority_class)
+        if self.exposes(lq):
+            self._inc("kueue_local_queue_admitted_workloads_total", lq.name, lq.namespace, priority_class)
+            self._observe("kueue_local_queue_admission_wait_time_seconds", wait, lq.name, lq.namespace, priority_class)
+            if checks_wait is not None:
+                self._observe("kueue_local_queue_admission_checks_wait_time_seconds", checks_wait, lq.name, lq.namespace, priority_class)
+
+    def evicted(self, cq: str, lq: LocalQueueRef, reason: str, underlying_cause: str, priority_class: str) -> None:
+        self._inc("kueue_evicted_workloads_total", cq, reason, underlying_cause, priority_class)
+        if self.exposes(lq):
+            self._inc("kueue_local_queue_evicted_workloads_total", lq.name, lq.namespace, reason, underlying_cause, priority_class)
+
+    def eviction_released(self, cq: str, reason: str, seconds: float) -> None:
+        """From the Evicted condition turning True to the quota being given back."""
+        self._observe("kueue_workload_eviction_latency_seconds", seconds, cq, reason)
+
+    def preempted(self, preempting_cq: str, reason: str) -> None:
+        self._inc("kueue_preempted_workloads_total", preempting_cq, reason)
+
+    def finished(self, cq: str, lq: LocalQueueRef, priority_class: str) -> None:
+        self._inc("kueue_finished_workloads_total", cq, priority_class)
+        if self.exposes(lq):
+            self._inc("kueue_local_queue_finished_workloads_total", lq.name, lq.namespace, priority_class)
+
+    # --- exposition -----------------------------------------------------------------------------------
+    def render(self, accept: str | None = None) -> tuple[bytes, str]:
+        """The exposition for a scrape with this Accept header: (body, content type)."""
         for collect in self.collectors:
             collect()
-        lines = []
-        for name in sorted(self.metrics):
-            metric = self.metrics[name]
-            lines.append(f"# HELP {name} {metric.help}")
-            lines.append(f"# TYPE {name} {metric.kind}")
-            lines.extend(metric.samples())
-        return "\n".join(lines) + "\n"
+        encoder, content_type = choose_encoder(accept or "")
+        return encoder(self.registry), content_type
+
+    def value(self, name: str, labels: dict[str, str] | None = None) -> float | None:
+        """One sample's value (for tests and `kfed` tooling)."""
+        return self.registry.get_sample_value(name, labels or {})
 
 
-REGISTRY = Registry()
+class _KueueGauges:
+    """The scrape-time Kueue gauges, with the table's help and labels and the current role."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        families: dict[str, GaugeMetricFamily] = {}
+        for sample in self.metrics.gauge_samples():
+            spec = KUEUE_BY_NAME.get(sample.name)
+            if spec is None or spec.kind != GAUGE or not self.metrics.serves(spec):
+                continue
+            family = families.get(spec.name)
+            if family is None:
+                family = families[spec.name] = GaugeMetricFamily(spec.name, spec.help, labels=spec.labels)
+            family.add_metric([*sample.labels, self.metrics.role], sample.value)
+        yield from families.values()
+
+
+# --- the current process's metrics --------------------------------------------------------------------
+_CURRENT: ContextVar[Metrics] = ContextVar("kfed_metrics")
+_UNBOUND: list[Metrics] = []
+
+
+def use(metrics: Metrics) -> None:
+    """Make `metrics` the current one in this task and in the tasks it starts from now on."""
+    _CURRENT.set(metrics)
+
+
+def current_metrics() -> Metrics:
+    """The metrics `use` bound here; outside any process (a unit test building one controller),
+    one shared instance."""
+    bound = _CURRENT.get(None)
+    if bound is not None:
+        return bound
+    if not _UNBOUND:
+        _UNBOUND.append(Metrics())
+    return _UNBOUND[0]
+
+
+class _Current:
+    """`REGISTRY`: registers with whichever `Metrics` is current when a component is built."""
+
+    def counter(self, name: str, help_text: str, labels: tuple[str, ...] = ()) -> Counter:
+        return current_metrics().counter(name, help_text, labels)
+
+    def gauge(self, name: str, help_text: str, labels: tuple[str, ...] = ()) -> Gauge:
+        return current_metrics().gauge(name, help_text, labels)
+
+    def histogram(
+        self, name: str, help_text: str, labels: tuple[str, ...] = (), *, buckets: tuple[float, ...] = DEFAULT_BUCKETS
+    ) -> Histogram:
+        return current_metrics().histogram(name, help_text, labels, buckets=buckets)
+
+
+REGISTRY: Registry = _Current()

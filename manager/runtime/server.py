@@ -6,11 +6,13 @@ from collections.abc import Callable
 
 from aiohttp import web
 
-from manager.runtime.metrics import REGISTRY, Registry
+from manager.runtime.metrics import Metrics, current_metrics
 
 
-def make_probe_app(*, ready: Callable[[], tuple[bool, str]], registry: Registry = REGISTRY) -> web.Application:
-    """`ready()` says whether the process should receive work, and if not, why."""
+def make_probe_app(*, ready: Callable[[], tuple[bool, str]], metrics: Metrics | None = None) -> web.Application:
+    """`ready()` says whether the process should receive work, and if not, why; `/metrics`
+    serves `metrics` (the current process's by default)."""
+    served = metrics or current_metrics()
 
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok")
@@ -19,13 +21,14 @@ def make_probe_app(*, ready: Callable[[], tuple[bool, str]], registry: Registry 
         ok, why = ready()
         return web.Response(text="ok" if ok else why, status=200 if ok else 503)
 
-    async def metrics(_: web.Request) -> web.Response:
-        return web.Response(text=registry.render(), content_type="text/plain", charset="utf-8", headers={"X-Format": "0.0.4"})
+    async def scrape(request: web.Request) -> web.Response:
+        body, content_type = served.render(request.headers.get("Accept"))
+        return web.Response(body=body, headers={"Content-Type": content_type})
 
     app = web.Application()
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
-    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/metrics", scrape)
     return app
 
 

@@ -45,7 +45,6 @@ from manager.kube.errors import (
 )
 from manager.kube.ratelimit import TokenBucket
 from manager.runtime.logs import REDACTED, JsonFormatter
-from manager.runtime.metrics import Registry
 
 
 def job(**spec: Any) -> Job:
@@ -394,16 +393,6 @@ def test_acquiring_past_the_burst_waits_for_refill() -> None:
         return bucket.waited_seconds
 
     assert asyncio.run(scenario()) > 0
-
-
-def test_metrics_render_in_prometheus_text_format() -> None:
-    registry = Registry()
-    registry.counter("kfed_admitted_workloads_total", "Admitted.", ("cluster_queue",)).inc("cq-a")
-    registry.histogram("kfed_cycle_seconds", "Cycle.", buckets=(0.1, 1.0)).observe(0.5)
-    text = registry.render()
-    assert '# TYPE kfed_admitted_workloads_total counter\nkfed_admitted_workloads_total{cluster_queue="cq-a"} 1' in text
-    assert 'kfed_cycle_seconds_bucket{le="0.1"} 0' in text and 'kfed_cycle_seconds_bucket{le="1"} 1' in text
-    assert 'kfed_cycle_seconds_bucket{le="+Inf"} 1' in text and "kfed_cycle_seconds_count 1" in text
 
 
 def test_logs_are_json_with_the_key_and_never_a_credential() -> None:
