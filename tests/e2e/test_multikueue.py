@@ -145,9 +145,13 @@ async def test_a_job_with_a_62_character_name_runs_once_and_leaves_nothing_remot
     await kube.manager.create(Job, job_manifest(name, ns))
     job = await eventually(lambda: job_completed(kube, ns, name), timeout=90, what="the long-named Job Complete on the manager")
     assert job.status is not None and job.status.succeeded == 1
-    wl = await kube.manager_workload(ns, name)
-    assert wl is not None and wl.status is not None and len(wl.name) > c.LABEL_VALUE_MAX_LENGTH
-    assert is_condition_true(wl.status.conditions, c.FINISHED)
+
+    async def finished() -> kueue.Workload | None:
+        wl = await kube.manager_workload(ns, name)
+        return wl if wl is not None and is_condition_true(wl.status.conditions if wl.status else None, c.FINISHED) else None
+
+    wl = await eventually(finished, timeout=30, what="the manager's Workload Finished")
+    assert wl.status is not None and len(wl.name) > c.LABEL_VALUE_MAX_LENGTH
 
     async def cleaned() -> bool:
         jobs, wls = await kube.remote_jobs(ns), await kube.remote_workloads(ns)
@@ -343,7 +347,10 @@ async def test_a_job_preempted_on_the_manager_is_stopped_on_its_worker_and_quota
         wl = await kube.manager_workload(ns, "victim")
         check = multikueue_check(wl, CHECK) if wl else None
         where = await admitted_on(kube, ns, "victim")
-        return where if check is not None and check.retry_count == 1 and await running_where(kube, ns, "victim") else None
+        manager_job = await kube.manager.get(Job, "victim", namespace=ns)
+        # Running as the manager knows it: its Job reports the worker's active pod.
+        active = manager_job.status is not None and (manager_job.status.active or 0) > 0
+        return where if check is not None and check.retry_count == 1 and active and await running_where(kube, ns, "victim") else None
 
     victim_on = await eventually(dispatched_again, timeout=90, what="the victim retried once and running again")
     await kube.manager.create(Job, job_manifest("urgent", ns, priority_class=f"{tag}-high"))
@@ -371,7 +378,9 @@ async def test_a_job_preempted_on_the_manager_is_stopped_on_its_worker_and_quota
         "GET", f"/api/v1/namespaces/{ns}/events", query=[("fieldSelector", "involvedObject.kind=Job,involvedObject.name=victim")]
     )
     stopped = [event["message"] for event in events["items"] if event.get("reason") == "Stopped"]
-    assert any("Evicted on manager" in message for message in stopped), stopped
+    assert any("Evicted on manager" in message for message in stopped), [
+        (event.get("reason"), event.get("message"), event["involvedObject"].get("uid")) for event in events["items"]
+    ]
     victim = await kube.manager.get(Job, "victim", namespace=ns)
     assert victim.spec.suspend is True and not (victim.status and victim.status.active)
     urgent_on = await admitted_on(kube, ns, "urgent")
