@@ -95,16 +95,39 @@ async def test_a_job_runs_on_exactly_one_worker_and_its_status_comes_back(kube: 
     await eventually(cleaned, timeout=30, what="every remote Job and Workload deleted after the finish")
 
 
-async def pods_created(kube: Clients, ns: str, job: str) -> dict[str, int]:
-    """Per worker, how many pods the Job controller created for this Job (its SuccessfulCreate
-    Events outlive the Job and its pods)."""
+async def pods_created(kube: Clients, ns: str, job: str, *, reason: str = "SuccessfulCreate") -> dict[str, int]:
+    """Per worker, how many pods the Job controller created (or, with reason SuccessfulDelete,
+    deleted when the Job was suspended) for the Jobs of this name: its Events outlive the Jobs
+    and their pods."""
     out = {}
     for name, client in kube.workers.items():
         events = await client.request(
             "GET", f"/api/v1/namespaces/{ns}/events", query=[("fieldSelector", f"involvedObject.kind=Job,involvedObject.name={job}")]
         )
-        out[name] = sum(event.get("count") or 1 for event in events["items"] if event.get("reason") == "SuccessfulCreate")
+        out[name] = sum(event.get("count") or 1 for event in events["items"] if event.get("reason") == reason)
     return out
+
+
+async def pods_that_ran(kube: Clients, ns: str, job: str) -> int:
+    """Pods created for this Job on any worker and not deleted by a suspension: those that ran
+    to their end."""
+    created = await pods_created(kube, ns, job)
+    stopped = await pods_created(kube, ns, job, reason="SuccessfulDelete")
+    return sum(created.values()) - sum(stopped.values())
+
+
+async def make_priority_classes(kube: Clients, tag: str) -> None:
+    for name, value in (("low", 10), ("high", 1000)):
+        with contextlib.suppress(Exception):
+            await kube.manager.create(
+                kueue.WorkloadPriorityClass,
+                {
+                    "apiVersion": "kueue.x-k8s.io/v1beta2",
+                    "kind": "WorkloadPriorityClass",
+                    "metadata": {"name": f"{tag}-{name}"},
+                    "value": value,
+                },
+            )
 
 
 async def job_completed(kube: Clients, ns: str, name: str) -> Job | None:
@@ -122,9 +145,13 @@ async def test_a_job_with_a_62_character_name_runs_once_and_leaves_nothing_remot
     await kube.manager.create(Job, job_manifest(name, ns))
     job = await eventually(lambda: job_completed(kube, ns, name), timeout=90, what="the long-named Job Complete on the manager")
     assert job.status is not None and job.status.succeeded == 1
-    wl = await kube.manager_workload(ns, name)
-    assert wl is not None and wl.status is not None and len(wl.name) > c.LABEL_VALUE_MAX_LENGTH
-    assert is_condition_true(wl.status.conditions, c.FINISHED)
+
+    async def finished() -> kueue.Workload | None:
+        wl = await kube.manager_workload(ns, name)
+        return wl if wl is not None and is_condition_true(wl.status.conditions if wl.status else None, c.FINISHED) else None
+
+    wl = await eventually(finished, timeout=30, what="the manager's Workload Finished")
+    assert wl.status is not None and len(wl.name) > c.LABEL_VALUE_MAX_LENGTH
 
     async def cleaned() -> bool:
         jobs, wls = await kube.remote_jobs(ns), await kube.remote_workloads(ns)
@@ -308,17 +335,7 @@ async def test_a_manager_restart_mid_dispatch_makes_no_duplicates_and_dispatch_r
 async def test_a_job_preempted_on_the_manager_is_stopped_on_its_worker_and_quota_is_freed_on_both(kube: Clients, tag: str) -> None:
     ns = f"{tag}-preempt"
     cqs = await kube.queues(ns, manager_cpu=1, worker_cpu={"worker1": 4, "worker2": 4}, labels=PARKED, tag=tag)
-    for name, value in (("low", 10), ("high", 1000)):
-        with contextlib.suppress(Exception):
-            await kube.manager.create(
-                kueue.WorkloadPriorityClass,
-                {
-                    "apiVersion": "kueue.x-k8s.io/v1beta2",
-                    "kind": "WorkloadPriorityClass",
-                    "metadata": {"name": f"{tag}-{name}"},
-                    "value": value,
-                },
-            )
+    await make_priority_classes(kube, tag)
     await kube.manager.create(Job, job_manifest("victim", ns, priority_class=f"{tag}-low"))
     first_on = await eventually(lambda: admitted_on(kube, ns, "victim"), timeout=60, what="the low-priority Job admitted")
     await eventually(lambda: running_where(kube, ns, "victim"), timeout=30, what="the victim running on its worker")
@@ -330,7 +347,10 @@ async def test_a_job_preempted_on_the_manager_is_stopped_on_its_worker_and_quota
         wl = await kube.manager_workload(ns, "victim")
         check = multikueue_check(wl, CHECK) if wl else None
         where = await admitted_on(kube, ns, "victim")
-        return where if check is not None and check.retry_count == 1 and await running_where(kube, ns, "victim") else None
+        manager_job = await kube.manager.get(Job, "victim", namespace=ns)
+        # Running as the manager knows it: its Job reports the worker's active pod.
+        active = manager_job.status is not None and (manager_job.status.active or 0) > 0
+        return where if check is not None and check.retry_count == 1 and active and await running_where(kube, ns, "victim") else None
 
     victim_on = await eventually(dispatched_again, timeout=90, what="the victim retried once and running again")
     await kube.manager.create(Job, job_manifest("urgent", ns, priority_class=f"{tag}-high"))
@@ -358,7 +378,9 @@ async def test_a_job_preempted_on_the_manager_is_stopped_on_its_worker_and_quota
         "GET", f"/api/v1/namespaces/{ns}/events", query=[("fieldSelector", "involvedObject.kind=Job,involvedObject.name=victim")]
     )
     stopped = [event["message"] for event in events["items"] if event.get("reason") == "Stopped"]
-    assert any("Evicted on manager" in message for message in stopped), stopped
+    assert any("Evicted on manager" in message for message in stopped), [
+        (event.get("reason"), event.get("message"), event["involvedObject"].get("uid")) for event in events["items"]
+    ]
     victim = await kube.manager.get(Job, "victim", namespace=ns)
     assert victim.spec.suspend is True and not (victim.status and victim.status.active)
     urgent_on = await admitted_on(kube, ns, "urgent")
@@ -373,6 +395,39 @@ async def test_a_job_preempted_on_the_manager_is_stopped_on_its_worker_and_quota
         return total if total == expected else None
 
     await eventually(worker_reservation, timeout=30, what=f"the victim's worker reserving {expected} cpu")
+
+
+async def test_short_jobs_under_preemption_churn_each_run_exactly_once(kube: Clients, tag: str) -> None:
+    """Short Jobs preempted on the manager while they finish on a worker: each ends Complete
+    with exactly one pod that ran; an eviction racing the finish never starts one again."""
+    ns = f"{tag}-churn"
+    await kube.queues(ns, manager_cpu=2, worker_cpu={"worker1": 4, "worker2": 4}, labels=RUNS, tag=tag)
+    await make_priority_classes(kube, tag)
+    jobs = []
+    for i in range(10):
+        for level in ("low", "high"):
+            name = f"{level}-{i}"
+            await kube.manager.create(Job, job_manifest(name, ns, priority_class=f"{tag}-{level}"))
+            jobs.append(name)
+
+    async def all_complete() -> bool:
+        return all([await job_completed(kube, ns, name) is not None for name in jobs])
+
+    await eventually(all_complete, timeout=300, what="every Job Complete on the manager")
+
+    async def cleaned() -> bool:
+        remote_jobs, wls = await kube.remote_jobs(ns), await kube.remote_workloads(ns)
+        return not any(remote_jobs.values()) and not any(wls.values())
+
+    await eventually(cleaned, timeout=60, what="every remote Job and Workload deleted")
+    ran = {name: await pods_that_ran(kube, ns, name) for name in jobs}
+    assert ran == dict.fromkeys(jobs, 1), {name: count for name, count in ran.items() if count != 1}
+    preempted = 0
+    for name in jobs:
+        wl = await kube.manager_workload(ns, name)
+        assert wl is not None and is_condition_true(wl.status.conditions if wl.status else None, c.FINISHED), name
+        preempted += bool(find_condition(wl.status.conditions if wl.status else None, c.PREEMPTED))
+    assert preempted > 0, "no Job was preempted: the test exercised no race"
 
 
 # --- the garbage collector -------------------------------------------------------------------------------------
