@@ -25,7 +25,7 @@ from aiohttp import web
 from manager.api import constants as c
 from manager.api import conversion, kueue
 from manager.api.manifest import validate_object
-from manager.engine.jobs import prebuilt_workload_name
+from manager.engine.jobs import prebuilt_workload_name, queue_name_of
 from manager.kube.client import KubeClient
 from manager.kube.errors import ForbiddenError, NotFoundError
 
@@ -60,8 +60,7 @@ def default_job(review: dict[str, Any], *, uses_multikueue: Callable[[str, str],
     if request.get("operation") != "CREATE":
         return _review(request, allowed=True)
     meta = job.get("metadata") or {}
-    labels = meta.get("labels") or {}
-    queue = labels.get(c.QUEUE_NAME_LABEL) or (meta.get("annotations") or {}).get(c.QUEUE_NAME_ANNOTATION)
+    queue = queue_name_of(meta.get("labels"), meta.get("annotations"))
     if not queue:
         return _review(request, allowed=True)
     spec = job.get("spec") or {}

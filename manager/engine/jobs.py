@@ -110,8 +110,7 @@ def workload_for_job(
     priority_classes: Mapping[str, PriorityClass],
 ) -> Workload:
     """The Workload for a queued Job, as Kueue's job reconciler builds it."""
-    labels = job.metadata.labels or {}
-    queue_name = labels.get(c.QUEUE_NAME_LABEL) or (job.metadata.annotations or {}).get(c.QUEUE_NAME_ANNOTATION)
+    queue_name = job_queue_name(job)
     if not queue_name:
         raise JobConversionError(f"metadata.labels[{c.QUEUE_NAME_LABEL}]", "Required value: the Job is not queued")
     template = job.spec.template.model_dump(by_alias=True, exclude_none=True, mode="json")
@@ -156,8 +155,15 @@ def workload_for_job(
     )
 
 
+def queue_name_of(labels: Mapping[str, str] | None, annotations: Mapping[str, str] | None) -> str:
+    """Kueue's rule for which LocalQueue an object asks for: the queue-name label, else the
+    (deprecated) queue-name annotation; "" when it names none. The one home of this rule: the
+    webhook, the job controller, `simulate` and `explain` all ask here."""
+    return (labels or {}).get(c.QUEUE_NAME_LABEL) or (annotations or {}).get(c.QUEUE_NAME_ANNOTATION) or ""
+
+
 def job_queue_name(job: Job) -> str:
-    return (job.metadata.labels or {}).get(c.QUEUE_NAME_LABEL) or (job.metadata.annotations or {}).get(c.QUEUE_NAME_ANNOTATION) or ""
+    return queue_name_of(job.metadata.labels, job.metadata.annotations)
 
 
 def job_finished(job: Job) -> tuple[bool, bool, str]:

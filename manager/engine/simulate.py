@@ -24,7 +24,7 @@ from manager.api.kueue import (
     Workload,
 )
 from manager.engine.cache import Cache, ClusterQueueInfo
-from manager.engine.jobs import JobConversionError, workload_for_job
+from manager.engine.jobs import JobConversionError, job_queue_name, workload_for_job
 from manager.engine.requests import RequestError, limit_range_defaults
 from manager.engine.scheduler import Scheduler
 from manager.engine.state import cluster_queue_status, stop_policy_eviction, workload_priority, workload_status
@@ -212,8 +212,7 @@ class Simulation:
         return out
 
     def _job_workload(self, source: Source, job: Job) -> Workload | None:
-        labels = job.metadata.labels or {}
-        if not labels.get(c.QUEUE_NAME_LABEL):
+        if not job_queue_name(job):
             return None  # Kueue leaves Jobs without a queue alone (manageJobsWithoutQueueName is off)
         if not job.metadata.name:
             # generateName: a stable name from the content, so results do not depend on input order.

@@ -443,3 +443,17 @@ def test_two_heads_that_fill_the_cohort_exactly_are_admitted_in_one_cycle(capsys
     assert code == 0
     assert "1 cycle(s): 2 admitted, 0 quota reserved, 0 pending" in text
     assert "no longer fits" not in text
+
+
+def test_simulate_queues_a_job_named_only_by_the_queue_name_annotation(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """The one queue-name rule (label, then Kueue's deprecated annotation) serves simulate too,
+    as it serves the manager's webhook and job controller."""
+    job = yaml.safe_load((EXAMPLES / "jobs" / "sample-job.yaml").read_text())
+    queue = job["metadata"]["labels"].pop("kueue.x-k8s.io/queue-name")
+    job["metadata"].setdefault("annotations", {})["kueue.x-k8s.io/queue-name"] = queue
+    path = tmp_path / "annotated-job.yaml"
+    path.write_text(yaml.safe_dump(job))
+    code, result, _ = simulate(capsys, EXAMPLE["single-queue"], path)
+    assert code == 0
+    [wl] = workloads(result).values()
+    assert wl["spec"]["queueName"] == queue
