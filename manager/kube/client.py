@@ -385,21 +385,9 @@ class KubeClient:
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.timeout, sock_read=read_timeout),
             what=what,
         )
-        buffer = b""
         try:
-            while True:
-                try:
-                    chunk = await response.content.readany()
-                except (TimeoutError, aiohttp.ClientError) as err:
-                    raise TransientError(f"{what}: {type(err).__name__}") from None
-                if not chunk:
-                    return
-                buffer += chunk
-                # Split by hand: objects can be longer than aiohttp's readline limit.
-                while b"\n" in buffer:
-                    line, buffer = buffer.split(b"\n", 1)
-                    if not line.strip():
-                        continue
+            async for line in _stream_lines(response, what=what, keep_partial=False):
+                if line.strip():
                     event = json.loads(line)
                     kind = event.get("type", "")
                     obj = event.get("object") or {}
@@ -433,21 +421,9 @@ class KubeClient:
             ),
             what=what,
         )
-        buffer = b""
         try:
-            while True:
-                try:
-                    chunk = await response.content.readany()
-                except (TimeoutError, aiohttp.ClientError) as err:
-                    raise TransientError(f"{what}: {type(err).__name__}") from None
-                if not chunk:
-                    break
-                buffer += chunk
-                while b"\n" in buffer:
-                    line, buffer = buffer.split(b"\n", 1)
-                    yield line.decode(errors="replace")
-            if buffer:
-                yield buffer.decode(errors="replace")
+            async for line in _stream_lines(response, what=what, keep_partial=True):
+                yield line.decode(errors="replace")
         finally:
             response.release()
 
@@ -509,3 +485,22 @@ async def api_client_from_kubeconfig(kubeconfig: dict[str, Any], *, context: str
     configuration = client.Configuration()
     await config.load_kube_config_from_dict(config_dict=copy.deepcopy(kubeconfig), context=context, client_configuration=configuration)
     return client.ApiClient(configuration=configuration)
+
+
+async def _stream_lines(response: aiohttp.ClientResponse, *, what: str, keep_partial: bool) -> AsyncIterator[bytes]:
+    """The lines of a streamed body, without their newline, split by hand (a watch event can be
+    longer than aiohttp's readline limit); `keep_partial` also yields an unterminated last line."""
+    buffer = b""
+    while True:
+        try:
+            chunk = await response.content.readany()
+        except (TimeoutError, aiohttp.ClientError) as err:
+            raise TransientError(f"{what}: {type(err).__name__}") from None
+        if not chunk:
+            break
+        buffer += chunk
+        while b"\n" in buffer:
+            line, buffer = buffer.split(b"\n", 1)
+            yield line
+    if buffer and keep_partial:
+        yield buffer

@@ -59,6 +59,29 @@ class MetricSpec:
     buckets: tuple[float, ...] = ()
 
 
+# Kueue's help for both eviction counters ends with the same description of their labels.
+_EVICTION_LABELS_HELP = (
+    "The label 'reason' can have the following values:\n"
+    '- "Preempted" means that the workload was evicted in order to free resources for a workload with a '
+    "higher priority or reclamation of nominal quota.\n"
+    '- "PodsReadyTimeout" means that the eviction took place due to a PodsReady timeout.\n'
+    '- "AdmissionCheck" means that the workload was evicted because at least one admission check '
+    "transitioned to False.\n"
+    '- "ClusterQueueStopped" means that the workload was evicted because the ClusterQueue is stopped.\n'
+    '- "LocalQueueStopped" means that the workload was evicted because the LocalQueue is stopped.\n'
+    '- "NodeFailures" means that the workload was evicted due to node failures when using '
+    "TopologyAwareScheduling.\n"
+    '- "Deactivated" means that the workload was evicted because spec.active is set to false.\n'
+    "The label 'underlying_cause' can have the following values:\n"
+    "- \"\" means that the value in 'reason' label is the root cause for eviction.\n"
+    '- "AdmissionCheck" means that the workload was evicted by Kueue due to a rejected admission check.\n'
+    '- "MaximumExecutionTimeExceeded" means that the workload was evicted by Kueue due to maximum '
+    "execution time exceeded.\n"
+    '- "RequeuingLimitExceeded" means that the workload was evicted by Kueue due to requeuing limit '
+    "exceeded."
+)
+
+
 KUEUE_METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "kueue_admission_attempts_total",
@@ -172,27 +195,7 @@ KUEUE_METRICS: tuple[MetricSpec, ...] = (
         "kueue_evicted_workloads_total",
         COUNTER,
         ("cluster_queue", "reason", "underlying_cause", "priority_class", "replica_role"),
-        (
-            "The number of evicted workloads per 'cluster_queue',\n"
-            "The label 'reason' can have the following values:\n"
-            '- "Preempted" means that the workload was evicted in order to free resources for a workload with a '
-            "higher priority or reclamation of nominal quota.\n"
-            '- "PodsReadyTimeout" means that the eviction took place due to a PodsReady timeout.\n'
-            '- "AdmissionCheck" means that the workload was evicted because at least one admission check '
-            "transitioned to False.\n"
-            '- "ClusterQueueStopped" means that the workload was evicted because the ClusterQueue is stopped.\n'
-            '- "LocalQueueStopped" means that the workload was evicted because the LocalQueue is stopped.\n'
-            '- "NodeFailures" means that the workload was evicted due to node failures when using '
-            "TopologyAwareScheduling.\n"
-            '- "Deactivated" means that the workload was evicted because spec.active is set to false.\n'
-            "The label 'underlying_cause' can have the following values:\n"
-            "- \"\" means that the value in 'reason' label is the root cause for eviction.\n"
-            '- "AdmissionCheck" means that the workload was evicted by Kueue due to a rejected admission check.\n'
-            '- "MaximumExecutionTimeExceeded" means that the workload was evicted by Kueue due to maximum '
-            "execution time exceeded.\n"
-            '- "RequeuingLimitExceeded" means that the workload was evicted by Kueue due to requeuing limit '
-            "exceeded."
-        ),
+        ("The number of evicted workloads per 'cluster_queue',\n" + _EVICTION_LABELS_HELP),
         CLUSTER_QUEUE,
     ),  # EvictedWorkloadsTotal
     MetricSpec(
@@ -342,27 +345,7 @@ KUEUE_METRICS: tuple[MetricSpec, ...] = (
         "kueue_local_queue_evicted_workloads_total",
         COUNTER,
         ("name", "namespace", "reason", "underlying_cause", "priority_class", "replica_role"),
-        (
-            "The number of evicted workloads per 'local_queue',\n"
-            "The label 'reason' can have the following values:\n"
-            '- "Preempted" means that the workload was evicted in order to free resources for a workload with a '
-            "higher priority or reclamation of nominal quota.\n"
-            '- "PodsReadyTimeout" means that the eviction took place due to a PodsReady timeout.\n'
-            '- "AdmissionCheck" means that the workload was evicted because at least one admission check '
-            "transitioned to False.\n"
-            '- "ClusterQueueStopped" means that the workload was evicted because the ClusterQueue is stopped.\n'
-            '- "LocalQueueStopped" means that the workload was evicted because the LocalQueue is stopped.\n'
-            '- "NodeFailures" means that the workload was evicted due to node failures when using '
-            "TopologyAwareScheduling.\n"
-            '- "Deactivated" means that the workload was evicted because spec.active is set to false.\n'
-            "The label 'underlying_cause' can have the following values:\n"
-            "- \"\" means that the value in 'reason' label is the root cause for eviction.\n"
-            '- "AdmissionCheck" means that the workload was evicted by Kueue due to a rejected admission check.\n'
-            '- "MaximumExecutionTimeExceeded" means that the workload was evicted by Kueue due to maximum '
-            "execution time exceeded.\n"
-            '- "RequeuingLimitExceeded" means that the workload was evicted by Kueue due to requeuing limit '
-            "exceeded."
-        ),
+        ("The number of evicted workloads per 'local_queue',\n" + _EVICTION_LABELS_HELP),
         LOCAL_QUEUE,
     ),  # LocalQueueEvictedWorkloadsTotal
     MetricSpec(
