@@ -23,6 +23,7 @@ from manager.api.meta import (
     LabelSelector,
     Name,
     Resource,
+    Taint,
     Time,
     cel,
     crd_default,
@@ -134,7 +135,7 @@ class LocalQueueFlavorStatus(KubeModel):
     name: Name
     resources: list[str] | None = Field(default=None, max_length=64, json_schema_extra=LIST_SET)
     node_labels: dict[str, str] | None = Field(default=None, max_length=8, json_schema_extra=MAP_ATOMIC)
-    node_taints: list[v2.Taint] | None = Field(default=None, max_length=8, json_schema_extra=LIST_ATOMIC)
+    node_taints: list[Taint] | None = Field(default=None, max_length=8, json_schema_extra=LIST_ATOMIC)
     topology: TopologyInfo | None = None
 
 
@@ -191,12 +192,16 @@ class WorkloadSpec(KubeModel):
     maximum_execution_time_seconds: int | None = Field(default=None, ge=1)
 
 
+# v1beta1 declares delayedTopologyRequest as a free string (v1beta2 adds the enum): the
+# v1beta1 schema must accept what upstream's accepts, so the field is widened here on purpose.
 class PodSetAssignment(v2.PodSetAssignment):
-    delayed_topology_request: str | None = None
+    delayed_topology_request: str | None = None  # type: ignore[assignment]
 
 
 class Admission(v2.Admission):
-    pod_set_assignments: list[PodSetAssignment] = Field(default_factory=list, max_length=18, json_schema_extra=list_map("name"))
+    pod_set_assignments: list[PodSetAssignment] = Field(  # type: ignore[assignment]
+        default_factory=list, max_length=18, json_schema_extra=list_map("name")
+    )
 
 
 class AdmissionCheckState(v2.AdmissionCheckState):
