@@ -18,6 +18,7 @@ from manager.api.meta import (
     LIST_ATOMIC,
     LIST_SET,
     MAP_ATOMIC,
+    MAX_CONDITION_MESSAGE,
     TAINT_RULES,
     TOLERATION_RULES,
     Conditions,
@@ -406,7 +407,7 @@ class AdmissionCheckState(KubeModel):
     name: Annotated[str, Field(min_length=1, max_length=316)]
     state: CheckState
     last_transition_time: Time | None = None
-    message: str = Field(default="", max_length=32768)
+    message: str = Field(default="", max_length=MAX_CONDITION_MESSAGE)
     requeue_after_seconds: int | None = Field(default=None, ge=0)
     retry_count: int | None = Field(default=None, ge=0)
     pod_set_updates: list[PodSetUpdate] | None = Field(default=None, max_length=18, json_schema_extra=LIST_ATOMIC)

@@ -95,13 +95,23 @@ class ObjectMeta(KubeModel):
     finalizers: list[str] | None = None
 
 
+# metav1.Condition's message limit; every writer truncates to it.
+MAX_CONDITION_MESSAGE = 32768
+
+
+def utcnow() -> datetime:
+    """The one wall clock of kfed's writers (timezone-aware UTC, as the API stores times);
+    controllers take a `clock` argument defaulting to it, so tests inject their own."""
+    return datetime.now(UTC)
+
+
 class Condition(KubeModel):
     """metav1.Condition."""
 
     type: str = Field(max_length=316)
     status: Literal["True", "False", "Unknown"]
     reason: str = Field(default="", max_length=1024)
-    message: str = Field(default="", max_length=32768)
+    message: str = Field(default="", max_length=MAX_CONDITION_MESSAGE)
     last_transition_time: Time | None = None
     observed_generation: int | None = Field(default=None, ge=0)
 

@@ -14,15 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from manager.api.core import Secret
+from manager.api.meta import utcnow
 from manager.kube.client import KubeClient
 from manager.kube.errors import AlreadyExistsError, ConflictError, KubeError, NotFoundError
 from manager.runtime.certs import BUNDLE_KEYS, ServingCert, needs_rotation, new_bundle, write_bundle
 
 log = logging.getLogger("kfed.webhookcerts")
-
-
-def _utcnow() -> datetime.datetime:
-    return datetime.datetime.now(datetime.UTC)
 
 
 class WebhookCertManager:
@@ -39,7 +36,7 @@ class WebhookCertManager:
         rotate_before: datetime.timedelta,
         check_interval: float,
         on_change: Callable[[ServingCert], Awaitable[None]],
-        clock: Callable[[], datetime.datetime] = _utcnow,
+        clock: Callable[[], datetime.datetime] = utcnow,
     ) -> None:
         self.client = client
         self.namespace = namespace

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from manager.api import constants as c
 from manager.api.kueue import ClusterQueue, Cohort, LocalQueue, ResourceFlavor, ResourceGroup
-from manager.api.meta import LabelSelector
+from manager.api.meta import MAX_CONDITION_MESSAGE, LabelSelector
 from manager.engine.quota import Quota, QuotaNode, recompute_tree
 from manager.engine.units import FlavorResource, amount
 from manager.engine.workload import WorkloadInfo
@@ -232,7 +232,7 @@ class Cache:
             found.append(("CohortCycle", "the cohort tree has a cycle"))
         if found:
             info.active, info.inactive_reason = False, found[0][0]
-            info.inactive_message = f"Can't admit new workloads: {', '.join(message for _, message in found)}."[:32768]
+            info.inactive_message = f"Can't admit new workloads: {', '.join(message for _, message in found)}."[:MAX_CONDITION_MESSAGE]
         else:
             info.active, info.inactive_reason, info.inactive_message = True, "Ready", "Can admit new workloads"
 

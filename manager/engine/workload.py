@@ -15,7 +15,7 @@ from typing import Any
 from manager.api import constants as c
 from manager.api.config import Configuration
 from manager.api.kueue import Workload
-from manager.api.meta import Condition, Toleration
+from manager.api.meta import MAX_CONDITION_MESSAGE, Condition, Toleration
 from manager.engine.requests import LimitRangeDefaults, Requests, pod_requests, transform
 from manager.engine.units import FlavorResource, amount
 
@@ -134,7 +134,7 @@ class WorkloadInfo:
         """Set a condition; lastTransitionTime changes only when the status does (Kubernetes)."""
         old = self.conditions.get(kind)
         when = old.time if old is not None and old.status == status else now
-        self.conditions[kind] = Cond(status, reason, message[:32768], when)
+        self.conditions[kind] = Cond(status, reason, message[:MAX_CONDITION_MESSAGE], when)
         if kind == c.EVICTED:
             if status == "True" and not self.evicted:
                 self._prepare_for_eviction()

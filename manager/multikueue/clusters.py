@@ -14,14 +14,14 @@ import binascii
 import contextlib
 import logging
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from manager.api import constants as c
 from manager.api import kueue
 from manager.api.core import Secret
-from manager.api.meta import Condition, find_condition
+from manager.api.meta import MAX_CONDITION_MESSAGE, Condition, find_condition, utcnow
 from manager.kube.client import KubeClient
 from manager.kube.errors import NotFoundError
 from manager.kube.informer import Informer
@@ -33,10 +33,6 @@ from manager.runtime.controller import Controller, Result
 from manager.runtime.metrics import REGISTRY
 
 log = logging.getLogger("kfed.multikueue.clusters")
-
-
-def _utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 def _same_condition(old: Condition | None, new: Condition) -> bool:
@@ -71,7 +67,7 @@ class ClusterController:
         secrets: Informer[Secret],
         on_connection_change: Callable[[RemoteCluster], None],
         on_remote_object: Callable[[RemoteCluster, str, str], None],
-        clock: Callable[[], datetime] = _utcnow,
+        clock: Callable[[], datetime] = utcnow,
     ) -> None:
         self.client = client
         self.namespace = namespace
@@ -203,7 +199,9 @@ class ClusterController:
         if not self.is_leader:
             return
         generation = cluster.metadata.generation
-        new = Condition(type=c.ACTIVE, status=status, reason=reason, message=message[:32768], observed_generation=generation)
+        new = Condition(
+            type=c.ACTIVE, status=status, reason=reason, message=message[:MAX_CONDITION_MESSAGE], observed_generation=generation
+        )
         old_conditions = cluster.status.conditions if cluster.status else None
         if _same_condition(find_condition(old_conditions, c.ACTIVE), new):
             return
@@ -234,7 +232,7 @@ class AdmissionCheckController:
         checks: Informer[kueue.AdmissionCheck],
         configs: Informer[kueue.MultiKueueConfig],
         clusters: Informer[kueue.MultiKueueCluster],
-        clock: Callable[[], datetime] = _utcnow,
+        clock: Callable[[], datetime] = utcnow,
     ) -> None:
         self.client = client
         self.checks = checks

@@ -19,7 +19,7 @@ from typing import Any
 
 from manager.api import constants as c
 from manager.api.kueue import AdmissionCheckState, Workload
-from manager.api.meta import Condition, find_condition, is_condition_true
+from manager.api.meta import MAX_CONDITION_MESSAGE, Condition, find_condition, is_condition_true
 
 REASON_MULTIKUEUE = "MultiKueue"
 # kfed's own mark on a copy: which reservation of the manager's Workload it was made for. A
@@ -31,7 +31,7 @@ REASON_EVICTED_ON_MANAGER = "EvictedOnManagerCluster"
 JOB_ADAPTER_KIND = "batch/v1, Kind=Job"  # Kueue's GVK string for the one adapter kfed has
 SYNC_DEFERRED_REQUEUE = 2.0  # seconds: the manager Job is still suspended, try the status copy again
 INCREMENTAL_ROUND = timedelta(minutes=5)
-MAX_MESSAGE = 32768
+MAX_MESSAGE = MAX_CONDITION_MESSAGE
 
 # Fields a copy may differ in without being out of sync: gates are per cluster (Kueue), and
 # `active` is the worker's to set when the manager asks it to deactivate its copy.
@@ -409,13 +409,6 @@ def plan_gc(remote_keys: Sequence[str], *, local: Mapping[str, bool]) -> list[st
 
 
 # --- conditions ------------------------------------------------------------------------------------
-def retry_after(failed_attempts: int) -> timedelta:
-    """Kueue's reconnect backoff: 5 s doubling per failed attempt, capped at 320 s."""
-    if failed_attempts <= 0:
-        return timedelta(0)
-    return timedelta(seconds=5 * 2 ** (min(failed_attempts, 7) - 1))
-
-
 def admission_check_active(
     *, config_name: str | None, config_clusters: Sequence[str] | None, clusters: Mapping[str, bool]
 ) -> tuple[str, str, str]:

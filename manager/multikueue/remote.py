@@ -15,7 +15,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential
@@ -23,6 +23,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wai
 from manager.api import constants as c
 from manager.api.core import Job, Lease
 from manager.api.kueue import Workload
+from manager.api.meta import utcnow
 from manager.engine.jobs import prebuilt_workload_name
 from manager.kube.client import KubeClient, KubeconfigError
 from manager.kube.errors import ForbiddenError, KubeError, NotFoundError
@@ -36,10 +37,6 @@ RETRY_BASE_SECONDS = 5
 RETRY_MAX_SECONDS = 320
 WATCH_START_BASE_SECONDS = 60.0  # Kueue's establish timeout: 1 min doubling to 10 min
 WATCH_START_MAX_SECONDS = 600.0
-
-
-def _utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 class ConnectionFailedError(Exception):
@@ -61,7 +58,7 @@ class RemoteCluster:
         on_change: Callable[[RemoteCluster], None],
         on_object: Callable[[RemoteCluster, str, str], None],
         observe_latency: Callable[[str, str, float], None] | None = None,
-        clock: Callable[[], datetime] = _utcnow,
+        clock: Callable[[], datetime] = utcnow,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.name = name

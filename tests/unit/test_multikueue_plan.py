@@ -23,7 +23,6 @@ from manager.multikueue.plan import (
     plan_gc,
     plan_workload,
     remote_copy,
-    retry_after,
 )
 from manager.multikueue.workload import remote_job
 
@@ -376,10 +375,6 @@ def test_gc_collects_copies_whose_manager_workload_is_gone_or_going() -> None:
 )
 def test_the_admission_check_is_active_as_kueue_says(config: Any, clusters: dict[str, bool], expected: tuple[str, str, str]) -> None:
     assert admission_check_active(config_name="cfg", config_clusters=config, clusters=clusters) == expected
-
-
-def test_reconnects_back_off_from_5_seconds_to_a_320_second_cap() -> None:
-    assert [retry_after(n).total_seconds() for n in range(0, 10)] == [0, 5, 10, 20, 40, 80, 160, 320, 320, 320]
 
 
 def test_a_connection_failure_names_its_attempts_and_the_next_one() -> None:
