@@ -99,12 +99,13 @@ INVALID = [
                 "resourceGroups": [
                     {
                         "coveredResources": ["cpu"],
-                        "flavors": [{"name": "f", "resources": [{"name": "cpu", "nominalQuota": 1, "lendingLimit": 1}]}],
+                        "flavors": [{"name": "f", "resources": [{"name": "cpu", "nominalQuota": 1, "borrowingLimit": 1}]}],
                     }
                 ]
             },
         },
-        "lendingLimit must be nil when cohort is empty",
+        # Kueue's CRD refuses a borrowingLimit without a cohort (a lendingLimit it accepts).
+        "borrowingLimit must be nil when cohort is empty",
     ),
     (
         "resources-not-matching-covered",

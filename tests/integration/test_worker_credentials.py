@@ -187,11 +187,11 @@ async def test_each_refused_kubeconfig_sets_a_condition_naming_the_field_and_the
         capture_output=True, text=True, cwd=REPO_ROOT, timeout=120,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    rows = {row["NAME"]: row for row in json.loads(result.stdout)}
+    rows = {row["name"]: row for row in json.loads(result.stdout)}
     assert set(expected) <= set(rows)
     for name, (_, reason, message) in expected.items():
-        assert (rows[name]["ACTIVE"], rows[name]["REASON"]) == ("False", reason)
-        assert rows[name]["WORKLOADS"] == "cannot use its kubeconfig: " + message.removeprefix("load client config failed: ")
+        assert (rows[name]["active"], rows[name]["reason"]) == ("False", reason)
+        assert rows[name]["error"] == "cannot use its kubeconfig: " + message.removeprefix("load client config failed: ")
     status = subprocess.run(
         [sys.executable, "-m", "manager.cli.main", "status", f"--kubeconfig={cluster.kubeconfig_path}"],
         capture_output=True, text=True, cwd=REPO_ROOT, timeout=120,
