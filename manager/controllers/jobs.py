@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -68,6 +69,9 @@ class JobController:
         self.expectations = Expectations()
         self.controller = Controller("job", self.reconcile, workers=workers)
         self.is_leader = False
+        # Set by MultiKueue on the manager: whether a worker still runs this Workload's Job
+        # (its quota is kept until the worker has stopped it).
+        self.runs_elsewhere: Callable[[kueue.Workload], bool] | None = None
         caches.jobs.add_handler(self._on_job)
         caches.workloads.add_handler(self._on_workload)
 
@@ -158,9 +162,9 @@ class JobController:
             await self._stop(job, wl, evicted)
             return None
         if evicted and reserved:
-            if not eviction_can_release(job):
-                # Its pods are still going, or it is finishing (then it ends Finished, never
-                # queued again); the Job's update wakes us too.
+            if not eviction_can_release(job) or (self.runs_elsewhere is not None and self.runs_elsewhere(wl)):
+                # Its pods are still going (here or on a worker), or it is finishing (then it
+                # ends Finished, never queued again); the Job's update wakes us too.
                 return Result(requeue_after=1.0)
             if job.status is not None and job.status.start_time is not None:
                 # Same as Kueue's stop: clear startTime. Kubernetes lets a suspended Job's

@@ -196,6 +196,13 @@ def eviction_can_release(job: Job) -> bool:
     return not status.get("active") and not status.get("terminating") and not job_finishing(job)
 
 
+def job_stopped(job: Job) -> bool:
+    """Suspended with no pod left running or terminating, and neither finished nor finishing:
+    what a Job handed to a worker must be there before the manager gives its quota back (and
+    deletes it)."""
+    return job.spec.suspend is True and eviction_can_release(job) and not job_finished(job)[0]
+
+
 def _original_template(wl: Workload) -> dict[str, Any]:
     template = wl.spec.pod_sets[0].template if wl.spec.pod_sets else None
     return template if isinstance(template, dict) else {}

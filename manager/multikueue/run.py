@@ -52,6 +52,7 @@ class MultiKueue:
             interval=self.settings.gc_interval.total_seconds(),
         )
         self.configs.add_handler(lambda kind, old, new: self.workloads.resync())
+        process.jobs.runs_elsewhere = self.workloads.runs_on_a_worker
 
     def on_connection_change(self, remote: Any) -> None:
         self.workloads.on_connection_change(remote)

@@ -22,7 +22,7 @@ from manager.api.core import Job
 from manager.api.meta import Condition
 from manager.controllers.caches import Caches
 from manager.controllers.events import EventRecorder, InvolvedObject
-from manager.engine.jobs import prebuilt_workload_metadata, without_controller_labels
+from manager.engine.jobs import job_stopped, prebuilt_workload_metadata, without_controller_labels
 from manager.kube.client import JSON_PATCH, KubeClient
 from manager.kube.errors import AlreadyExistsError, ConflictError, KubeError, NotFoundError
 from manager.kube.informer import Informer
@@ -192,6 +192,17 @@ class WorkloadController:
                 reason=REASON_MULTIKUEUE,
                 message=message,
             )
+
+    def runs_on_a_worker(self, wl: kueue.Workload) -> bool:
+        """Whether a connected worker still runs our Job for this Workload, or has it finishing
+        (`job_stopped`): the manager keeps the evicted Workload's quota until then, so that an
+        eviction stops a running remote Job (and sees it finish) instead of deleting it.
+        Disconnected workers count through the manager Job's status and workerLostTimeout."""
+        for remote in self.clusters.remotes.values():
+            theirs = remote.job_for(wl.key) if remote.connected else None
+            if theirs is not None and not job_stopped(theirs):
+                return True
+        return False
 
     # --- reading -----------------------------------------------------------------------------------
     def _config_clusters(self, check_name: str) -> list[str] | None:

@@ -108,6 +108,19 @@ async def pods_created(kube: Clients, ns: str, job: str, *, reason: str = "Succe
     return out
 
 
+async def job_events(kube: Clients, ns: str, job: str) -> dict[str, list[tuple[str, str, str]]]:
+    """Every worker's Events about Jobs of this name: (time, reason, message), for a failure's story."""
+    out = {}
+    for name, client in kube.workers.items():
+        events = await client.request(
+            "GET", f"/api/v1/namespaces/{ns}/events", query=[("fieldSelector", f"involvedObject.kind=Job,involvedObject.name={job}")]
+        )
+        out[name] = sorted(
+            (e.get("lastTimestamp") or e.get("eventTime") or "", e.get("reason", ""), e.get("message", "")) for e in events["items"]
+        )
+    return out
+
+
 async def pods_that_ran(kube: Clients, ns: str, job: str) -> int:
     """Pods created for this Job on any worker and not deleted by a suspension: those that ran
     to their end."""
@@ -421,7 +434,14 @@ async def test_short_jobs_under_preemption_churn_each_run_exactly_once(kube: Cli
 
     await eventually(cleaned, timeout=60, what="every remote Job and Workload deleted")
     ran = {name: await pods_that_ran(kube, ns, name) for name in jobs}
-    assert ran == dict.fromkeys(jobs, 1), {name: count for name, count in ran.items() if count != 1}
+    wrong = {name: count for name, count in ran.items() if count != 1}
+    story = [
+        f"{name} on {worker}: {event}"
+        for name in wrong
+        for worker, events in (await job_events(kube, ns, name)).items()
+        for event in events
+    ]
+    assert not wrong, "\n".join([str(wrong), *story])
     preempted = 0
     for name in jobs:
         wl = await kube.manager_workload(ns, name)

@@ -21,6 +21,7 @@ from manager.engine.jobs import (
     admitted_pod_metadata,
     admitted_without_reservation,
     eviction_can_release,
+    job_stopped,
     prebuilt_workload_metadata,
     prebuilt_workload_name,
     requeued_follow_up,
@@ -277,6 +278,24 @@ def test_an_evicted_job_gives_its_quota_back_only_when_stopped_unfinished(
     evicted = job(suspend=True, completions=completions, parallelism=1)
     evicted.status = Job.model_validate({"status": status}).status
     assert eviction_can_release(evicted) is releases
+
+
+@pytest.mark.parametrize(
+    ("suspend", "status", "stopped"),
+    [
+        (True, {}, True),
+        (False, {}, False),  # unsuspended: about to run, or running
+        (True, {"active": 1}, False),  # suspended, its pod not gone yet
+        (True, {"succeeded": 1}, False),  # finishing
+        (True, {"conditions": [{"type": "Complete", "status": "True"}], "succeeded": 1}, False),  # finished: it ends Finished
+    ],
+)
+def test_a_worker_job_is_stopped_only_when_suspended_with_no_pod_and_unfinished(
+    suspend: bool, status: dict[str, Any], stopped: bool
+) -> None:
+    remote = job(suspend=suspend, completions=1, parallelism=1)
+    remote.status = Job.model_validate({"status": status}).status
+    assert job_stopped(remote) is stopped
 
 
 def test_admitted_without_reservation_names_unready_checks() -> None:
