@@ -39,6 +39,7 @@ from manager.api.kueue import (
 from manager.api.meta import Condition, is_condition_true
 from manager.engine.cache import Cache, CheckInfo, ClusterQueueInfo
 from manager.engine.fairshare import dominant_resource_share
+from manager.engine.jobs import requeued_on_release
 from manager.engine.requests import RequestError, limit_range_defaults
 from manager.engine.scheduler import CycleResult, Scheduler
 from manager.engine.units import to_quantity
@@ -531,7 +532,7 @@ class AdmissionState:
 
     def finish_eviction(self, key: str, now: datetime) -> None:
         """What the job integration does once an evicted workload's pods are gone: release its
-        quota and queue it again, with Requeued=True (Kueue's UnsetQuotaReservationWithCondition)."""
+        quota and queue it again, with Kueue's Requeued (UnsetQuotaReservationWithCondition)."""
         info = self.infos.get(key)
         if info is None or not info.reserved:
             return
@@ -540,7 +541,9 @@ class AdmissionState:
         reason = evicted.reason if evicted is not None else REASON_PENDING_EVALUATION
         cq = self.cache.cluster_queues.get(info.admission_cq)
         self.scheduler.release(info, now, reason=REASON_PENDING_EVALUATION, message=message)
-        info.set_condition(c.REQUEUED, "True", reason, message, now)
+        # Same rule as for a Job's release: Requeued=True at once only after a preemption or
+        # node failures; otherwise False until the workload controller's follow-up.
+        info.set_condition(c.REQUEUED, "True" if requeued_on_release(reason) else "False", reason, message, now)
         if cq is not None:
             self.scheduler.requeue_inadmissible_in_tree(cq.node.root())
         self.dirty.add(key)
