@@ -38,9 +38,13 @@ How the table counts (`judge`, a pure function; tests/unit/test_fault_counting.p
   (label `batch.kubernetes.io/job-name`) records every pod that reached Running or Succeeded,
   with its cluster, when it was first seen running and when it ended (a terminal phase or its
   deletion).
-- A Job "ran twice" if more of its pods Succeeded than its completions, or if pods of it ran
-  on two clusters at overlapping times. A pod stopped by a legitimate preemption did not
-  succeed and ended before the Job ran again, so the restart is not "twice".
+- Each dispatch of a Job is one copy of it on a worker (one worker Job, told apart by its uid,
+  which its pods carry in `batch.kubernetes.io/controller-uid`). A Job "ran twice" if one copy
+  had more pods Succeed than its completions, if more than one copy completed (each had as
+  many Succeeded pods as the completions), or if pods of it ran on two clusters at
+  overlapping times. A copy stopped by a legitimate preemption did not complete (the pods it
+  had finished are lost with it, as in Kueue: the Job starts over) and its pods ended before
+  the next copy's began, so the restart is not "twice".
 - A Job is "lost" if the manager's Job is gone, if it is unfinished and its Workload is gone,
   or if it ended (Complete or Failed) without any pod of it ever running, or Failed.
 - A Job is "stuck" if it is not lost and not finished by the deadline (fault end + 300 s;
@@ -84,6 +88,7 @@ from tests.integration.controllers import SYSTEM_NAMESPACE, ControllerProcess, S
 REPO = Path(__file__).resolve().parents[1]
 
 JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")
+CONTROLLER_UID_LABELS = ("batch.kubernetes.io/controller-uid", "controller-uid")
 LONG_POD_ANNOTATION = "pod-complete.stage.kwok.x-k8s.io/delay"
 WORKER_LOST_TIMEOUT = 60  # seconds; the manager's multiKueue.workerLostTimeout here
 DEADLINE = 300.0
@@ -97,6 +102,7 @@ class PodRun:
     """One pod of a Job that reached Running or Succeeded on a worker."""
 
     cluster: str
+    copy: str  # the uid of the worker's Job the pod belongs to: one dispatch of the Job
     pod: str
     started: float
     ended: float | None  # None: still running when the records were read
@@ -135,10 +141,19 @@ def ran_on_two_clusters_at_once(runs: Sequence[PodRun]) -> bool:
     return False
 
 
+def succeeded_by_copy(runs: Sequence[PodRun]) -> dict[tuple[str, str], int]:
+    counts: dict[tuple[str, str], int] = {}
+    for run in runs:
+        counts[(run.cluster, run.copy)] = counts.get((run.cluster, run.copy), 0) + run.succeeded
+    return counts
+
+
 def judge(job: JobRecord) -> Verdict:
     """The rules in the module docstring, for one Job."""
-    succeeded = sum(1 for run in job.runs if run.succeeded)
-    twice = succeeded > job.completions or ran_on_two_clusters_at_once(job.runs)
+    by_copy = succeeded_by_copy(job.runs)
+    completed_copies = sum(1 for count in by_copy.values() if count >= job.completions)
+    over_completed = any(count > job.completions for count in by_copy.values())
+    twice = over_completed or completed_copies > 1 or ran_on_two_clusters_at_once(job.runs)
     lost = job.vanished or job.failed or (job.finished and not job.runs)
     stuck = not lost and not job.finished
     return Verdict(lost=lost, twice=twice, stuck=stuck)
@@ -153,6 +168,21 @@ class FaultResult:
     stuck: tuple[str, ...]
     recovery: float | None  # seconds; None: the probe never completed
     succeeded_pods: dict[str, int] = field(default_factory=dict)
+    details: dict[str, str] = field(default_factory=dict)  # the runs of each Job counted bad
+
+
+def describe_runs(runs: Sequence[PodRun]) -> str:
+    """Per copy: where, how many pods ran and succeeded, and when (seconds, monotonic clock)."""
+    copies: dict[tuple[str, str], list[PodRun]] = {}
+    for run in runs:
+        copies.setdefault((run.cluster, run.copy), []).append(run)
+    parts = []
+    for (cluster, copy), items in sorted(copies.items(), key=lambda kv: min(r.started for r in kv[1])):
+        ends = [r.ended for r in items]
+        end = "running" if None in ends else f"{max(e for e in ends if e is not None):.1f}"
+        succeeded = sum(r.succeeded for r in items)
+        parts.append(f"{cluster} copy {copy[:8]}: {len(items)} pods, {succeeded} succeeded, {min(r.started for r in items):.1f}-{end}")
+    return "; ".join(parts) or "no pod ran"
 
 
 def tally(fault: str, jobs: Sequence[JobRecord], recovery: float | None) -> FaultResult:
@@ -165,6 +195,7 @@ def tally(fault: str, jobs: Sequence[JobRecord], recovery: float | None) -> Faul
         stuck=tuple(sorted(name for name, v in verdicts.items() if v.stuck)),
         recovery=recovery,
         succeeded_pods={job.name: sum(1 for run in job.runs if run.succeeded) for job in jobs},
+        details={job.name: describe_runs(job.runs) for job in jobs if verdicts[job.name] != Verdict(False, False, False)},
     )
 
 
@@ -182,6 +213,7 @@ def table(results: Sequence[FaultResult]) -> str:
         for label, names in (("lost", r.lost), ("twice", r.twice), ("stuck", r.stuck)):
             if names:
                 lines.append(f"{r.fault}: {label}: {', '.join(names)}")
+        lines += [f"  {name}: {detail}" for name, detail in sorted(r.details.items())]
     return "\n".join(lines)
 
 
@@ -198,6 +230,7 @@ class _Seen:
     cluster: str
     namespace: str
     job: str
+    copy: str
     pod: str
     started: float
     ended: float | None = None
@@ -234,7 +267,8 @@ class PodRecorder:
         if record is None:
             if phase == "Failed":
                 return  # failed before it ever ran
-            record = self.seen[uid] = _Seen(self.cluster, pod.namespace or "", job, pod.name, started=now)
+            copy = next((labels[key] for key in CONTROLLER_UID_LABELS if key in labels), "")
+            record = self.seen[uid] = _Seen(self.cluster, pod.namespace or "", job, copy, pod.name, started=now)
         if phase in ("Succeeded", "Failed") and record.ended is None:
             record.ended = now
             record.succeeded = phase == "Succeeded"
@@ -251,7 +285,7 @@ class PodRecorder:
         out: dict[str, list[PodRun]] = {}
         for s in self.seen.values():
             if s.namespace == namespace:
-                out.setdefault(s.job, []).append(PodRun(s.cluster, s.pod, s.started, s.ended, s.succeeded))
+                out.setdefault(s.job, []).append(PodRun(s.cluster, s.copy, s.pod, s.started, s.ended, s.succeeded))
         return out
 
 

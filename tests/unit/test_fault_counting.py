@@ -8,8 +8,8 @@ import pytest
 from benchmarks.faults import ALL, FaultResult, JobRecord, PodRun, Verdict, judge, parse_faults, table, tally
 
 
-def run(cluster: str, started: float, ended: float | None, *, succeeded: bool = True, pod: str = "p") -> PodRun:
-    return PodRun(cluster=cluster, pod=pod, started=started, ended=ended, succeeded=succeeded)
+def run(cluster: str, started: float, ended: float | None, *, succeeded: bool = True, pod: str = "p", copy: str = "") -> PodRun:
+    return PodRun(cluster=cluster, copy=copy or f"{cluster}-copy", pod=pod, started=started, ended=ended, succeeded=succeeded)
 
 
 def job(*runs: PodRun, completions: int = 1, finished: bool = True, failed: bool = False, vanished: bool = False) -> JobRecord:
@@ -50,6 +50,28 @@ OK = Verdict(lost=False, twice=False, stuck=False)
             Verdict(False, True, True),
             id="still running on two clusters at the deadline",
         ),
+        pytest.param(
+            job(
+                run("w2", 0, 1, pod="a"),
+                run("w2", 1, 2, pod="b"),
+                run("w1", 3, 4, pod="c"),
+                run("w1", 4, 5, pod="d"),
+                run("w1", 5, 6, pod="e"),
+                completions=3,
+            ),
+            OK,
+            id="preempted after 2 of 3 completions, then all 3 again on another worker: not twice",
+        ),
+        pytest.param(
+            job(run("w1", 0, 1, pod="a", copy="first"), run("w1", 2, 3, pod="b", copy="second")),
+            Verdict(False, True, False),
+            id="two copies on one worker both completed",
+        ),
+        pytest.param(
+            job(run("w1", 0, 1, pod="a"), run("w1", 1, 2, pod="b"), completions=1),
+            Verdict(False, True, False),
+            id="one copy with more pods succeeded than its completions",
+        ),
         pytest.param(job(finished=True), Verdict(True, False, False), id="finished without ever running"),
         pytest.param(job(run("w1", 0, 1, succeeded=False), finished=True, failed=True), Verdict(True, False, False), id="failed"),
         pytest.param(job(finished=False, vanished=True), Verdict(True, False, False), id="its Job or Workload disappeared"),
@@ -78,13 +100,18 @@ def test_tally_names_the_jobs_and_counts_succeeded_pods_per_job() -> None:
         stuck=("late",),
         recovery=12.34,
         succeeded_pods={"fine": 1, "double": 2, "gone": 0, "late": 0},
+        details={
+            "double": "w1 copy w1-copy: 1 pods, 1 succeeded, 0.0-1.0; w2 copy w2-copy: 1 pods, 1 succeeded, 0.5-2.0",
+            "gone": "no pod ran",
+            "late": "no pod ran",
+        },
     )
 
 
 def test_the_table_has_one_row_per_fault_and_names_the_bad_jobs() -> None:
     results = [
         FaultResult("agent-killed", 9, (), (), (), 3.25),
-        FaultResult("freeze-2m", 9, ("short-1",), (), ("long-0", "long-1"), None),
+        FaultResult("freeze-2m", 9, ("short-1",), (), ("long-0", "long-1"), None, details={"short-1": "no pod ran"}),
     ]
     assert table(results).splitlines() == [
         "fault         jobs  lost  twice  stuck  recovery s",
@@ -93,6 +120,7 @@ def test_the_table_has_one_row_per_fault_and_names_the_bad_jobs() -> None:
         "freeze-2m        9     1      0      2       never",
         "freeze-2m: lost: short-1",
         "freeze-2m: stuck: long-0, long-1",
+        "  short-1: no pod ran",
     ]
 
 
