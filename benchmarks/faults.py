@@ -80,7 +80,7 @@ from manager.api.meta import OpenModel, Resource
 from manager.dev import federation
 from manager.dev.local import LocalCluster, LocalProvider
 from manager.kube.client import KubeClient
-from manager.kube.errors import KubeError, NotFoundError
+from manager.kube.errors import AlreadyExistsError, KubeError, NotFoundError, TransientError
 from manager.kube.informer import Informer
 from tests.e2e.federation import RUNS, Clients, join, kueue_object, secret_manifest, write_config
 from tests.integration.controllers import SYSTEM_NAMESPACE, ControllerProcess, ServiceProxy, ensure_namespace, wait_webhooks
@@ -423,9 +423,21 @@ def job_manifest(job: MixJob, namespace: str) -> dict[str, Any]:
     }
 
 
-async def submit(suite: Suite, jobs: Sequence[MixJob], namespace: str) -> None:
+async def submit(suite: Suite, jobs: Sequence[MixJob], namespace: str, *, timeout: float = 180.0) -> None:
+    """Create the Jobs on the manager, as a user's script would through a fault: a create the
+    apiserver never answered is sent again, and one that exists already was stored before."""
     for job in jobs:
-        await suite.clients.manager.create(Job, job_manifest(job, namespace), namespace=namespace, retry_unreachable_webhook=True)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                await suite.clients.manager.create(Job, job_manifest(job, namespace), namespace=namespace, retry_unreachable_webhook=True)
+                break
+            except AlreadyExistsError:
+                break
+            except TransientError:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(1)  # the manager's apiserver is down; try again
 
 
 async def poll(condition: Callable[[], Awaitable[bool]], *, timeout: float, interval: float = 0.5) -> bool:
@@ -623,7 +635,7 @@ async def run_suite(provider: Any, directory: Path, faults: Sequence[str], *, sh
         results = []
         for fault in faults:
             result = await run_fault(suite, fault, short=short)
-            print(table([result]).splitlines()[2], flush=True)
+            print("\n".join(table([result]).splitlines()[2:]), flush=True)
             results.append(result)
         return results
     finally:
