@@ -410,6 +410,12 @@ async def test_a_job_preempted_on_the_manager_is_stopped_on_its_worker_and_quota
     await eventually(worker_reservation, timeout=30, what=f"the victim's worker reserving {expected} cpu")
 
 
+@pytest.mark.xfail(
+    strict=False,
+    reason="issue #17, open: under preemption churn a short Job is sometimes started again on a second "
+    "worker after its first copy was suspended in the same second as its pod was created; whether that pod ran "
+    "(the count here reads Job events, and a deleted remote Job's pods leave no SuccessfulDelete) is not yet known",
+)
 async def test_short_jobs_under_preemption_churn_each_run_exactly_once(kube: Clients, tag: str) -> None:
     """Short Jobs preempted on the manager while they finish on a worker: each ends Complete
     with exactly one pod that ran; an eviction racing the finish never starts one again."""
