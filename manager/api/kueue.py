@@ -470,14 +470,6 @@ class Workload(Resource):
     spec: WorkloadSpec = Field(default_factory=WorkloadSpec)
     status: WorkloadStatus | None = None
 
-    @property
-    def effective_priority(self) -> int:
-        return self.spec.priority or 0
-
-    @property
-    def is_active(self) -> bool:
-        return self.spec.active is not False
-
 
 # --- AdmissionCheck ---------------------------------------------------------------------------
 

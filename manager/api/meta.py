@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer
 from pydantic.alias_generators import to_camel
@@ -216,3 +216,40 @@ def find_condition(conditions: list[Condition] | None, condition_type: str) -> C
 def is_condition_true(conditions: list[Condition] | None, condition_type: str) -> bool:
     condition = find_condition(conditions, condition_type)
     return condition is not None and condition.status == "True"
+
+
+class ConditionState(Protocol):
+    """What the transition rule reads of a condition: a metav1.Condition or the engine's own."""
+
+    @property
+    def status(self) -> str: ...
+
+    @property
+    def last_transition_time(self) -> datetime | None: ...
+
+
+def transition_time(previous: ConditionState | None, status: str, now: datetime) -> datetime:
+    """Kubernetes' rule for a condition's lastTransitionTime: it changes only when the status does."""
+    if previous is not None and previous.status == status and previous.last_transition_time is not None:
+        return previous.last_transition_time
+    return now
+
+
+def same_condition(old: Condition | None, new: Condition) -> bool:
+    """Whether writing `new` would change nothing a reader sees (the time aside)."""
+    return old is not None and (old.status, old.reason, old.message, old.observed_generation) == (
+        new.status,
+        new.reason,
+        new.message,
+        new.observed_generation,
+    )
+
+
+def set_condition(conditions: list[Condition] | None, new: Condition, *, now: datetime) -> list[Condition]:
+    """Kubernetes' SetStatusCondition, the one condition upsert of kfed's writers: `new` takes
+    the place of the condition of its type, its message cut to the limit, and its
+    lastTransitionTime kept from the old one while the status stays the same."""
+    previous = find_condition(conditions, new.type)
+    when = transition_time(previous, new.status, now)
+    new = new.model_copy(update={"message": new.message[:MAX_CONDITION_MESSAGE], "last_transition_time": when})
+    return [cond for cond in conditions or [] if cond.type != new.type] + [new]

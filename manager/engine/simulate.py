@@ -27,12 +27,14 @@ from manager.engine.cache import Cache, ClusterQueueInfo
 from manager.engine.jobs import JobConversionError, job_queue_name, workload_for_job
 from manager.engine.requests import RequestError, limit_range_defaults
 from manager.engine.scheduler import Scheduler
-from manager.engine.state import cluster_queue_status, stop_policy_eviction, workload_priority, workload_status
+from manager.engine.status import cluster_queue_status, workload_status
 from manager.engine.workload import (
     REASON_PENDING_EVALUATION,
     WorkloadInfo,
     build_info,
     stable_uid,
+    stop_policy_eviction,
+    workload_priority,
 )
 
 DEFAULT_MAX_CYCLES = 10_000
@@ -233,11 +235,7 @@ class Simulation:
         """Running workloads hold quota; the rest are queued (stop policies applied first)."""
         for wl in sorted(self.workloads, key=lambda w: w.key):
             if wl.reserved:
-                cq = self.cache.cluster_queues.get(wl.admission_cq)
-                if cq is None:
-                    continue
-                wl.cluster_queue = cq.name
-                self.cache.reserve(cq, wl)
+                self.cache.reserve_admitted(wl)
         for wl in sorted(self.workloads, key=lambda w: w.key):
             if wl.reserved:
                 self._apply_stop_policies(wl, now)
