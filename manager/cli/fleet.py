@@ -27,6 +27,7 @@ from manager.api.meta import is_condition_true
 from manager.cli import views
 from manager.engine.jobs import job_queue_name
 from manager.engine.selectors import selector_matches
+from manager.engine.workload import controller_owner
 from manager.kube.client import KubeClient, KubeconfigError
 from manager.kube.errors import KubeError, NotFoundError
 from manager.multikueue.kubeconfig import REASON_BAD, KubeconfigRejectedError, parse_kubeconfig
@@ -242,9 +243,8 @@ async def _labelled_jobs(client: KubeClient, args: argparse.Namespace, workloads
         return None
     jobs = await client.list(Job, namespace=_namespace(args), label_selector=args.selector)
     selected = {(job.namespace, job.name) for job in jobs.items}
-    owned_by_job = {
-        (wl.namespace, ref.name) for wl in workloads for ref in wl.metadata.owner_references or [] if ref.controller and ref.kind == "Job"
-    }
+    owners = [(wl.namespace, controller_owner(wl)) for wl in workloads]
+    owned_by_job = {(namespace, owner.name) for namespace, owner in owners if owner is not None and owner.kind == "Job"}
     return selected & owned_by_job
 
 
