@@ -240,8 +240,8 @@ class AdmissionController:
                 log.warning("cannot deactivate the workload", extra={"key": key, "error": str(err)})
                 self._deactivate.add(key)
 
-    def _issue(self, flush: Any) -> None:
-        for write in flush.writes:
+    def _issue(self, writes: list[StatusWrite]) -> None:
+        for write in writes:
             if write.key in self._inflight:
                 self.state.redo(write.key)  # one write per workload at a time; redo after it
                 continue

@@ -110,7 +110,7 @@ def cluster_queue_samples(state: AdmissionState, finished: Iterable[Finished], n
             lending = math.inf if quota.lending_limit is None else engine_amount(resource, quota.lending_limit)
             out.append(Sample("kueue_cluster_queue_borrowing_limit", labels, borrowing))
             out.append(Sample("kueue_cluster_queue_lending_limit", labels, lending))
-        status = cluster_queue_status(cq, state.scheduler, since=now)
+        status = cluster_queue_status(cq, state.scheduler, now=now)
         out += _usage_samples("kueue_cluster_queue_resource_reservation", (cohort, name), status.flavors_reservation or [])
         out += _usage_samples("kueue_cluster_queue_resource_usage", (cohort, name), status.flavors_usage or [])
         if fair_sharing:

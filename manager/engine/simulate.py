@@ -300,5 +300,5 @@ class Simulation:
         return info.obj.model_copy(update=update)
 
     def _cluster_queue_out(self, cq: ClusterQueueInfo) -> ClusterQueue:
-        status = cluster_queue_status(cq, self.scheduler, since=self.start)
+        status = cluster_queue_status(cq, self.scheduler, now=self.start)
         return cq.obj.model_copy(update={"api_version": f"{c.GROUP}/{c.STORAGE_VERSION}", "status": status})

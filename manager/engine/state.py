@@ -63,11 +63,6 @@ class StatusWrite:
     events: list[EventRecord] = field(default_factory=list)  # to emit once the write succeeds
 
 
-@dataclass
-class Flush:
-    writes: list[StatusWrite] = field(default_factory=list)
-
-
 class AdmissionState:
     """Everything the admission side knows, built from a cluster's objects."""
 
@@ -91,7 +86,6 @@ class AdmissionState:
         self.cache = Cache()
         self.scheduler = Scheduler(self.cache, config=self.config, namespaces=self.namespaces, evict_immediately=False)
         self._needs_rebuild = True
-        self._active_since: dict[str, tuple[bool, datetime]] = {}
 
     # --- configuration objects ---------------------------------------------------------------------
     def _set(self, table: dict[str, object], key: str, obj: object | None) -> None:
@@ -362,9 +356,9 @@ class AdmissionState:
             self.upsert_workload(latest, now)
 
     # --- output ----------------------------------------------------------------------------------------
-    def flush(self, now: datetime) -> Flush:
+    def flush(self, now: datetime) -> list[StatusWrite]:
         """Status writes (and their Events) for every workload whose engine view differs from the cluster's."""
-        out = Flush()
+        out = []
         for key in sorted(self.dirty):
             info = self.infos.get(key)
             if info is None:
@@ -382,7 +376,7 @@ class AdmissionState:
             admits = key in self.assumed
             events = status_events(info, current, desired)
             rv = info.obj.metadata.resource_version or ""
-            out.writes.append(StatusWrite(key, info.namespace, info.name, rv, desired, admits=admits, events=events))
+            out.append(StatusWrite(key, info.namespace, info.name, rv, desired, admits=admits, events=events))
         self.dirty.clear()
         return out
 
@@ -390,12 +384,9 @@ class AdmissionState:
         cq = self.cache.cluster_queues.get(name)
         if cq is None:
             return None
-        active, since = self._active_since.get(name, (cq.active, now))
-        if active != cq.active:
-            since = now
-        self._active_since[name] = (cq.active, since)
-        return cluster_queue_status(cq, self.scheduler, since=since)
+        stored = self.cluster_queue_objects.get(name)
+        return cluster_queue_status(cq, self.scheduler, now=now, previous=stored.status.conditions if stored and stored.status else None)
 
     def local_queue_statuses(self, now: datetime) -> dict[str, LocalQueueStatus]:
         """Every LocalQueue's status, from one pass over the workloads."""
-        return local_queue_statuses(self.infos.values(), self.cache, now=now)
+        return local_queue_statuses(self.infos.values(), self.cache, now=now, stored=self.local_queues)

@@ -7,7 +7,7 @@ what the admission side owns (`same_status`), the Events such a change raises
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -189,8 +189,11 @@ def _usage_totals(workloads: Iterable[WorkloadInfo]) -> tuple[dict[FlavorResourc
     return reservation, usage, reserving, admitted
 
 
-def cluster_queue_status(cq: ClusterQueueInfo, scheduler: Scheduler, *, since: datetime) -> ClusterQueueStatus:
-    """Kueue's ClusterQueue status: counts, reservation and usage per flavor, and `Active`."""
+def cluster_queue_status(
+    cq: ClusterQueueInfo, scheduler: Scheduler, *, now: datetime, previous: list[Condition] | None = None
+) -> ClusterQueueStatus:
+    """Kueue's ClusterQueue status: counts, reservation and usage per flavor, and `Active`
+    (its time kept from the `previous` conditions while its status stays)."""
     reservation, admitted_usage, reserving, admitted = _usage_totals(cq.workloads.values())
 
     def usage_list(totals: dict[FlavorResource, int]) -> list[FlavorUsage]:
@@ -209,6 +212,8 @@ def cluster_queue_status(cq: ClusterQueueInfo, scheduler: Scheduler, *, since: d
                 out.append(FlavorUsage(name=flavor, resources=resources))
         return out
 
+    active = "True" if cq.active else "False"
+    since = transition_time(find_condition(previous, c.ACTIVE), active, now)
     status = ClusterQueueStatus(
         flavors_reservation=usage_list(reservation),
         flavors_usage=usage_list(admitted_usage),
@@ -218,7 +223,7 @@ def cluster_queue_status(cq: ClusterQueueInfo, scheduler: Scheduler, *, since: d
         conditions=[
             Condition(
                 type=c.ACTIVE,
-                status="True" if cq.active else "False",
+                status=active,
                 reason=cq.inactive_reason,
                 message=cq.inactive_message,
                 last_transition_time=since,
@@ -237,8 +242,11 @@ class _LocalQueueWorkloads:
     reserved: list[WorkloadInfo] = field(default_factory=list)
 
 
-def local_queue_statuses(infos: Iterable[WorkloadInfo], cache: Cache, *, now: datetime) -> dict[str, LocalQueueStatus]:
-    """Every LocalQueue's status, from one pass over the workloads."""
+def local_queue_statuses(
+    infos: Iterable[WorkloadInfo], cache: Cache, *, now: datetime, stored: Mapping[str, kueue.LocalQueue] | None = None
+) -> dict[str, LocalQueueStatus]:
+    """Every LocalQueue's status, from one pass over the workloads; `stored` holds the latest
+    objects (the cache's may predate a status write), whose Active condition keeps its time."""
     members: dict[str, _LocalQueueWorkloads] = {key: _LocalQueueWorkloads() for key in cache.local_queues}
     for info in infos:
         found = members.get(f"{info.namespace}/{info.queue_name}")
@@ -248,7 +256,8 @@ def local_queue_statuses(infos: Iterable[WorkloadInfo], cache: Cache, *, now: da
             found.reserved.append(info)
         elif info.active:
             found.pending += 1
-    return {key: local_queue_status(cache.local_queues[key], cache, found, now=now) for key, found in members.items()}
+    latest = stored or {}
+    return {key: local_queue_status(latest.get(key) or cache.local_queues[key], cache, found, now=now) for key, found in members.items()}
 
 
 def local_queue_status(lq: kueue.LocalQueue, cache: Cache, members: _LocalQueueWorkloads, *, now: datetime) -> LocalQueueStatus:
