@@ -191,7 +191,7 @@ class ConcurrentAdmissionPolicy(KubeModel):
 class ClusterQueueSpec(KubeModel):
     model_config = {"json_schema_extra": cel(NO_BORROWING_WITHOUT_COHORT)}
 
-    resource_groups: list[ResourceGroup] | None = Field(default=None, max_length=16, json_schema_extra=LIST_ATOMIC)
+    resource_groups: list[ResourceGroup] | None = Field(default=None, max_length=c.MAX_RESOURCE_GROUPS, json_schema_extra=LIST_ATOMIC)
     cohort_name: Name | None = None
     queueing_strategy: QueueingStrategy | None = Field(default=None, json_schema_extra=crd_default("BestEffortFIFO"))
     namespace_selector: LabelSelector | None = None
@@ -254,7 +254,7 @@ class ClusterQueue(Resource):
 class CohortSpec(KubeModel):
     # Limits without a parent are refused by the webhook (manager.api.validation), as Kueue's does.
     parent_name: Name | None = None
-    resource_groups: list[ResourceGroup] | None = Field(default=None, max_length=16, json_schema_extra=LIST_ATOMIC)
+    resource_groups: list[ResourceGroup] | None = Field(default=None, max_length=c.MAX_RESOURCE_GROUPS, json_schema_extra=LIST_ATOMIC)
     fair_sharing: FairSharing | None = None
 
 
@@ -356,7 +356,7 @@ class PreemptionGate(KubeModel):
     name: Annotated[str, Field(min_length=1, max_length=63)]
 
 
-PodSets = Annotated[list[PodSet], Field(min_length=1, max_length=18, json_schema_extra=list_map("name"))]
+PodSets = Annotated[list[PodSet], Field(min_length=1, max_length=c.MAX_POD_SETS, json_schema_extra=list_map("name"))]
 
 
 class WorkloadSpec(KubeModel):
@@ -382,7 +382,7 @@ class PodSetAssignment(KubeModel):
 class Admission(KubeModel):
     # Neither is required by Kueue's CRD; kfed always writes both.
     cluster_queue: Name = ""
-    pod_set_assignments: list[PodSetAssignment] = Field(default_factory=list, max_length=18, json_schema_extra=list_map("name"))
+    pod_set_assignments: list[PodSetAssignment] = Field(default_factory=list, max_length=c.MAX_POD_SETS, json_schema_extra=list_map("name"))
 
 
 class RequeueState(KubeModel):
@@ -410,7 +410,7 @@ class AdmissionCheckState(KubeModel):
     message: str = Field(default="", max_length=MAX_CONDITION_MESSAGE)
     requeue_after_seconds: int | None = Field(default=None, ge=0)
     retry_count: int | None = Field(default=None, ge=0)
-    pod_set_updates: list[PodSetUpdate] | None = Field(default=None, max_length=18, json_schema_extra=LIST_ATOMIC)
+    pod_set_updates: list[PodSetUpdate] | None = Field(default=None, max_length=c.MAX_POD_SETS, json_schema_extra=LIST_ATOMIC)
 
 
 class PodSetRequest(KubeModel):
@@ -439,9 +439,9 @@ class UnhealthyNode(KubeModel):
     name: str
 
 
-ReclaimablePods = Annotated[list[ReclaimablePod], Field(max_length=18, json_schema_extra=list_map("name"))]
+ReclaimablePods = Annotated[list[ReclaimablePod], Field(max_length=c.MAX_POD_SETS, json_schema_extra=list_map("name"))]
 AdmissionCheckStates = Annotated[list[AdmissionCheckState], Field(max_length=8, json_schema_extra=list_map("name"))]
-PodSetRequests = Annotated[list[PodSetRequest], Field(max_length=18, json_schema_extra=list_map("name"))]
+PodSetRequests = Annotated[list[PodSetRequest], Field(max_length=c.MAX_POD_SETS, json_schema_extra=list_map("name"))]
 UnhealthyNodes = Annotated[list[UnhealthyNode], Field(max_length=8, json_schema_extra=list_map("name"))]
 
 
@@ -454,7 +454,7 @@ class WorkloadStatus(KubeModel):
     resource_requests: PodSetRequests | None = None
     accumulated_past_execution_time_seconds: int | None = None
     scheduling_stats: SchedulingStats | None = None
-    nominated_cluster_names: list[str] | None = Field(default=None, max_length=20, json_schema_extra=LIST_ATOMIC)
+    nominated_cluster_names: list[str] | None = Field(default=None, max_length=c.MAX_MULTIKUEUE_CLUSTERS, json_schema_extra=LIST_ATOMIC)
     cluster_name: str | None = Field(default=None, max_length=256)
     unhealthy_nodes: UnhealthyNodes | None = None
     preemption_gates: list[PreemptionGateState] | None = Field(default=None, max_length=8, json_schema_extra=list_map("name"))
@@ -552,7 +552,7 @@ UNIQUE_ITEMS = cel(("size(self.filter(i, size(self.filter(j, j == i)) > 1)) == 0
 
 class MultiKueueConfigSpec(KubeModel):
     clusters: list[Annotated[str, Field(max_length=256)]] = Field(
-        min_length=1, max_length=20, json_schema_extra={**LIST_ATOMIC, **UNIQUE_ITEMS}
+        min_length=1, max_length=c.MAX_MULTIKUEUE_CLUSTERS, json_schema_extra={**LIST_ATOMIC, **UNIQUE_ITEMS}
     )
     quota_management: Literal["Manual", "Automated"] | None = None
 

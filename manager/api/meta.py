@@ -12,14 +12,14 @@ DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 
 
-def _format_time(value: datetime) -> str:
-    # Kubernetes writes metav1.Time as RFC 3339 in UTC with a "Z" and whole seconds.
+def format_time(value: datetime) -> str:
+    """metav1.Time as Kubernetes writes it: RFC 3339 in UTC with a "Z" and whole seconds."""
     if value.tzinfo is None:
         value = value.replace(tzinfo=UTC)
     return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-Time = Annotated[datetime, PlainSerializer(_format_time, return_type=str, when_used="json")]
+Time = Annotated[datetime, PlainSerializer(format_time, return_type=str, when_used="json")]
 """metav1.Time: parsed into an aware datetime, written back as RFC 3339 UTC."""
 
 Name = Annotated[str, Field(max_length=253, pattern=DNS_SUBDOMAIN_PATTERN)]

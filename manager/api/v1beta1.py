@@ -65,7 +65,7 @@ class ClusterQueueSpec(KubeModel):
         )
     }
 
-    resource_groups: list[v2.ResourceGroup] | None = Field(default=None, max_length=16, json_schema_extra=LIST_ATOMIC)
+    resource_groups: list[v2.ResourceGroup] | None = Field(default=None, max_length=c.MAX_RESOURCE_GROUPS, json_schema_extra=LIST_ATOMIC)
     cohort: Name | None = None
     queueing_strategy: v2.QueueingStrategy | None = Field(default=None, json_schema_extra=crd_default("BestEffortFIFO"))
     namespace_selector: LabelSelector | None = None
@@ -181,7 +181,9 @@ class PodSet(v2.PodSet):
 
 
 class WorkloadSpec(KubeModel):
-    pod_sets: Annotated[list[PodSet], Field(min_length=1, max_length=18, json_schema_extra=list_map("name"))] = Field(default_factory=list)
+    pod_sets: Annotated[list[PodSet], Field(min_length=1, max_length=c.MAX_POD_SETS, json_schema_extra=list_map("name"))] = Field(
+        default_factory=list
+    )
     queue_name: Name | None = None
     priority_class_name: Annotated[str, Field(max_length=253)] | None = None
     priority: int | None = None
@@ -200,7 +202,7 @@ class PodSetAssignment(v2.PodSetAssignment):
 
 class Admission(v2.Admission):
     pod_set_assignments: list[PodSetAssignment] = Field(  # type: ignore[assignment]
-        default_factory=list, max_length=18, json_schema_extra=list_map("name")
+        default_factory=list, max_length=c.MAX_POD_SETS, json_schema_extra=list_map("name")
     )
 
 
@@ -222,7 +224,7 @@ class WorkloadStatus(KubeModel):
     # Kueue's v1beta1 field keeps this spelling.
     accumulated_past_exexcution_time_seconds: int | None = None
     scheduling_stats: SchedulingStats | None = None
-    nominated_cluster_names: list[str] | None = Field(default=None, max_length=20, json_schema_extra=LIST_ATOMIC)
+    nominated_cluster_names: list[str] | None = Field(default=None, max_length=c.MAX_MULTIKUEUE_CLUSTERS, json_schema_extra=LIST_ATOMIC)
     cluster_name: str | None = None
     unhealthy_nodes: list[v2.UnhealthyNode] | None = None
 
@@ -288,7 +290,7 @@ class MultiKueueCluster(Resource):
 
 
 class MultiKueueConfigSpec(KubeModel):
-    clusters: list[str] = Field(min_length=1, max_length=20, json_schema_extra=LIST_SET)
+    clusters: list[str] = Field(min_length=1, max_length=c.MAX_MULTIKUEUE_CLUSTERS, json_schema_extra=LIST_SET)
 
 
 class MultiKueueConfig(Resource):
