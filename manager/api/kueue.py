@@ -44,6 +44,13 @@ FungibilityPolicy = Literal["MayStopSearch", "TryNextFlavor"]
 CheckState = Literal["Pending", "Ready", "Retry", "Rejected"]
 
 
+class KueueResource(Resource):
+    """A kind of Kueue's API group, at the version kfed stores."""
+
+    GROUP: ClassVar[str] = c.GROUP
+    VERSION: ClassVar[str] = c.STORAGE_VERSION
+
+
 # --- ResourceFlavor ---------------------------------------------------------------------------
 
 
@@ -54,11 +61,8 @@ class ResourceFlavorSpec(KubeModel):
     topology_name: Name | None = None
 
 
-class ResourceFlavor(Resource):
-    GROUP: ClassVar[str] = c.GROUP
-    VERSION: ClassVar[str] = "v1beta2"
+class ResourceFlavor(KueueResource):
     KIND: ClassVar[str] = "ResourceFlavor"
-    PLURAL: ClassVar[str] = "resourceflavors"
 
     spec: ResourceFlavorSpec = Field(default_factory=ResourceFlavorSpec)
 
@@ -225,11 +229,8 @@ class ClusterQueueStatus(KubeModel):
     fair_sharing: FairSharingStatus | None = None
 
 
-class ClusterQueue(Resource):
-    GROUP: ClassVar[str] = c.GROUP
-    VERSION: ClassVar[str] = "v1beta2"
+class ClusterQueue(KueueResource):
     KIND: ClassVar[str] = "ClusterQueue"
-    PLURAL: ClassVar[str] = "clusterqueues"
 
     spec: ClusterQueueSpec = Field(default_factory=ClusterQueueSpec)
     status: ClusterQueueStatus | None = None
@@ -262,11 +263,8 @@ class CohortStatus(KubeModel):
     fair_sharing: FairSharingStatus | None = None
 
 
-class Cohort(Resource):
-    GROUP: ClassVar[str] = c.GROUP
-    VERSION: ClassVar[str] = "v1beta2"
+class Cohort(KueueResource):
     KIND: ClassVar[str] = "Cohort"
-    PLURAL: ClassVar[str] = "cohorts"
 
     spec: CohortSpec = Field(default_factory=CohortSpec)
     status: CohortStatus | None = None
@@ -301,11 +299,8 @@ class LocalQueueStatus(KubeModel):
     fair_sharing: LocalQueueFairSharingStatus | None = None
 
 
-class LocalQueue(Resource):
-    GROUP: ClassVar[str] = c.GROUP
-    VERSION: ClassVar[str] = "v1beta2"
+class LocalQueue(KueueResource):
     KIND: ClassVar[str] = "LocalQueue"
-    PLURAL: ClassVar[str] = "localqueues"
     NAMESPACED: ClassVar[bool] = True
 
     spec: LocalQueueSpec = Field(default_factory=LocalQueueSpec)
@@ -315,11 +310,8 @@ class LocalQueue(Resource):
 # --- WorkloadPriorityClass --------------------------------------------------------------------
 
 
-class WorkloadPriorityClass(Resource):
-    GROUP: ClassVar[str] = c.GROUP
-    VERSION: ClassVar[str] = "v1beta2"
+class WorkloadPriorityClass(KueueResource):
     KIND: ClassVar[str] = "WorkloadPriorityClass"
-    PLURAL: ClassVar[str] = "workloadpriorityclasses"
 
     value: int
     description: str | None = Field(default=None, max_length=2048)
@@ -460,11 +452,8 @@ class WorkloadStatus(KubeModel):
     preemption_gates: list[PreemptionGateState] | None = Field(default=None, max_length=8, json_schema_extra=list_map("name"))
 
 
-class Workload(Resource):
-    GROUP: ClassVar[str] = c.GROUP
-    VERSION: ClassVar[str] = "v1beta2"
+class Workload(KueueResource):
     KIND: ClassVar[str] = "Workload"
-    PLURAL: ClassVar[str] = "workloads"
     NAMESPACED: ClassVar[bool] = True
 
     spec: WorkloadSpec = Field(default_factory=WorkloadSpec)
@@ -489,11 +478,8 @@ class AdmissionCheckStatus(KubeModel):
     conditions: Conditions | None = None
 
 
-class AdmissionCheck(Resource):
-    GROUP: ClassVar[str] = c.GROUP
-    VERSION: ClassVar[str] = "v1beta2"
+class AdmissionCheck(KueueResource):
     KIND: ClassVar[str] = "AdmissionCheck"
-    PLURAL: ClassVar[str] = "admissionchecks"
 
     spec: AdmissionCheckSpec
     status: AdmissionCheckStatus | None = None
@@ -537,11 +523,8 @@ class MultiKueueClusterStatus(KubeModel):
     conditions: Conditions | None = None
 
 
-class MultiKueueCluster(Resource):
-    GROUP: ClassVar[str] = c.GROUP
-    VERSION: ClassVar[str] = "v1beta2"
+class MultiKueueCluster(KueueResource):
     KIND: ClassVar[str] = "MultiKueueCluster"
-    PLURAL: ClassVar[str] = "multikueueclusters"
 
     spec: MultiKueueClusterSpec
     status: MultiKueueClusterStatus | None = None
@@ -557,11 +540,8 @@ class MultiKueueConfigSpec(KubeModel):
     quota_management: Literal["Manual", "Automated"] | None = None
 
 
-class MultiKueueConfig(Resource):
-    GROUP: ClassVar[str] = c.GROUP
-    VERSION: ClassVar[str] = "v1beta2"
+class MultiKueueConfig(KueueResource):
     KIND: ClassVar[str] = "MultiKueueConfig"
-    PLURAL: ClassVar[str] = "multikueueconfigs"
 
     spec: MultiKueueConfigSpec
 

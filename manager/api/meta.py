@@ -173,8 +173,20 @@ TOLERATION_RULES = cel(
 """The rules on a list of tolerations (Kubernetes' own, which a CRD has to spell out)."""
 
 
+def plural_of(kind: str) -> str:
+    """The resource name Kubernetes derives from a kind (as kubebuilder does): lowercased, plus
+    "es" after s, x, z, ch or sh, "ies" in place of a final y after a consonant, else "s"."""
+    name = kind.lower()
+    if name.endswith(("s", "x", "z", "ch", "sh")):
+        return name + "es"
+    if name.endswith("y") and name[-2:-1] not in ("a", "e", "i", "o", "u"):
+        return name[:-1] + "ies"
+    return name + "s"
+
+
 class Resource(KubeModel):
-    """A top-level Kubernetes object. Subclasses set the class variables that name the kind."""
+    """A top-level Kubernetes object. Subclasses set the class variables that name the kind
+    (PLURAL, when not set, is `plural_of(KIND)`)."""
 
     GROUP: ClassVar[str] = ""
     VERSION: ClassVar[str] = "v1"
@@ -185,6 +197,12 @@ class Resource(KubeModel):
     api_version: str = ""
     kind: str = ""
     metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        if cls.KIND and not cls.PLURAL:
+            cls.PLURAL = plural_of(cls.KIND)
 
     def model_post_init(self, context: Any) -> None:
         if not self.api_version:

@@ -30,6 +30,14 @@ from manager.api.meta import (
     list_map,
 )
 
+
+class V1Beta1Resource(Resource):
+    """A kind of Kueue's API group at v1beta1."""
+
+    GROUP: ClassVar[str] = c.GROUP
+    VERSION: ClassVar[str] = "v1beta1"
+
+
 # v1beta1 still accepts the deprecated aliases of MayStopSearch.
 FungibilityPolicy = Literal["MayStopSearch", "TryNextFlavor", "Borrow", "Preempt"]
 # Kueue's v1beta1 conditions have no count limit.
@@ -100,11 +108,8 @@ class ClusterQueueStatus(KubeModel):
     fair_sharing: v2.LocalQueueFairSharingStatus | None = None
 
 
-class ClusterQueue(Resource):
-    GROUP: ClassVar[str] = c.GROUP
-    VERSION: ClassVar[str] = "v1beta1"
+class ClusterQueue(V1Beta1Resource):
     KIND: ClassVar[str] = "ClusterQueue"
-    PLURAL: ClassVar[str] = "clusterqueues"
 
     spec: ClusterQueueSpec = Field(default_factory=ClusterQueueSpec)
     status: ClusterQueueStatus | None = None
@@ -114,11 +119,8 @@ class CohortStatus(KubeModel):
     fair_sharing: v2.LocalQueueFairSharingStatus | None = None
 
 
-class Cohort(Resource):
-    GROUP: ClassVar[str] = c.GROUP
-    VERSION: ClassVar[str] = "v1beta1"
+class Cohort(V1Beta1Resource):
     KIND: ClassVar[str] = "Cohort"
-    PLURAL: ClassVar[str] = "cohorts"
 
     spec: v2.CohortSpec = Field(default_factory=v2.CohortSpec)
     status: CohortStatus | None = None
@@ -150,22 +152,16 @@ class LocalQueueStatus(KubeModel):
     fair_sharing: v2.LocalQueueFairSharingStatus | None = None
 
 
-class LocalQueue(Resource):
-    GROUP: ClassVar[str] = c.GROUP
-    VERSION: ClassVar[str] = "v1beta1"
+class LocalQueue(V1Beta1Resource):
     KIND: ClassVar[str] = "LocalQueue"
-    PLURAL: ClassVar[str] = "localqueues"
     NAMESPACED: ClassVar[bool] = True
 
     spec: v2.LocalQueueSpec = Field(default_factory=v2.LocalQueueSpec)
     status: LocalQueueStatus | None = None
 
 
-class WorkloadPriorityClass(Resource):
-    GROUP: ClassVar[str] = c.GROUP
-    VERSION: ClassVar[str] = "v1beta1"
+class WorkloadPriorityClass(V1Beta1Resource):
     KIND: ClassVar[str] = "WorkloadPriorityClass"
-    PLURAL: ClassVar[str] = "workloadpriorityclasses"
 
     value: int
     description: str | None = None
@@ -229,11 +225,8 @@ class WorkloadStatus(KubeModel):
     unhealthy_nodes: list[v2.UnhealthyNode] | None = None
 
 
-class Workload(Resource):
-    GROUP: ClassVar[str] = c.GROUP
-    VERSION: ClassVar[str] = "v1beta1"
+class Workload(V1Beta1Resource):
     KIND: ClassVar[str] = "Workload"
-    PLURAL: ClassVar[str] = "workloads"
     NAMESPACED: ClassVar[bool] = True
 
     spec: WorkloadSpec = Field(default_factory=WorkloadSpec)
@@ -256,11 +249,8 @@ class AdmissionCheckStatus(KubeModel):
     conditions: Conditions | None = None
 
 
-class AdmissionCheck(Resource):
-    GROUP: ClassVar[str] = c.GROUP
-    VERSION: ClassVar[str] = "v1beta1"
+class AdmissionCheck(V1Beta1Resource):
     KIND: ClassVar[str] = "AdmissionCheck"
-    PLURAL: ClassVar[str] = "admissionchecks"
 
     spec: AdmissionCheckSpec
     status: AdmissionCheckStatus | None = None
@@ -279,11 +269,8 @@ class MultiKueueClusterSpec(KubeModel):
     cluster_profile_ref: v2.ClusterProfileReference | None = None
 
 
-class MultiKueueCluster(Resource):
-    GROUP: ClassVar[str] = c.GROUP
-    VERSION: ClassVar[str] = "v1beta1"
+class MultiKueueCluster(V1Beta1Resource):
     KIND: ClassVar[str] = "MultiKueueCluster"
-    PLURAL: ClassVar[str] = "multikueueclusters"
 
     spec: MultiKueueClusterSpec
     status: MultiKueueClusterStatus | None = None
@@ -293,11 +280,8 @@ class MultiKueueConfigSpec(KubeModel):
     clusters: list[str] = Field(min_length=1, max_length=c.MAX_MULTIKUEUE_CLUSTERS, json_schema_extra=LIST_SET)
 
 
-class MultiKueueConfig(Resource):
-    GROUP: ClassVar[str] = c.GROUP
-    VERSION: ClassVar[str] = "v1beta1"
+class MultiKueueConfig(V1Beta1Resource):
     KIND: ClassVar[str] = "MultiKueueConfig"
-    PLURAL: ClassVar[str] = "multikueueconfigs"
 
     spec: MultiKueueConfigSpec
 
