@@ -152,50 +152,30 @@ class WebhookEndpoint:
         return config
 
 
+def _configuration(kind: str, name: str, webhook: dict[str, Any]) -> dict[str, Any]:
+    """A webhook configuration holding one webhook, with the settings all of kfed's share."""
+    shared = {"failurePolicy": "Fail", "sideEffects": "None", "admissionReviewVersions": ["v1"], "timeoutSeconds": 10}
+    return {"apiVersion": "admissionregistration.k8s.io/v1", "kind": kind, "metadata": {"name": name}, "webhooks": [webhook | shared]}
+
+
 def webhook_configurations(endpoint: WebhookEndpoint) -> list[dict[str, Any]]:
     mutating = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "MutatingWebhookConfiguration",
-        "metadata": {"name": MUTATING_CONFIGURATION},
-        "webhooks": [
-            {
-                "name": "mjob.kfed.x-k8s.io",
-                "clientConfig": endpoint.client_config(MUTATE_JOB_PATH),
-                "rules": [{"apiGroups": ["batch"], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["jobs"]}],
-                # Only queued Jobs reach us: a manager that is down never blocks anyone else's Jobs.
-                "objectSelector": {"matchExpressions": [{"key": c.QUEUE_NAME_LABEL, "operator": "Exists"}]},
-                "failurePolicy": "Fail",
-                "sideEffects": "None",
-                "admissionReviewVersions": ["v1"],
-                "timeoutSeconds": 10,
-            }
-        ],
+        "name": "mjob.kfed.x-k8s.io",
+        "clientConfig": endpoint.client_config(MUTATE_JOB_PATH),
+        "rules": [{"apiGroups": ["batch"], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["jobs"]}],
+        # Only queued Jobs reach us: a manager that is down never blocks anyone else's Jobs.
+        "objectSelector": {"matchExpressions": [{"key": c.QUEUE_NAME_LABEL, "operator": "Exists"}]},
     }
     validating = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingWebhookConfiguration",
-        "metadata": {"name": VALIDATING_CONFIGURATION},
-        "webhooks": [
-            {
-                "name": "vkueue.kfed.x-k8s.io",
-                "clientConfig": endpoint.client_config(VALIDATE_PATH),
-                "rules": [
-                    {
-                        "apiGroups": [c.GROUP],
-                        "apiVersions": ["v1beta2"],
-                        "operations": ["CREATE", "UPDATE"],
-                        "resources": KUEUE_PLURALS,
-                    }
-                ],
-                "matchPolicy": "Equivalent",
-                "failurePolicy": "Fail",
-                "sideEffects": "None",
-                "admissionReviewVersions": ["v1"],
-                "timeoutSeconds": 10,
-            }
-        ],
+        "name": "vkueue.kfed.x-k8s.io",
+        "clientConfig": endpoint.client_config(VALIDATE_PATH),
+        "rules": [{"apiGroups": [c.GROUP], "apiVersions": ["v1beta2"], "operations": ["CREATE", "UPDATE"], "resources": KUEUE_PLURALS}],
+        "matchPolicy": "Equivalent",
     }
-    return [mutating, validating]
+    return [
+        _configuration("MutatingWebhookConfiguration", MUTATING_CONFIGURATION, mutating),
+        _configuration("ValidatingWebhookConfiguration", VALIDATING_CONFIGURATION, validating),
+    ]
 
 
 async def install(client: KubeClient, endpoint: WebhookEndpoint) -> None:
