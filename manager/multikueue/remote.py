@@ -275,6 +275,21 @@ class RemoteCluster:
         found = self.jobs.by_index("prebuilt", key)
         return found[0] if found else None
 
+    async def read_job(self, key: str, job_name: str) -> Job | None:
+        """Our Job for the Workload `key`, read live from the worker (not from the cache, which
+        may not have seen it start yet); None when it is not there. Raises KubeError when the
+        worker cannot be asked."""
+        client = self.client
+        if client is None:
+            raise ConnectionFailedError("not connected")
+        namespace, _, _ = key.partition("/")
+        try:
+            job = await client.get(Job, job_name, namespace=namespace)
+        except NotFoundError:
+            return None
+        ours = (job.metadata.labels or {}).get(c.MULTIKUEUE_ORIGIN_LABEL) == self.origin
+        return job if ours and _prebuilt_of(job) == [key] else None
+
 
 def _prebuilt_of(job: Job) -> list[str]:
     name = prebuilt_workload_name(job.metadata)
