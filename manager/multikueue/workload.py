@@ -198,22 +198,21 @@ class WorkloadController:
         """Whether our Job for this Workload may still run or finish on a worker
         (`may_still_run_on`): the manager keeps the evicted Workload's quota until it cannot,
         so that an eviction stops a running remote Job (and sees it finish) instead of
-        deleting it and starting it again elsewhere. The worker that admitted it is asked
-        live; a worker that cannot be asked counts as running it."""
+        deleting it and starting it again elsewhere. Every connected worker is asked live (one
+        read each, once per eviction check); a worker that cannot be asked counts as running it."""
         check_name = self._check_name(wl)
         names = (self._config_clusters(check_name) if check_name else None) or []
         names += [name for name in self.clusters.remotes if name not in names]
         health = self._health(names)
-        admitted_on = wl.status.cluster_name if wl.status else None
         _, owner = self._local_job(wl)
         jobs: dict[str, Job | None] = {}
         for cluster in health:
-            if not cluster.connected:
+            remote = self.clusters.remotes.get(cluster.name)
+            if remote is None:
                 continue
-            remote = self.clusters.remotes[cluster.name]
             cached = remote.job_for(wl.key)
             job_name = cached.name if cached is not None else (owner.name if owner is not None else None)
-            if cluster.name != admitted_on or job_name is None:
+            if not cluster.connected or job_name is None:
                 jobs[cluster.name] = cached
                 continue
             try:
@@ -225,7 +224,11 @@ class WorkloadController:
                 )
                 return True
         where = may_still_run_on(
-            admitted_on=admitted_on, clusters=health, jobs=jobs, now=self.clock(), worker_lost_timeout=self.settings.worker_lost_timeout
+            admitted_on=wl.status.cluster_name if wl.status else None,
+            clusters=health,
+            jobs=jobs,
+            now=self.clock(),
+            worker_lost_timeout=self.settings.worker_lost_timeout,
         )
         return where is not None
 
