@@ -268,6 +268,15 @@ class RemoteCluster:
     def workload(self, key: str) -> Workload | None:
         return self.workloads.get(key) if self.workloads is not None and self.connected else None
 
+    def last_known_workload(self, key: str) -> Workload | None:
+        """The copy as last seen, also while the worker is not connected (the cache keeps it)."""
+        return self.workloads.get(key) if self.workloads is not None else None
+
+    @property
+    def ever_seen(self) -> bool:
+        """Whether this manager has listed the worker's objects at least once since it started."""
+        return self.workloads is not None
+
     def job_for(self, key: str) -> Job | None:
         """Our Job on this worker for the Workload `key` (namespace/name), from the cache."""
         if self.jobs is None:
