@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -71,7 +71,7 @@ class JobController:
         self.is_leader = False
         # Set by MultiKueue on the manager: whether a worker still runs this Workload's Job
         # (its quota is kept until the worker has stopped it).
-        self.runs_elsewhere: Callable[[kueue.Workload], bool] | None = None
+        self.runs_elsewhere: Callable[[kueue.Workload], Awaitable[bool]] | None = None
         caches.jobs.add_handler(self._on_job)
         caches.workloads.add_handler(self._on_workload)
 
@@ -162,7 +162,7 @@ class JobController:
             await self._stop(job, wl, evicted)
             return None
         if evicted and reserved:
-            if not eviction_can_release(job) or (self.runs_elsewhere is not None and self.runs_elsewhere(wl)):
+            if not eviction_can_release(job) or (self.runs_elsewhere is not None and await self.runs_elsewhere(wl)):
                 # Its pods are still going (here or on a worker), or it is finishing (then it
                 # ends Finished, never queued again); the Job's update wakes us too.
                 return Result(requeue_after=1.0)

@@ -199,7 +199,11 @@ def eviction_can_release(job: Job) -> bool:
 def job_stopped(job: Job) -> bool:
     """Suspended with no pod left running or terminating, and neither finished nor finishing:
     what a Job handed to a worker must be there before the manager gives its quota back (and
-    deletes it)."""
+    deletes it). The Job controller must also have seen the suspension: while its last word is
+    Suspended=False (it resumed the Job), its counts predate the stop and a pod may yet run."""
+    conditions = (job.status.conditions if job.status else None) or []
+    if any(cond.type == "Suspended" and cond.status == "False" for cond in conditions):
+        return False
     return job.spec.suspend is True and eviction_can_release(job) and not job_finished(job)[0]
 
 

@@ -18,8 +18,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from manager.api import constants as c
+from manager.api.core import Job
 from manager.api.kueue import AdmissionCheckState, Workload
 from manager.api.meta import MAX_CONDITION_MESSAGE, Condition, find_condition, is_condition_true
+from manager.engine.jobs import job_stopped
 
 REASON_MULTIKUEUE = "MultiKueue"
 # kfed's own mark on a copy: which reservation of the manager's Workload it was made for. A
@@ -364,6 +366,41 @@ def _only_lost_workers_may_run_it(inputs: WorkloadInputs) -> bool:
     if not lost:
         return False
     return all(inputs.now - (cluster.lost_since or inputs.now) >= inputs.worker_lost_timeout for cluster in lost)
+
+
+def may_still_run_on(
+    *,
+    admitted_on: str | None,
+    clusters: Sequence[ClusterHealth],
+    jobs: Mapping[str, Job | None],
+    admitted_copies: frozenset[str] = frozenset(),
+    never_seen: frozenset[str] = frozenset(),
+    now: datetime,
+    worker_lost_timeout: timedelta,
+) -> str | None:
+    """The worker where an evicted Workload's Job may still run or finish, or None: only then
+    may the manager give its quota back, delete the copies and dispatch it again.
+
+    `jobs` holds, per worker, our Job there: read live from each connected worker (a cache
+    may not have seen it start yet), and as last known for a worker that is not connected. The
+    eviction has already cleared `status.clusterName` (Kueue's prepareForEviction), so
+    `admitted_on` is often None. A worker that is not connected counts, until workerLostTimeout
+    has passed since it was lost (Kueue's promise: after that its pods count as gone), when it
+    admitted the Workload, when its last known Job was not stopped, when its last known copy
+    was admitted there (`admitted_copies`: its agent may have started the Job since), or when
+    this manager has never seen it (`never_seen`: nothing is known)."""
+    for cluster in clusters:
+        job = jobs.get(cluster.name)
+        running = job is not None and not job_stopped(job)
+        if cluster.connected:
+            if running:
+                return cluster.name
+            continue
+        if now - (cluster.lost_since or now) >= worker_lost_timeout:
+            continue
+        if running or cluster.name in (admitted_on, *admitted_copies, *never_seen):
+            return cluster.name
+    return None
 
 
 def _problems(inputs: WorkloadInputs, remotes: Mapping[str, Workload], nominated: Sequence[str]) -> str:

@@ -268,12 +268,36 @@ class RemoteCluster:
     def workload(self, key: str) -> Workload | None:
         return self.workloads.get(key) if self.workloads is not None and self.connected else None
 
+    def last_known_workload(self, key: str) -> Workload | None:
+        """The copy as last seen, also while the worker is not connected (the cache keeps it)."""
+        return self.workloads.get(key) if self.workloads is not None else None
+
+    @property
+    def ever_seen(self) -> bool:
+        """Whether this manager has listed the worker's objects at least once since it started."""
+        return self.workloads is not None
+
     def job_for(self, key: str) -> Job | None:
         """Our Job on this worker for the Workload `key` (namespace/name), from the cache."""
         if self.jobs is None:
             return None
         found = self.jobs.by_index("prebuilt", key)
         return found[0] if found else None
+
+    async def read_job(self, key: str, job_name: str) -> Job | None:
+        """Our Job for the Workload `key`, read live from the worker (not from the cache, which
+        may not have seen it start yet); None when it is not there. Raises KubeError when the
+        worker cannot be asked."""
+        client = self.client
+        if client is None:
+            raise ConnectionFailedError("not connected")
+        namespace, _, _ = key.partition("/")
+        try:
+            job = await client.get(Job, job_name, namespace=namespace)
+        except NotFoundError:
+            return None
+        ours = (job.metadata.labels or {}).get(c.MULTIKUEUE_ORIGIN_LABEL) == self.origin
+        return job if ours and _prebuilt_of(job) == [key] else None
 
 
 def _prebuilt_of(job: Job) -> list[str]:

@@ -22,7 +22,7 @@ from manager.api.core import Job
 from manager.api.meta import Condition
 from manager.controllers.caches import Caches
 from manager.controllers.events import EventRecorder, InvolvedObject
-from manager.engine.jobs import job_stopped, prebuilt_workload_metadata, without_controller_labels
+from manager.engine.jobs import prebuilt_workload_metadata, without_controller_labels
 from manager.kube.client import JSON_PATCH, KubeClient
 from manager.kube.errors import AlreadyExistsError, ConflictError, KubeError, NotFoundError
 from manager.kube.informer import Informer
@@ -38,11 +38,12 @@ from manager.multikueue.plan import (
     WorkloadInputs,
     has_quota,
     incremental_nomination,
+    may_still_run_on,
     multikueue_check,
     plan_workload,
     remote_copy,
 )
-from manager.multikueue.remote import RemoteCluster
+from manager.multikueue.remote import ConnectionFailedError, RemoteCluster
 from manager.multikueue.settings import Settings
 from manager.runtime.controller import Controller, Result
 from manager.runtime.metrics import REGISTRY
@@ -193,16 +194,51 @@ class WorkloadController:
                 message=message,
             )
 
-    def runs_on_a_worker(self, wl: kueue.Workload) -> bool:
-        """Whether a connected worker still runs our Job for this Workload, or has it finishing
-        (`job_stopped`): the manager keeps the evicted Workload's quota until then, so that an
-        eviction stops a running remote Job (and sees it finish) instead of deleting it.
-        Disconnected workers count through the manager Job's status and workerLostTimeout."""
-        for remote in self.clusters.remotes.values():
-            theirs = remote.job_for(wl.key) if remote.connected else None
-            if theirs is not None and not job_stopped(theirs):
+    async def runs_on_a_worker(self, wl: kueue.Workload) -> bool:
+        """Whether our Job for this Workload may still run or finish on a worker
+        (`may_still_run_on`): the manager keeps the evicted Workload's quota until it cannot,
+        so that an eviction stops a running remote Job (and sees it finish) instead of
+        deleting it and starting it again elsewhere. Every connected worker is asked live (one
+        read each, once per eviction check); a worker that cannot be asked counts as running it."""
+        check_name = self._check_name(wl)
+        names = (self._config_clusters(check_name) if check_name else None) or []
+        names += [name for name in self.clusters.remotes if name not in names]
+        health = self._health(names)
+        _, owner = self._local_job(wl)
+        jobs: dict[str, Job | None] = {}
+        admitted_copies, never_seen = set(), set()
+        for cluster in health:
+            remote = self.clusters.remotes.get(cluster.name)
+            if remote is None:
+                continue
+            if not remote.ever_seen:
+                never_seen.add(cluster.name)
+            copy = remote.last_known_workload(wl.key)
+            if copy is not None and has_quota(copy):
+                admitted_copies.add(cluster.name)
+            cached = remote.job_for(wl.key)
+            job_name = cached.name if cached is not None else (owner.name if owner is not None else None)
+            if not cluster.connected or job_name is None:
+                jobs[cluster.name] = cached
+                continue
+            try:
+                jobs[cluster.name] = await remote.read_job(wl.key, job_name)
+            except (KubeError, ConnectionFailedError) as err:
+                log.info(
+                    "cannot read the Job on the worker; its quota is kept",
+                    extra={"key": wl.key, "cluster": cluster.name, "error": str(err)},
+                )
                 return True
-        return False
+        where = may_still_run_on(
+            admitted_on=wl.status.cluster_name if wl.status else None,
+            clusters=health,
+            jobs=jobs,
+            admitted_copies=frozenset(admitted_copies),
+            never_seen=frozenset(never_seen),
+            now=self.clock(),
+            worker_lost_timeout=self.settings.worker_lost_timeout,
+        )
+        return where is not None
 
     # --- reading -----------------------------------------------------------------------------------
     def _config_clusters(self, check_name: str) -> list[str] | None:
