@@ -27,12 +27,14 @@ from manager.kube.errors import NotFoundError
 from manager.kube.informer import Informer
 from manager.multikueue.agent import REASON_AGENT_NOT_RUNNING
 from manager.multikueue.kubeconfig import REASON_BAD, KubeconfigRejectedError, check_kubeconfig_path, parse_kubeconfig
-from manager.multikueue.plan import admission_check_active, connection_failed_message
+from manager.multikueue.plan import WORKER_NAMESPACES_ANNOTATION, admission_check_active, connection_failed_message, worker_namespaces
 from manager.multikueue.remote import RemoteCluster
 from manager.runtime.controller import Controller, Result
 from manager.runtime.metrics import REGISTRY
 
 log = logging.getLogger("kfed.multikueue.clusters")
+
+REASON_BAD_NAMESPACES = "BadWorkerNamespaces"
 
 
 def _same_condition(old: Condition | None, new: Condition) -> bool:
@@ -48,6 +50,11 @@ def _conditions_with(old: list[Condition] | None, new: Condition, now: datetime)
     previous = find_condition(old, new.type)
     new.last_transition_time = previous.last_transition_time if previous is not None and previous.status == new.status else now
     return [cond.to_dict() for cond in old or [] if cond.type != new.type] + [new.to_dict()]
+
+
+def _what_connects(cluster: kueue.MultiKueueCluster) -> tuple[Any, ...]:
+    annotations = cluster.metadata.annotations or {}
+    return cluster.spec, cluster.metadata.deletion_timestamp, annotations.get(WORKER_NAMESPACES_ANNOTATION)
 
 
 class ClusterController:
@@ -98,11 +105,7 @@ class ClusterController:
 
     # --- events ------------------------------------------------------------------------------------
     def _on_cluster(self, kind: str, old: kueue.MultiKueueCluster | None, new: kueue.MultiKueueCluster | None) -> None:
-        if (
-            old is not None
-            and new is not None
-            and (old.spec, old.metadata.deletion_timestamp) == (new.spec, new.metadata.deletion_timestamp)
-        ):
+        if old is not None and new is not None and _what_connects(old) == _what_connects(new):
             return  # a status write of ours
         obj = new or old
         if obj is not None:
@@ -161,7 +164,14 @@ class ClusterController:
             await self._write_status(cluster, "False", err.reason, f"load client config failed: {err}")
             self._on_connection_change(remote)
             return None
-        remote.start(kubeconfig)
+        try:
+            namespaces = worker_namespaces(cluster.metadata.annotations)
+        except ValueError as err:
+            await remote.stop(reason=str(err))
+            await self._write_status(cluster, "False", REASON_BAD_NAMESPACES, str(err))
+            self._on_connection_change(remote)
+            return None
+        remote.start(kubeconfig, namespaces=namespaces)
         agent = remote.agent_verdict()
         if remote.connected and agent.running is False:
             await self._write_status(cluster, "False", REASON_AGENT_NOT_RUNNING, agent.message)
