@@ -4,7 +4,7 @@ What an identity may do is the rules of the roles its bindings name: a ClusterRo
 its role everywhere, a RoleBinding only to requests in its own namespace (and never to
 non-resource URLs). A rule allows a request when its verb, API group, resource (with
 subresource) and, if the rule names any, the object's name match. `grants_for` resolves the
-bindings of one user, `allows` decides one request, and `unused_rights` lists each right a grant
+bindings of one user, `allows` decides one request, and `unused_rights` lists each right a role
 gives that no request used: together they compare a role with what an audit log shows.
 """
 
@@ -212,14 +212,18 @@ def grants_for(
 
 
 def unused_rights(grants: Iterable[Grant], used: Iterable[Request]) -> list[str]:
-    """Each resource right the grants give that no request in `used` exercised through that
-    very grant and rule (in its namespace, on its named objects), described for a reader."""
+    """Each resource right a role gives that no request in `used` exercised through it: through
+    one of the role's bindings (in its namespace) and that rule (on its named objects). Each is
+    described for a reader, with the role and its bindings."""
     requests = list(used)
-    out = []
+    by_role: dict[str, list[Grant]] = {}
     for grant in grants:
-        for rule in grant.rules:
+        by_role.setdefault(grant.role, []).append(grant)
+    out = []
+    for role, bound in by_role.items():
+        for rule in bound[0].rules:  # the bindings of one role share its rules
             for access in rule.accesses():
-                if not any(r.access == access and grant.applies_to(r) and rule.allows(r) for r in requests):
+                if not any(r.access == access and rule.allows(r) and any(g.applies_to(r) for g in bound) for r in requests):
                     names = f" {'/'.join(rule.resource_names)}" if rule.resource_names else ""
-                    out.append(f"{access.describe()}{names} ({grant.binding} -> {grant.role})")
+                    out.append(f"{access.describe()}{names} ({role}, bound by {', '.join(g.binding for g in bound)})")
     return out

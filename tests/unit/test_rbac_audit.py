@@ -118,20 +118,23 @@ def test_grants_follow_bindings_to_the_service_account_its_groups_and_its_roles(
 JOBS_AND_STATUS = rule(apiGroups=["batch"], resources=["jobs", "jobs/status"], verbs=["get", "list"])
 
 
-def test_each_right_no_request_used_is_named_with_its_binding() -> None:
+def test_each_right_of_a_role_that_no_request_used_through_its_bindings_is_named() -> None:
+    jobs = (JOBS_AND_STATUS,)
     grants = [
-        Grant("ClusterRoleBinding x", "ClusterRole x", (JOBS_AND_STATUS,)),
+        Grant("RoleBinding a/x", "ClusterRole x", jobs, namespace="a"),
+        Grant("RoleBinding b/x", "ClusterRole x", jobs, namespace="b"),
         Grant("RoleBinding kfed-system/l", "Role kfed-system/l", (Rule.from_dict(LEASE),), namespace="kfed-system"),
     ]
     used = [
-        Request("get", "batch", "jobs", namespace="a", name="j"),
-        Request("list", "batch", "jobs"),
-        Request("get", "coordination.k8s.io", "leases", namespace="other", name="agent"),  # not through that grant
+        Request("get", "batch", "jobs", namespace="a", name="j"),  # one binding of the role is enough
+        Request("list", "batch", "jobs", namespace="c"),  # outside every binding: uses nothing
+        Request("get", "coordination.k8s.io", "leases", namespace="other", name="agent"),
     ]
     assert unused_rights(grants, used) == [
-        "get batch/jobs/status (ClusterRoleBinding x -> ClusterRole x)",
-        "list batch/jobs/status (ClusterRoleBinding x -> ClusterRole x)",
-        "get coordination.k8s.io/leases agent (RoleBinding kfed-system/l -> Role kfed-system/l)",
+        "list batch/jobs (ClusterRole x, bound by RoleBinding a/x, RoleBinding b/x)",
+        "get batch/jobs/status (ClusterRole x, bound by RoleBinding a/x, RoleBinding b/x)",
+        "list batch/jobs/status (ClusterRole x, bound by RoleBinding a/x, RoleBinding b/x)",
+        "get coordination.k8s.io/leases agent (Role kfed-system/l, bound by RoleBinding kfed-system/l)",
     ]
 
 
