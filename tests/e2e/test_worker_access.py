@@ -221,8 +221,9 @@ async def run_and_finish(kube: Kube, ns: str) -> None:
 
 
 async def preempted_while_running(kube: Kube, ns: str, tag: str) -> None:
-    """A running low-priority Job preempted on the manager: its copy on the worker is
-    deactivated (a status patch), its Job stopped there, then both deleted."""
+    """A running low-priority Job, its priority changed, then preempted on the manager: its
+    copy on the worker gets the new priority (a patch), is deactivated (a status patch), its
+    Job stopped there, then both deleted."""
     await kube.manager.create(Job, job("low", ns, priority=f"{tag}-low", parked=True))
 
     async def running() -> bool:
@@ -233,6 +234,16 @@ async def preempted_while_running(kube: Kube, ns: str, tag: str) -> None:
         return theirs.spec.suspend is False
 
     await eventually(running, timeout=90, what=f"{ns}/low running on the worker")
+    # Its priority raised on the manager (still below the preemptor's) reaches the copy: a
+    # patch of the copy's spec.
+    wl = await manager_workload(kube, ns, "low")
+    assert wl is not None
+    await kube.manager.patch(kueue.Workload, wl.name, {"spec": {"priority": 20}}, namespace=ns)
+
+    async def forwarded() -> bool:
+        return (await kube.worker.get(kueue.Workload, wl.name, namespace=ns)).spec.priority == 20
+
+    await eventually(forwarded, timeout=30, what=f"the new priority of {ns}/low on its copy")
     await kube.manager.create(Job, job("high", ns, priority=f"{tag}-high"))
 
     async def preempted() -> bool:
