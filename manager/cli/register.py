@@ -485,8 +485,8 @@ def add_commands(commands: Any) -> None:
         dest="worker_namespaces",
         action="append",
         metavar="NAMESPACE",
-        help="with --create-service-account: grant the Job and Workload rights in this worker namespace only (repeatable; "
-        "default: the whole cluster); the manager then uses only these namespaces there",
+        help="a worker namespace the manager may use, and the only ones it then uses there (repeatable; default: the whole "
+        "cluster); with --create-service-account the Job and Workload rights are granted there only, by RoleBindings",
     )
     register.add_argument("--manager-kubeconfig", dest="kubeconfig", help="the manager's kubeconfig (default: $KUBECONFIG)")
     register.add_argument("--manager-context", dest="context", help="the manager's kubeconfig context")
