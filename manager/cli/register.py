@@ -17,6 +17,7 @@ import asyncio
 import base64
 import contextlib
 import copy
+import re
 import sys
 import time
 from dataclasses import dataclass
@@ -29,44 +30,75 @@ from manager.api import constants as c
 from manager.api import kueue
 from manager.api.core import Namespace, Secret
 from manager.api.manifest import YamlRefusedError, iter_yaml
+from manager.api.meta import DNS_LABEL_PATTERN
+from manager.api.rbac import Rule
 from manager.cli.fleet import CommandError, Reporter, manager_client, run_async
 from manager.engine.workload import is_multikueue_check
 from manager.kube.client import KubeClient, KubeconfigError
 from manager.kube.errors import AlreadyExistsError, ForbiddenError, KubeError, NotFoundError
+from manager.multikueue.agent import AGENT_LEASE_NAME, AGENT_LEASE_NAMESPACE
 from manager.multikueue.kubeconfig import KubeconfigRejectedError, validate_kubeconfig
+from manager.multikueue.plan import WORKER_NAMESPACES_ANNOTATION
 
 SERVICE_ACCOUNT = "kfed-multikueue"
+AGENT_LEASE_ROLE = f"{SERVICE_ACCOUNT}-agent-lease"
 TOKEN_WAIT_SECONDS = 5.0  # for the token controller to fill the token Secret in
 TOKEN_REQUEST_SECONDS = 365 * 24 * 3600
-# What MultiKueue does on a worker (Kueue's multikueue-setup RBAC): nothing more.
-REQUIRED_ACCESS: tuple[tuple[str, str, str, str], ...] = (
-    ("kueue.x-k8s.io", "workloads", "", "create"),
-    ("kueue.x-k8s.io", "workloads", "", "delete"),
-    ("kueue.x-k8s.io", "workloads", "", "get"),
-    ("kueue.x-k8s.io", "workloads", "", "list"),
-    ("kueue.x-k8s.io", "workloads", "", "watch"),
-    ("kueue.x-k8s.io", "workloads", "", "patch"),
-    ("kueue.x-k8s.io", "workloads", "status", "patch"),
-    ("batch", "jobs", "", "create"),
-    ("batch", "jobs", "", "delete"),
-    ("batch", "jobs", "", "get"),
-    ("batch", "jobs", "", "list"),
-    ("batch", "jobs", "", "watch"),
-    ("kueue.x-k8s.io", "clusterqueues", "", "list"),
-    ("kueue.x-k8s.io", "localqueues", "", "list"),
-)
+MANAGED_BY = {"app.kubernetes.io/managed-by": "kfed"}
+RBAC_PATH = "/apis/rbac.authorization.k8s.io/v1"
+APPLY_PATCH = "application/apply-patch+yaml"
 
-# The manager's identity on a worker (Kueue's multikueue-setup): the same rules as
-# deploy/multikueue-worker-access/rbac.yaml (a unit test keeps them equal).
-WORKER_RULES: list[dict[str, list[str]]] = [
+# The manager's identity on a worker: the verbs the manager uses there and no more. Each has
+# its code path; tests/e2e/test_worker_access.py compares them with the audit log of a run.
+# The ClusterRole is bound cluster-wide, or, when the administrator names the namespaces, by
+# a RoleBinding in each (the same rules as deploy/multikueue-worker-access; a test keeps them equal).
+WORKLOAD_RULES: list[dict[str, list[str]]] = [
+    # remote.py lists and watches our Jobs; workload.py creates one on the winner, and gets it
+    # when the name is taken (ours, or a foreign Job left alone); deleted with the copy and by gc.py.
     {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create", "delete", "get", "list", "watch"]},
-    {"apiGroups": ["batch"], "resources": ["jobs/status"], "verbs": ["get"]},
-    {"apiGroups": [c.GROUP], "resources": ["workloads"], "verbs": ["create", "delete", "get", "list", "watch", "update", "patch"]},
-    {"apiGroups": [c.GROUP], "resources": ["workloads/status"], "verbs": ["get", "patch", "update"]},
-    {"apiGroups": [c.GROUP], "resources": ["clusterqueues", "localqueues"], "verbs": ["get", "list", "watch"]},
-    # Whether the worker's kfed agent runs (its leader-election Lease); that one Lease, read only.
-    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": ["kfed-worker-agent"], "verbs": ["get"]},
+    # remote.py lists and watches the copies; workload.py creates them, patches them (priority
+    # forwarded, our finalizer removed before the delete) and deletes them, as gc.py does.
+    {"apiGroups": [c.GROUP], "resources": ["workloads"], "verbs": ["create", "delete", "list", "patch", "watch"]},
+    # workload.py: a copy evicted on the manager gets its DeactivationTarget condition.
+    {"apiGroups": [c.GROUP], "resources": ["workloads/status"], "verbs": ["patch"]},
 ]
+# Whether the worker's kfed agent runs (remote.py reads its leader-election Lease): that one
+# Lease, read only, through a Role in its namespace.
+AGENT_LEASE_RULES: list[dict[str, list[str]]] = [
+    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": [AGENT_LEASE_NAME], "verbs": ["get"]},
+]
+
+
+def required_access(namespaces: tuple[str, ...] | None) -> list[tuple[str, str, str, str, str]]:
+    """(group, resource, subresource, verb, namespace) for each right MultiKueue needs: in each
+    named namespace, or cluster-wide ("") where the manager watches the whole cluster."""
+    accesses = [access for rule in WORKLOAD_RULES for access in Rule.from_dict(rule).accesses()]
+    return [(a.group, a.resource, a.subresource, a.verb, ns) for ns in namespaces or ("",) for a in accesses]
+
+
+def _rbac(kind: str, name: str, namespace: str | None = None, **content: Any) -> tuple[str, dict[str, Any]]:
+    """An RBAC object labelled as kfed's, and the path it is applied at."""
+    metadata = {"name": name, **({"namespace": namespace} if namespace else {}), "labels": dict(MANAGED_BY)}
+    plural = f"{kind.lower()}s"
+    path = f"{RBAC_PATH}/namespaces/{namespace}/{plural}/{name}" if namespace else f"{RBAC_PATH}/{plural}/{name}"
+    return path, {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": kind, "metadata": metadata, **content}
+
+
+def worker_access_rbac(namespace: str, worker_namespaces: tuple[str, ...] | None) -> list[tuple[str, dict[str, Any]]]:
+    """The RBAC objects of the manager's ServiceAccount (in `namespace`), each with the path it
+    is applied at: the ClusterRole bound cluster-wide, or in each of `worker_namespaces`; and
+    the agent Lease's Role, bound in the Lease's namespace."""
+    subjects = [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": namespace}]
+    role = {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": SERVICE_ACCOUNT}
+    lease_role = {**role, "kind": "Role", "name": AGENT_LEASE_ROLE}
+    objects = [
+        _rbac("ClusterRole", SERVICE_ACCOUNT, rules=WORKLOAD_RULES),
+        _rbac("Role", AGENT_LEASE_ROLE, AGENT_LEASE_NAMESPACE, rules=AGENT_LEASE_RULES),
+        _rbac("RoleBinding", AGENT_LEASE_ROLE, AGENT_LEASE_NAMESPACE, roleRef=lease_role, subjects=subjects),
+    ]
+    if worker_namespaces is None:
+        return [*objects, _rbac("ClusterRoleBinding", SERVICE_ACCOUNT, roleRef=role, subjects=subjects)]
+    return [*objects, *(_rbac("RoleBinding", SERVICE_ACCOUNT, ns, roleRef=role, subjects=subjects) for ns in worker_namespaces)]
 
 
 @dataclass(frozen=True)
@@ -108,17 +140,27 @@ def select_context(kubeconfig: dict[str, Any], context: str | None, *, where: st
     }
 
 
-async def _can(client: KubeClient, group: str, resource: str, subresource: str, verb: str) -> bool:
-    review = {
-        "apiVersion": "authorization.k8s.io/v1",
-        "kind": "SelfSubjectAccessReview",
-        "spec": {"resourceAttributes": {"group": group, "resource": resource, "subresource": subresource, "verb": verb}},
-    }
+async def _can(client: KubeClient, group: str, resource: str, subresource: str, verb: str, namespace: str) -> bool:
+    attributes = {"group": group, "resource": resource, "subresource": subresource, "verb": verb, "namespace": namespace}
+    review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview", "spec": {"resourceAttributes": attributes}}
     answer = await client.request("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", body=review)
     return bool((answer.get("status") or {}).get("allowed"))
 
 
-async def check_worker(worker: KubeClient, manager: KubeClient, *, config: str) -> list[Check]:
+LOCAL_QUEUES = "LocalQueues of the manager's MultiKueue queues"
+
+
+async def check_worker(
+    worker: KubeClient,
+    manager: KubeClient,
+    *,
+    config: str,
+    namespaces: tuple[str, ...] | None = None,
+    admin: KubeClient | None = None,
+) -> list[Check]:
+    """The checklist for `worker`, the identity the manager will use there. `namespaces`: the
+    only ones it may use (None: the whole cluster). The LocalQueues are read by `admin` when
+    given (the manager's identity may not read them: MultiKueue never does)."""
     checks: list[Check] = []
     try:
         await worker.request("GET", "/version")
@@ -136,9 +178,9 @@ async def check_worker(worker: KubeClient, manager: KubeClient, *, config: str) 
         checks.append(Check(False, f"Kueue's API ({c.GROUP}/{c.STORAGE_VERSION})", "not served: install the CRDs (kfed's crds/ or Kueue)"))
         return checks
     denied = []
-    for group, resource, sub, verb in REQUIRED_ACCESS:
-        if not await _can(worker, group, resource, sub, verb):
-            denied.append(f"{verb} {resource}{'/' + sub if sub else ''}")
+    for group, resource, sub, verb, ns in required_access(namespaces):
+        if not await _can(worker, group, resource, sub, verb, ns):
+            denied.append(f"{verb} {resource}{'/' + sub if sub else ''}" + (f" in {ns}" if ns else ""))
     checks.append(Check(not denied, "access MultiKueue needs", f"denied: {', '.join(denied)}" if denied else ""))
     # The worker will serve the ClusterQueues whose MultiKueue check uses this config.
     checks_of_config = {
@@ -148,14 +190,21 @@ async def check_worker(worker: KubeClient, manager: KubeClient, *, config: str) 
     }
     served = {cq.name for cq in (await manager.list(kueue.ClusterQueue)).items if checks_of_config.intersection(cq.admission_check_names)}
     wanted = sorted({lq.key for lq in (await manager.list(kueue.LocalQueue)).items if lq.spec.cluster_queue in served})
+    if namespaces is not None:
+        outside = sorted({key.partition("/")[0] for key in wanted} - set(namespaces))
+        detail = f"{', '.join(outside)} not among --worker-namespace (their jobs could not run there)" if outside else ""
+        checks.append(Check(not outside, "namespaces of the manager's MultiKueue queues", detail))
     try:
-        theirs = {lq.key for lq in (await worker.list(kueue.LocalQueue)).items}
+        theirs = {lq.key for lq in (await (admin or worker).list(kueue.LocalQueue)).items}
+    except ForbiddenError:
+        checks.append(Check(True, LOCAL_QUEUES, "not checked: this identity may not list them (MultiKueue does not need to)"))
+        return checks
     except KubeError as err:
-        checks.append(Check(False, "LocalQueues of the manager's MultiKueue queues", str(err)))
+        checks.append(Check(False, LOCAL_QUEUES, str(err)))
         return checks
     absent = [key for key in wanted if key not in theirs]
     detail = f"missing {', '.join(absent)} (create the namespace and LocalQueue there)" if absent else f"{len(wanted)} present"
-    checks.append(Check(not absent, "LocalQueues of the manager's MultiKueue queues", detail))
+    checks.append(Check(not absent, LOCAL_QUEUES, detail))
     return checks
 
 
@@ -180,57 +229,63 @@ def _load(path: str, context: str | None) -> dict[str, Any]:
 
 
 async def create_service_account(
-    worker: KubeClient, kubeconfig: dict[str, Any], *, namespace: str, token_wait: float = TOKEN_WAIT_SECONDS
+    worker: KubeClient,
+    kubeconfig: dict[str, Any],
+    *,
+    namespace: str,
+    worker_namespaces: tuple[str, ...] | None = None,
+    token_wait: float = TOKEN_WAIT_SECONDS,
 ) -> dict[str, Any]:
     """Kueue's setup script, done through the API: a ServiceAccount with only MultiKueue's
-    verbs, a long-lived token for it, and a kubeconfig that uses that token."""
-    objects = [
-        ("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}),
-        (
-            f"/api/v1/namespaces/{namespace}/serviceaccounts",
-            {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": SERVICE_ACCOUNT, "namespace": namespace}},
-        ),
-        (
-            "/apis/rbac.authorization.k8s.io/v1/clusterroles",
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "ClusterRole",
-                "metadata": {"name": SERVICE_ACCOUNT},
-                "rules": WORKER_RULES,
-            },
-        ),
-        (
-            "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "ClusterRoleBinding",
-                "metadata": {"name": SERVICE_ACCOUNT},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": SERVICE_ACCOUNT},
-                "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": namespace}],
-            },
-        ),
-        (
-            f"/api/v1/namespaces/{namespace}/secrets",
-            {
-                "apiVersion": "v1",
-                "kind": "Secret",
-                "type": "kubernetes.io/service-account-token",
-                "metadata": {
-                    "name": f"{SERVICE_ACCOUNT}-token",
-                    "namespace": namespace,
-                    "annotations": {"kubernetes.io/service-account.name": SERVICE_ACCOUNT},
-                },
-            },
-        ),
-    ]
-    for path, body in objects:
+    verbs (in `worker_namespaces` only, when named), a long-lived token for it, and a kubeconfig
+    that uses that token. Run again, it brings the rights to what this kfed grants."""
+    for ns in dict.fromkeys([namespace, AGENT_LEASE_NAMESPACE]):
         with contextlib.suppress(AlreadyExistsError):
-            await worker.request("POST", path, body=body)
+            await worker.request("POST", "/api/v1/namespaces", body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    service_account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": SERVICE_ACCOUNT, "namespace": namespace}}
+    with contextlib.suppress(AlreadyExistsError):
+        await worker.request("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts", body=service_account)
+    for path, body in worker_access_rbac(namespace, worker_namespaces):
+        try:
+            # Server-side apply: a role left by an earlier kfed gets exactly these rules.
+            await worker.request("PATCH", path, query=[("fieldManager", "kfed"), ("force", "true")], body=body, content_type=APPLY_PATCH)
+        except NotFoundError:
+            ns = body["metadata"].get("namespace", "")
+            raise CommandError(f"--worker-namespace {ns}: namespace not found on the worker (create it and its LocalQueue)") from None
+    await _remove_stale_bindings(worker, worker_namespaces)
+    token_secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "kubernetes.io/service-account-token",
+        "metadata": {
+            "name": f"{SERVICE_ACCOUNT}-token",
+            "namespace": namespace,
+            "annotations": {"kubernetes.io/service-account.name": SERVICE_ACCOUNT},
+        },
+    }
+    with contextlib.suppress(AlreadyExistsError):
+        await worker.request("POST", f"/api/v1/namespaces/{namespace}/secrets", body=token_secret)
     token = await _issued_token(worker, namespace, token_wait)
     out = copy.deepcopy(kubeconfig)
     out["users"] = [{"name": SERVICE_ACCOUNT, "user": {"token": token}}]
     out["contexts"][0]["context"]["user"] = SERVICE_ACCOUNT
     return out
+
+
+async def _remove_stale_bindings(worker: KubeClient, worker_namespaces: tuple[str, ...] | None) -> None:
+    """An earlier registration's bindings that this one does not make: the cluster-wide one
+    when namespaces are named now, and those in namespaces no longer named."""
+    if worker_namespaces is not None:
+        with contextlib.suppress(NotFoundError):
+            await worker.request("DELETE", f"{RBAC_PATH}/clusterrolebindings/{SERVICE_ACCOUNT}")
+    ours = ",".join(f"{key}={value}" for key, value in MANAGED_BY.items())
+    query = [("labelSelector", ours), ("fieldSelector", f"metadata.name={SERVICE_ACCOUNT}")]
+    listed = await worker.request("GET", f"{RBAC_PATH}/rolebindings", query=query)
+    for item in listed.get("items") or []:
+        ns = item["metadata"]["namespace"]
+        if worker_namespaces is None or ns not in worker_namespaces:
+            with contextlib.suppress(NotFoundError):
+                await worker.request("DELETE", f"{RBAC_PATH}/namespaces/{ns}/rolebindings/{SERVICE_ACCOUNT}")
 
 
 async def _issued_token(worker: KubeClient, namespace: str, wait: float) -> str:
@@ -278,6 +333,7 @@ async def manager_cluster_uid(client: KubeClient) -> str | None:
 @run_async
 async def cmd_register(args: argparse.Namespace) -> int:
     kubeconfig = _load(args.worker_kubeconfig, args.worker_context)
+    namespaces = _worker_namespaces(args.worker_namespaces)
     manager = await manager_client(args)
     try:
         try:
@@ -285,6 +341,7 @@ async def cmd_register(args: argparse.Namespace) -> int:
         except KubeconfigError as err:
             raise CommandError(str(err)) from None
         worker.retry_attempts = 1
+        admin: KubeClient | None = None
         try:
             own = await manager_cluster_uid(manager)
             if own is not None and own == await manager_cluster_uid(worker):
@@ -293,12 +350,14 @@ async def cmd_register(args: argparse.Namespace) -> int:
                     "a worker must be another cluster"
                 )
             if args.create_service_account and not args.dry_run:
-                kubeconfig = await create_service_account(worker, kubeconfig, namespace=args.system_namespace)
-                await worker.close()
+                kubeconfig = await create_service_account(worker, kubeconfig, namespace=args.system_namespace, worker_namespaces=namespaces)
+                admin = worker
                 worker = await KubeClient.from_kubeconfig(kubeconfig, name=args.name, where="the new ServiceAccount's kubeconfig")
-            checks = await check_worker(worker, manager, config=args.config)
+            checks = await check_worker(worker, manager, config=args.config, namespaces=namespaces, admin=admin)
         finally:
-            await worker.close()
+            for client in (worker, admin):
+                if client is not None:
+                    await client.close()
         report = Reporter(args.output)
         for line in checklist_text(args.name, checks).splitlines():
             report.say(line)
@@ -310,14 +369,25 @@ async def cmd_register(args: argparse.Namespace) -> int:
         if args.dry_run:
             report.say("dry run: nothing was created")
         else:
-            await _create_registration(manager, args, kubeconfig, report)
+            await _create_registration(manager, args, kubeconfig, namespaces, report)
         report.done(cluster=args.name, ready=True, checks=listed, dryRun=args.dry_run)
         return 0
     finally:
         await manager.close()
 
 
-async def _create_registration(manager: KubeClient, args: argparse.Namespace, kubeconfig: dict[str, Any], report: Reporter) -> None:
+def _worker_namespaces(given: list[str] | None) -> tuple[str, ...] | None:
+    if not given:
+        return None
+    for name in given:
+        if len(name) > 63 or not re.fullmatch(DNS_LABEL_PATTERN, name):
+            raise CommandError(f"--worker-namespace {name!r}: not a namespace name")
+    return tuple(sorted(set(given)))
+
+
+async def _create_registration(
+    manager: KubeClient, args: argparse.Namespace, kubeconfig: dict[str, Any], namespaces: tuple[str, ...] | None, report: Reporter
+) -> None:
     secret_name = f"{args.name}-kubeconfig"
     secret = {
         "apiVersion": "v1",
@@ -330,17 +400,22 @@ async def _create_registration(manager: KubeClient, args: argparse.Namespace, ku
     except AlreadyExistsError:
         await manager.patch(Secret, secret_name, {"data": secret["data"]}, namespace=args.system_namespace)
     report.say(f"secret/{secret_name} written in {args.system_namespace}")
+    # The namespaces the worker's credential may use, for the manager to watch only those.
+    scope = ",".join(namespaces) if namespaces is not None else None
     cluster = {
         "apiVersion": f"{c.GROUP}/{c.STORAGE_VERSION}",
         "kind": "MultiKueueCluster",
-        "metadata": {"name": args.name},
+        "metadata": {"name": args.name, **({"annotations": {WORKER_NAMESPACES_ANNOTATION: scope}} if scope else {})},
         "spec": {"clusterSource": {"kubeConfig": {"locationType": "Secret", "location": secret_name}}},
     }
     try:
         await manager.create(kueue.MultiKueueCluster, cluster)
         report.say(f"multikueuecluster/{args.name} created")
     except AlreadyExistsError:
+        await manager.patch(kueue.MultiKueueCluster, args.name, {"metadata": {"annotations": {WORKER_NAMESPACES_ANNOTATION: scope}}})
         report.say(f"multikueuecluster/{args.name} already exists")
+    if scope:
+        report.say(f"multikueuecluster/{args.name} uses the worker's namespaces {scope} only")
     try:
         config = await manager.get(kueue.MultiKueueConfig, args.config)
         clusters = list(config.spec.clusters)
@@ -403,6 +478,14 @@ def add_commands(commands: Any) -> None:
     register.add_argument("--dry-run", action="store_true", help="only print the checklist")
     register.add_argument(
         "--create-service-account", action="store_true", help="make a least-privilege ServiceAccount on the worker and use its token"
+    )
+    register.add_argument(
+        "--worker-namespace",
+        dest="worker_namespaces",
+        action="append",
+        metavar="NAMESPACE",
+        help="a worker namespace the manager may use, and the only ones it then uses there (repeatable; default: the whole "
+        "cluster); with --create-service-account the Job and Workload rights are granted there only, by RoleBindings",
     )
     register.add_argument("--manager-kubeconfig", dest="kubeconfig", help="the manager's kubeconfig (default: $KUBECONFIG)")
     register.add_argument("--manager-context", dest="context", help="the manager's kubeconfig context")

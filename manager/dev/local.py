@@ -29,6 +29,7 @@ from typing import Any
 
 import yaml
 
+from manager.dev.audit import audit_policy
 from manager.dev.binaries import binary_dir
 from manager.runtime import pki
 
@@ -148,6 +149,9 @@ class LocalCluster:
     etcd_peer_port: int = 0
     apiserver_port: int = 0
     kwok_port: int = 0
+    # Users whose requests the apiserver writes to an audit log (`audit_log_path`), at Metadata
+    # level; none (the default) runs it without one.
+    audit_users: tuple[str, ...] = ()
     components: dict[str, Component] = field(default_factory=dict)
 
     @property
@@ -157,6 +161,10 @@ class LocalCluster:
     @property
     def kubeconfig_path(self) -> Path:
         return self.directory / "kubeconfig"
+
+    @property
+    def audit_log_path(self) -> Path:
+        return self.directory / "logs" / "audit.log"
 
     @property
     def etcd_url(self) -> str:
@@ -263,6 +271,7 @@ class LocalCluster:
                 "--watch-cache-sizes=podtemplates#0",
                 "--profiling=false",
                 "--v=1",
+                *self._audit_flags(),
             ],
             logs / "kube-apiserver.log",
         )
@@ -315,6 +324,21 @@ class LocalCluster:
             ],
             logs / "kwok.log",
         )
+
+    def _audit_flags(self) -> list[str]:
+        if not self.audit_users:
+            return []
+        policy = self.directory / "audit-policy.yaml"
+        policy.write_text(yaml.safe_dump(audit_policy(self.audit_users), sort_keys=False))
+        self.audit_log_path.parent.mkdir(parents=True, exist_ok=True)
+        return [
+            f"--audit-policy-file={policy}",
+            f"--audit-log-path={self.audit_log_path}",
+            "--audit-log-format=json",
+            # The log backend's default, stated: events are written as the requests are served,
+            # never from a buffer flushed later, so the log is complete once the requests are.
+            "--audit-log-mode=blocking",
+        ]
 
     def _write_kwok_config(self) -> Path:
         """kwok's ClusterLogs: every container of a fake pod logs the same two lines (in the CRI
@@ -483,8 +507,11 @@ class LocalProvider:
         self.bin_dir = bin_dir or binary_dir()
         self.clusters: dict[str, LocalCluster] = {}
 
-    def create(self, names: list[str], *, jobs: bool = False, timeout: float = 120.0) -> list[LocalCluster]:
-        clusters = [LocalCluster(name, self.base_dir / name, self.bin_dir, jobs=jobs) for name in names]
+    def create(
+        self, names: list[str], *, jobs: bool = False, timeout: float = 120.0, audit_users: tuple[str, ...] = ()
+    ) -> list[LocalCluster]:
+        """Start the clusters; with `audit_users`, each apiserver logs those users' requests."""
+        clusters = [LocalCluster(name, self.base_dir / name, self.bin_dir, jobs=jobs, audit_users=audit_users) for name in names]
         try:
             for cluster in clusters:
                 self.clusters[cluster.name] = cluster

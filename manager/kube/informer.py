@@ -194,3 +194,62 @@ class Informer(Generic[R]):
             self._apply(event.type, event.object)
             if rv:
                 self.resource_version = str(rv)
+
+
+class InformerSet(Generic[R]):
+    """One kind in several namespaces, read as one cache: an Informer per namespace (`None`: one
+    for the whole cluster). For an identity that may list and watch in some namespaces only
+    (a worker registered with named namespaces)."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        model: type[R],
+        *,
+        namespaces: tuple[str, ...] | None = None,
+        label_selector: str | None = None,
+        indexes: dict[str, Callable[[R], Iterable[str]]] | None = None,
+    ) -> None:
+        self.namespaces = namespaces
+        self.members: dict[str | None, Informer[R]] = {
+            ns: Informer(client, model, namespace=ns, label_selector=label_selector, indexes=indexes)
+            for ns in (namespaces if namespaces is not None else (None,))
+        }
+
+    @property
+    def client(self) -> KubeClient:
+        return next(iter(self.members.values())).client
+
+    @client.setter
+    def client(self, client: KubeClient) -> None:
+        for member in self.members.values():
+            member.client = client
+
+    def get(self, key: str) -> R | None:
+        member = self.members.get(None if self.namespaces is None else key.partition("/")[0])
+        return member.get(key) if member is not None else None
+
+    def items(self) -> list[R]:
+        return [obj for member in self.members.values() for obj in member.items()]
+
+    def by_index(self, index: str, value: str) -> list[R]:
+        return [obj for member in self.members.values() for obj in member.by_index(index, value)]
+
+    def add_handler(self, handler: Handler) -> None:
+        for member in self.members.values():
+            member.add_handler(handler)
+
+    async def relist(self) -> None:
+        await asyncio.gather(*(member.relist() for member in self.members.values()))
+
+    async def watch_until_error(self) -> None:
+        """Watch every namespace until one watch fails; its error is raised, the others stop."""
+        watches = [asyncio.create_task(member.watch_until_error()) for member in self.members.values()]
+        try:
+            done, _ = await asyncio.wait(watches, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                task.result()
+        finally:
+            for task in watches:
+                task.cancel()
+            await asyncio.gather(*watches, return_exceptions=True)

@@ -28,12 +28,19 @@ from manager.kube.errors import NotFoundError
 from manager.kube.informer import Informer
 from manager.multikueue.agent import REASON_AGENT_NOT_RUNNING
 from manager.multikueue.kubeconfig import REASON_BAD, KubeconfigRejectedError, check_kubeconfig_path, parse_kubeconfig
-from manager.multikueue.plan import admission_check_active, connection_failed_message
+from manager.multikueue.plan import WORKER_NAMESPACES_ANNOTATION, admission_check_active, connection_failed_message, worker_namespaces
 from manager.multikueue.remote import RemoteCluster
 from manager.runtime.controller import Controller, Result
 from manager.runtime.metrics import REGISTRY
 
 log = logging.getLogger("kfed.multikueue.clusters")
+
+REASON_BAD_NAMESPACES = "BadWorkerNamespaces"
+
+
+def _what_connects(cluster: kueue.MultiKueueCluster) -> tuple[Any, ...]:
+    annotations = cluster.metadata.annotations or {}
+    return cluster.spec, cluster.metadata.deletion_timestamp, annotations.get(WORKER_NAMESPACES_ANNOTATION)
 
 
 class ClusterController:
@@ -84,11 +91,7 @@ class ClusterController:
 
     # --- events ------------------------------------------------------------------------------------
     def _on_cluster(self, kind: str, old: kueue.MultiKueueCluster | None, new: kueue.MultiKueueCluster | None) -> None:
-        if (
-            old is not None
-            and new is not None
-            and (old.spec, old.metadata.deletion_timestamp) == (new.spec, new.metadata.deletion_timestamp)
-        ):
+        if old is not None and new is not None and _what_connects(old) == _what_connects(new):
             return  # a status write of ours
         obj = new or old
         if obj is not None:
@@ -147,7 +150,14 @@ class ClusterController:
             await self._write_status(cluster, "False", err.reason, f"load client config failed: {err}")
             self._on_connection_change(remote)
             return None
-        remote.start(kubeconfig)
+        try:
+            namespaces = worker_namespaces(cluster.metadata.annotations)
+        except ValueError as err:
+            await remote.stop(reason=str(err))
+            await self._write_status(cluster, "False", REASON_BAD_NAMESPACES, str(err))
+            self._on_connection_change(remote)
+            return None
+        remote.start(kubeconfig, namespaces=namespaces)
         agent = remote.agent_verdict()
         if remote.connected and agent.running is False:
             await self._write_status(cluster, "False", REASON_AGENT_NOT_RUNNING, agent.message)

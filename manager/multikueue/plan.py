@@ -12,6 +12,7 @@ reconnect backoff.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -20,7 +21,7 @@ from typing import Any
 from manager.api import constants as c
 from manager.api.core import Job
 from manager.api.kueue import AdmissionCheckState, Workload
-from manager.api.meta import MAX_CONDITION_MESSAGE, Condition, find_condition, is_condition_true
+from manager.api.meta import DNS_LABEL_PATTERN, MAX_CONDITION_MESSAGE, Condition, find_condition, is_condition_true
 from manager.engine.jobs import job_stopped
 
 REASON_MULTIKUEUE = "MultiKueue"
@@ -28,6 +29,11 @@ REASON_MULTIKUEUE = "MultiKueue"
 # worker that was unreachable while the workload was evicted and dispatched again comes back
 # with a copy from an earlier round; that copy must never win or finish the workload.
 DISPATCH_ROUND_ANNOTATION = "kfed.dev/dispatch-round"
+# kfed's own mark on a MultiKueueCluster: the worker's namespaces that its credential may use
+# (`kfed register --worker-namespace`, whose RoleBindings grant the Job and Workload rights
+# there only). The manager then watches and writes in those namespaces alone; without it,
+# the whole cluster, as in Kueue.
+WORKER_NAMESPACES_ANNOTATION = "kfed.dev/worker-namespaces"
 DEACTIVATION_TARGET = "DeactivationTarget"
 REASON_EVICTED_ON_MANAGER = "EvictedOnManagerCluster"
 JOB_ADAPTER_KIND = "batch/v1, Kind=Job"  # Kueue's GVK string for the one adapter kfed has
@@ -470,6 +476,21 @@ def admission_check_active(
     if len(missing) + len(inactive) < len(config_clusters):
         return "True", "SomeActiveClusters", message
     return "False", "NoUsableClusters", message
+
+
+def worker_namespaces(annotations: Mapping[str, str] | None) -> tuple[str, ...] | None:
+    """The namespaces a MultiKueueCluster's annotation names (sorted, each once), or None for
+    the whole cluster. Raises ValueError naming the annotation when it is not a comma-separated
+    list of namespace names."""
+    raw = (annotations or {}).get(WORKER_NAMESPACES_ANNOTATION)
+    if raw is None:
+        return None
+    names = sorted({part.strip() for part in raw.split(",") if part.strip()})
+    bad = [name for name in names if len(name) > 63 or not re.fullmatch(DNS_LABEL_PATTERN, name)]
+    if not names or bad:
+        what = f'"{bad[0]}" is not a namespace name' if bad else "names no namespace"
+        raise ValueError(f"metadata.annotations[{WORKER_NAMESPACES_ANNOTATION}]: Invalid value: {raw!r}: {what}")
+    return tuple(names)
 
 
 def connection_failed_message(message: str, *, attempts: int, next_attempt: datetime) -> str:

@@ -27,7 +27,7 @@ from manager.api.meta import utcnow
 from manager.engine.jobs import prebuilt_workload_name
 from manager.kube.client import KubeClient, KubeconfigError
 from manager.kube.errors import ForbiddenError, KubeError, NotFoundError
-from manager.kube.informer import Informer
+from manager.kube.informer import InformerSet
 from manager.multikueue.agent import AGENT_LEASE_NAME, AGENT_LEASE_NAMESPACE, AgentLeaseWatch, AgentVerdict, LeaseSighting
 from manager.runtime.tasks import cancel_and_wait
 
@@ -71,8 +71,10 @@ class RemoteCluster:
         self.clock = clock
         self.kubeconfig: dict[str, Any] | None = None
         self.client: KubeClient | None = None
-        self.workloads: Informer[Workload] | None = None
-        self.jobs: Informer[Job] | None = None
+        # The worker namespaces the manager may use there (None: the whole cluster).
+        self.namespaces: tuple[str, ...] | None = None
+        self.workloads: InformerSet[Workload] | None = None
+        self.jobs: InformerSet[Job] | None = None
         self.connected = False
         # A manager that just started has not seen the worker yet: the worker-lost clock runs
         # from now (Kueue: "disconnected since creation").
@@ -87,12 +89,16 @@ class RemoteCluster:
         self._task: asyncio.Task[None] | None = None
 
     # --- lifecycle ------------------------------------------------------------------------------
-    def start(self, kubeconfig: dict[str, Any]) -> None:
-        """(Re)connect with this kubeconfig. The same kubeconfig again changes nothing; a new
-        one restarts the connection at once and resets the backoff (Kueue does the same)."""
-        if kubeconfig == self.kubeconfig and self._task is not None and not self._task.done():
+    def start(self, kubeconfig: dict[str, Any], *, namespaces: tuple[str, ...] | None = None) -> None:
+        """(Re)connect with this kubeconfig, watching `namespaces` (None: the whole cluster).
+        The same again changes nothing; a new kubeconfig restarts the connection at once and
+        resets the backoff (Kueue does the same), and so do new namespaces, with new caches."""
+        same = (kubeconfig, namespaces) == (self.kubeconfig, self.namespaces)
+        if same and self._task is not None and not self._task.done():
             return
-        self.kubeconfig = kubeconfig
+        if namespaces != self.namespaces:
+            self.workloads = self.jobs = None  # they cached other namespaces
+        self.kubeconfig, self.namespaces = kubeconfig, namespaces
         self.failed_attempts = 0
         self.next_attempt = None
         self._cancel()
@@ -182,8 +188,9 @@ class RemoteCluster:
             client.observe_latency = lambda verb, seconds: observe(self.name, verb, seconds)
         self.client = client
         selector = f"{c.MULTIKUEUE_ORIGIN_LABEL}={self.origin}"
-        workloads = self.workloads or Informer(client, Workload, label_selector=selector)
-        jobs = self.jobs or Informer(client, Job, label_selector=selector, indexes={"prebuilt": _prebuilt_of})
+        scope = self.namespaces
+        workloads = self.workloads or InformerSet(client, Workload, namespaces=scope, label_selector=selector)
+        jobs = self.jobs or InformerSet(client, Job, namespaces=scope, label_selector=selector, indexes={"prebuilt": _prebuilt_of})
         for informer in (workloads, jobs):
             informer.client = client
         if self.workloads is None:
@@ -265,6 +272,10 @@ class RemoteCluster:
             self.on_object(self, job.namespace, name)
 
     # --- reading ----------------------------------------------------------------------------------
+    def serves(self, namespace: str) -> bool:
+        """Whether the manager may use this namespace on the worker."""
+        return self.namespaces is None or namespace in self.namespaces
+
     def workload(self, key: str) -> Workload | None:
         return self.workloads.get(key) if self.workloads is not None and self.connected else None
 

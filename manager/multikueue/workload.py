@@ -33,6 +33,7 @@ from manager.multikueue.plan import (
     REASON_EVICTED_ON_MANAGER,
     REASON_MULTIKUEUE,
     SYNC_DEFERRED_REQUEUE,
+    WORKER_NAMESPACES_ANNOTATION,
     ClusterHealth,
     Plan,
     WorkloadInputs,
@@ -424,6 +425,11 @@ class WorkloadController:
         client = remote.client
         if client is None:
             return False
+        if not remote.serves(local.namespace):
+            self.problems[(key, remote.name)] = (
+                f'namespace "{local.namespace}" is not among the worker\'s namespaces ({WORKER_NAMESPACES_ANNOTATION})'
+            )
+            return True
         try:
             await client.create(
                 kueue.Workload, remote_copy(local, origin=self.settings.origin, check_name=check_name), namespace=local.namespace

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from manager.api.config import Configuration
-from manager.cli.register import WORKER_RULES
+from manager.cli.register import AGENT_LEASE_RULES, WORKLOAD_RULES
 from manager.controllers.webhooks import WebhookEndpoint, install, webhook_configurations
 from manager.dev.binaries import binary_dir
 from manager.dev.local import LocalCluster
@@ -290,8 +290,8 @@ def test_the_shipped_webhook_configurations_are_what_the_code_installs(base: str
 
 def test_the_worker_access_role_is_what_register_creates() -> None:
     docs: list[dict[str, Any]] = [d for d in yaml.safe_load_all((DEPLOY / "multikueue-worker-access" / "rbac.yaml").read_text()) if d]
-    role = next(d for d in docs if d["kind"] == "ClusterRole")
-    assert role["rules"] == WORKER_RULES
+    assert next(d for d in docs if d["kind"] == "ClusterRole")["rules"] == WORKLOAD_RULES
+    assert next(d for d in docs if d["kind"] == "Role")["rules"] == AGENT_LEASE_RULES
 
 
 def test_the_manager_may_read_only_the_worker_agents_lease_on_a_worker(cluster: LocalCluster) -> None:
@@ -301,6 +301,7 @@ def test_the_manager_may_read_only_the_worker_agents_lease_on_a_worker(cluster: 
     assert not _can(cluster, "kfed-multikueue", "get", "leases/kfed-manager", "kfed-system")
     assert not _can(cluster, "kfed-multikueue", "list", "leases", "kfed-system")
     assert not _can(cluster, "kfed-multikueue", "update", "leases/kfed-worker-agent", "kfed-system")
+    assert not _can(cluster, "kfed-multikueue", "get", "leases/kfed-worker-agent", "default")  # a Role: its namespace only
 
 
 def test_the_manifests_have_no_built_binaries_or_secrets_in_them() -> None:
