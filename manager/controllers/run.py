@@ -26,6 +26,7 @@ from manager.controllers.events import EventRecorder
 from manager.controllers.jobs import JobController
 from manager.controllers.webhookcerts import WebhookCertManager
 from manager.controllers.webhooks import WebhookEndpoint, install, make_app, server_ssl_context
+from manager.engine.integrations.registry import Registry, enabled
 from manager.engine.selectors import selector_matches
 from manager.kube.client import KubeClient
 from manager.kube.errors import KubeError
@@ -48,6 +49,12 @@ def load_configuration(path: str | None) -> Configuration:
         return Configuration()
     data = yaml.safe_load(Path(path).read_text())
     return Configuration.model_validate(data or {})
+
+
+def job_integrations(config: Configuration) -> Registry:
+    """The job kinds this process integrates (`integrations.frameworks`); an unknown name is
+    a one-line ValueError naming the field."""
+    return enabled(config.effective_frameworks)
 
 
 def process_metrics(config: Configuration, local_queue_labels: Callable[[LocalQueueRef], dict[str, str] | None]) -> Metrics:
@@ -200,10 +207,12 @@ class Process:
         if self.opts.leader_elect:
             self.metrics.role = ROLE_LEADER
         self.admission.is_leader = True
-        self.jobs.is_leader = True
+        for jobs in self.job_controllers:
+            jobs.is_leader = True
         if self.cert_manager is not None:
             self.cert_manager.is_leader = True
-        self.jobs.resync()
+        for jobs in self.job_controllers:
+            jobs.resync()
         self.admission.wake()
         if self.webhook_endpoint is not None:
             try:
@@ -217,15 +226,18 @@ class Process:
 
     async def run(self) -> int:
         opts = self.opts
-        self.client = await _client(opts, self.component)
-        self.caches = Caches.create(self.client)
-        recorder = EventRecorder(self.client, component=f"kfed-{self.component.replace('_', '-')}")
         self.configuration = load_configuration(opts.config)
+        self.integrations = job_integrations(self.configuration)
+        self.client = await _client(opts, self.component)
+        self.caches = Caches.create(self.client, self.integrations)
+        recorder = EventRecorder(self.client, component=f"kfed-{self.component.replace('_', '-')}")
         self.metrics = process_metrics(self.configuration, self._local_queue_labels)
         self.metrics.role = ROLE_FOLLOWER if opts.leader_elect else ROLE_STANDALONE
         use(self.metrics)  # what this process's components register with
         self.admission = AdmissionController(self.client, self.caches, config=self.configuration, recorder=recorder, metrics=self.metrics)
-        self.jobs = JobController(self.client, self.caches, recorder=recorder)
+        self.job_controllers = [
+            JobController(self.client, self.caches, adapter, recorder=recorder) for adapter in self.integrations.adapters
+        ]
         self.recorder = recorder
         self.extensions = [factory(self) for factory in self.extension_factories]
         self.metrics.collectors.append(self._collect)
@@ -247,8 +259,8 @@ class Process:
             self.tasks += [
                 asyncio.create_task(recorder.run(), name="events"),
                 asyncio.create_task(self.admission.run(), name="admission"),
-                asyncio.create_task(self.jobs.controller.run(), name="jobs"),
             ]
+            self.tasks += [asyncio.create_task(jobs.controller.run(), name=jobs.controller.name) for jobs in self.job_controllers]
             code = await self._lead()
         finally:
             await self._shutdown()
@@ -284,7 +296,8 @@ class Process:
         # Same as client-go's OnStoppedLeading in Kueue: stop at once, so that a process that
         # lost the lease never writes again; the Deployment restarts it as a standby.
         self.admission.is_leader = False
-        self.jobs.is_leader = False
+        for jobs in self.job_controllers:
+            jobs.is_leader = False
         self.metrics.role = ROLE_FOLLOWER
         return EXIT_LOST_LEADERSHIP
 
@@ -303,7 +316,8 @@ class Process:
         budget = self.opts.shutdown_timeout
 
         async def stop_all() -> None:
-            self.jobs.controller.stop()
+            for jobs in self.job_controllers:
+                jobs.controller.stop()
             for extension in self.extensions:
                 await extension.stop()
             await cancel_and_wait(self.tasks)

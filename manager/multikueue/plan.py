@@ -28,7 +28,7 @@ REASON_MULTIKUEUE = "MultiKueue"
 DISPATCH_ROUND_ANNOTATION = "kfed.dev/dispatch-round"
 DEACTIVATION_TARGET = "DeactivationTarget"
 REASON_EVICTED_ON_MANAGER = "EvictedOnManagerCluster"
-JOB_ADAPTER_KIND = "batch/v1, Kind=Job"  # Kueue's GVK string for the one adapter kfed has
+JOB_ADAPTER_KIND = "batch/v1, Kind=Job"  # Kueue's GVK string of the batch Job, the adapter enabled by default
 SYNC_DEFERRED_REQUEUE = 2.0  # seconds: the manager Job is still suspended, try the status copy again
 INCREMENTAL_ROUND = timedelta(minutes=5)
 MAX_MESSAGE = MAX_CONDITION_MESSAGE
@@ -60,6 +60,8 @@ class WorkloadInputs:
     dispatcher: str = c.DISPATCHER_ALL_AT_ONCE
     deleted: bool = False
     owner_kind: str | None = JOB_ADAPTER_KIND  # the controller owner's GVK string; None: no owner
+    # The GVK strings of the enabled kinds with a MultiKueue adapter (the shell asks the registry).
+    multikueue_kinds: frozenset[str] = frozenset({JOB_ADAPTER_KIND})
     owner_managed_by: str | None = c.MULTIKUEUE_MANAGED_BY
     local_job_active: int = 0
     problems: Mapping[str, str] = field(default_factory=dict)  # per cluster: why a copy cannot be made there
@@ -204,7 +206,7 @@ def plan_workload(inputs: WorkloadInputs) -> Plan:
         return plan
 
     # Kueue's adapter lookup and managedBy check: a Job we cannot hand over is rejected.
-    if inputs.owner_kind != JOB_ADAPTER_KIND:
+    if inputs.owner_kind not in inputs.multikueue_kinds:
         message = "No multikueue adapter found"
         if inputs.owner_kind:
             message += f' for owner kind "{inputs.owner_kind}"'

@@ -10,6 +10,7 @@ import pytest
 from manager.api import constants as c
 from manager.api.core import Job
 from manager.api.kueue import Workload
+from manager.engine.integrations.registry import BATCH_JOB
 from manager.multikueue.plan import (
     DISPATCH_ROUND_ANNOTATION,
     ClusterHealth,
@@ -24,7 +25,6 @@ from manager.multikueue.plan import (
     plan_workload,
     remote_copy,
 )
-from manager.multikueue.workload import remote_job
 
 NOW = datetime(2026, 11, 21, 12, 0, 0, tzinfo=UTC)
 T0 = "2026-11-21T11:00:00Z"
@@ -413,7 +413,7 @@ def test_the_job_for_a_worker_is_kueues_copy(workload_name: str, label: bool) ->
             },
         }
     )
-    copy = remote_job(job, workload_name=workload_name, origin="east")
+    copy = BATCH_JOB.remote_object(job, workload_name=workload_name, origin="east")
     assert copy["metadata"]["annotations"] == {c.PREBUILT_WORKLOAD_ANNOTATION: workload_name}
     want = {c.QUEUE_NAME_LABEL: "q", c.MULTIKUEUE_ORIGIN_LABEL: "east"} | ({c.PREBUILT_WORKLOAD_LABEL: workload_name} if label else {})
     assert copy["metadata"]["labels"] == want
