@@ -176,7 +176,9 @@ class Process:
             checks = [self.caches.admission_checks.get(name) for name in names_]
             return any(check is not None and check.spec.controller_name == c.MULTIKUEUE_CONTROLLER_NAME for check in checks)
 
-        port = await self._serve(make_app(uses_multikueue=uses_multikueue), opts.webhook_address, context)
+        port = await self._serve(
+            make_app(uses_multikueue=uses_multikueue, adapters=self.integrations.adapters), opts.webhook_address, context
+        )
         if opts.webhook_service:
             namespace, _, name = opts.webhook_service.partition("/")
             self.webhook_endpoint = WebhookEndpoint(cert.ca_pem, service_namespace=namespace, service_name=name)
@@ -195,7 +197,7 @@ class Process:
         log.info("webhook certificate reloaded", extra={"component": self.component})
         if self.cert_manager is not None and self.cert_manager.is_leader:
             try:
-                await install(self.client, self.webhook_endpoint)
+                await install(self.client, self.webhook_endpoint, self.integrations.adapters)
             except KubeError as err:
                 log.error("cannot update the webhook configurations", extra={"error": str(err)})
 
@@ -216,7 +218,7 @@ class Process:
         self.admission.wake()
         if self.webhook_endpoint is not None:
             try:
-                await install(self.client, self.webhook_endpoint)
+                await install(self.client, self.webhook_endpoint, self.integrations.adapters)
             except KubeError as err:
                 log.error("cannot install the webhook configurations", extra={"error": str(err)})
         for hook in self.extra_on_leader:

@@ -13,7 +13,16 @@ from typing import Any
 import pytest
 
 from manager.api import constants as c
-from manager.controllers.webhooks import convert_review, default_job, validate
+from manager.controllers.webhooks import (
+    MUTATE_JOB_PATH,
+    WebhookEndpoint,
+    convert_review,
+    default_job,
+    mutate_path,
+    validate,
+    webhook_configurations,
+)
+from manager.engine.integrations.registry import BATCH_JOB, JOBSET
 from manager.kube.client import KubeClient, proxy_from_environment
 from manager.kube.errors import (
     AlreadyExistsError,
@@ -48,6 +57,33 @@ def test_the_job_webhook_suspends_queued_jobs_and_marks_multikueue_ones() -> Non
     assert {"op": "add", "path": "/spec/managedBy", "value": c.MULTIKUEUE_MANAGED_BY} in patch_of(federated)
     unqueued = default_job(review({"metadata": {"name": "j"}, "spec": {}}), uses_multikueue=lambda ns, q: True)
     assert patch_of(unqueued) == []
+
+
+@pytest.mark.parametrize(
+    ("managed_by", "handed_over"),
+    [
+        (None, True),
+        ("jobset.sigs.k8s.io/jobset-controller", True),  # its own controller: Kueue's CanDefaultManagedBy
+        ("example.com/other-controller", False),  # someone else runs it: left alone
+    ],
+)
+def test_the_jobset_webhook_suspends_queued_jobsets_and_hands_multikueue_ones_over(managed_by: str | None, handed_over: bool) -> None:
+    spec = {"managedBy": managed_by} if managed_by else {}
+    queued = {"metadata": {"name": "js", "namespace": "ns", "labels": {c.QUEUE_NAME_LABEL: "q"}}, "spec": spec}
+    patch = patch_of(default_job(review(queued), uses_multikueue=lambda ns, q: True, adapter=JOBSET))
+    assert {"op": "add", "path": "/spec/suspend", "value": True} in patch
+    assert ({"op": "add", "path": "/spec/managedBy", "value": c.MULTIKUEUE_MANAGED_BY} in patch) is handed_over
+
+
+def test_each_enabled_job_kind_gets_kueues_defaulting_webhook() -> None:
+    endpoint = WebhookEndpoint(b"ca", url="https://127.0.0.1:9443")
+    mutating, _ = webhook_configurations(endpoint, [BATCH_JOB, JOBSET])
+    paths = [webhook["clientConfig"]["url"] for webhook in mutating["webhooks"]]
+    assert paths == ["https://127.0.0.1:9443/mutate-batch-v1-job", "https://127.0.0.1:9443/mutate-jobset-x-k8s-io-v1alpha2-jobset"]
+    assert mutating["webhooks"][1]["rules"] == [
+        {"apiGroups": ["jobset.x-k8s.io"], "apiVersions": ["v1alpha2"], "operations": ["CREATE"], "resources": ["jobsets"]}
+    ]
+    assert mutate_path(BATCH_JOB) == MUTATE_JOB_PATH
 
 
 def test_the_validating_webhook_names_each_field_path() -> None:
