@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -63,9 +64,9 @@ class JobController:
         self.expectations = Expectations()
         self.controller = Controller(adapter.kind.lower(), self.reconcile, workers=workers)
         self.is_leader = False
-        # Set by MultiKueue on the manager: whether a worker still runs this Workload's job
-        # (its quota is kept until the worker has stopped it).
-        self.runs_elsewhere: Callable[[kueue.Workload], bool] | None = None
+        # Set by MultiKueue on the manager: whether a worker may still run this Workload's job
+        # (its quota is kept until the worker has stopped it); it may read the worker live.
+        self.runs_elsewhere: Callable[[kueue.Workload], Awaitable[bool]] | None = None
         self.informer.add_handler(self._on_job)
         caches.workloads.add_handler(self._on_workload)
 
@@ -122,7 +123,7 @@ class JobController:
             workload_priority_classes={p.name: p for p in self.caches.workload_priority_classes.items()},
             priority_classes={p.name: p for p in self.caches.priority_classes.items()},
             creating=not self.expectations.satisfied(key),
-            runs_elsewhere=wl is not None and self.runs_elsewhere is not None and self.runs_elsewhere(wl),
+            runs_elsewhere=None if self.runs_elsewhere is not None else False,
             part_of_managed_job=self.caches.registry.owns_any(job.metadata.owner_references),
         )
 
@@ -130,7 +131,10 @@ class JobController:
         job = self.informer.get(key)
         if job is None:
             self.expectations.forget(key)
-        plan = plan_job(self._inputs(key, job))
+        inputs = self._inputs(key, job)
+        plan = plan_job(inputs)
+        if plan.ask_runs_elsewhere and inputs.workload is not None and self.runs_elsewhere is not None:
+            plan = plan_job(replace(inputs, runs_elsewhere=await self.runs_elsewhere(inputs.workload)))
         for action in plan.actions:
             await self._apply(key, job, action)
         return Result(requeue_after=plan.requeue_after) if plan.requeue_after is not None else None

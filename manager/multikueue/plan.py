@@ -19,7 +19,9 @@ from typing import Any
 
 from manager.api import constants as c
 from manager.api.kueue import AdmissionCheckState, Workload
-from manager.api.meta import MAX_CONDITION_MESSAGE, Condition, find_condition, is_condition_true
+from manager.api.meta import MAX_CONDITION_MESSAGE, Condition, Resource, find_condition, is_condition_true
+from manager.engine.integrations.adapter import JobAdapter
+from manager.engine.integrations.registry import BATCH_JOB
 
 REASON_MULTIKUEUE = "MultiKueue"
 # kfed's own mark on a copy: which reservation of the manager's Workload it was made for. A
@@ -366,6 +368,31 @@ def _only_lost_workers_may_run_it(inputs: WorkloadInputs) -> bool:
     if not lost:
         return False
     return all(inputs.now - (cluster.lost_since or inputs.now) >= inputs.worker_lost_timeout for cluster in lost)
+
+
+def may_still_run_on(
+    *,
+    admitted_on: str | None,
+    clusters: Sequence[ClusterHealth],
+    jobs: Mapping[str, Resource | None],
+    now: datetime,
+    worker_lost_timeout: timedelta,
+    adapter: JobAdapter[Any] = BATCH_JOB,
+) -> str | None:
+    """The worker where an evicted Workload's Job may still run or finish, or None: only then
+    may the manager give its quota back, delete the copies and dispatch it again. `jobs` holds,
+    per connected worker, our Job there (read live on the worker that admitted it: a cache may
+    not have seen it start yet). A worker that is not connected counts for the one that
+    admitted the Workload, until workerLostTimeout has passed since it was lost (Kueue's
+    promise: after that its pods count as gone)."""
+    for cluster in clusters:
+        if cluster.connected:
+            job = jobs.get(cluster.name)
+            if job is not None and not adapter.stopped(job):
+                return cluster.name
+        elif cluster.name == admitted_on and now - (cluster.lost_since or now) < worker_lost_timeout:
+            return cluster.name
+    return None
 
 
 def _problems(inputs: WorkloadInputs, remotes: Mapping[str, Workload], nominated: Sequence[str]) -> str:

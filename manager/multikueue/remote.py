@@ -295,6 +295,21 @@ class RemoteCluster:
                 found.append((adapter, job))
         return found
 
+    async def read_job(self, key: str, job_name: str, adapter: JobAdapter[Any] = BATCH_JOB) -> Resource | None:
+        """Our job of the adapter's kind for the Workload `key`, read live from the worker (not
+        from the cache, which may not have seen it start yet); None when it is not there.
+        Raises KubeError when the worker cannot be asked."""
+        client = self.client
+        if client is None:
+            raise ConnectionFailedError("not connected")
+        namespace, _, _ = key.partition("/")
+        try:
+            job = await client.get(adapter.model, job_name, namespace=namespace)
+        except NotFoundError:
+            return None
+        ours = (job.metadata.labels or {}).get(c.MULTIKUEUE_ORIGIN_LABEL) == self.origin
+        return job if ours and prebuilt_keys(job) == [key] else None
+
     def all_jobs(self) -> list[tuple[JobAdapter[Any], Resource]]:
         """Every job of our origin the caches hold, with its adapter."""
         return [(adapter, job) for adapter in self.adapters if (informer := self.jobs.get(adapter.gvk)) for job in informer.items()]

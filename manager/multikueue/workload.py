@@ -23,6 +23,7 @@ from manager.api.meta import Condition, OwnerReference, Resource
 from manager.controllers.caches import Caches
 from manager.controllers.events import EventRecorder, InvolvedObject
 from manager.engine.integrations.adapter import JobAdapter
+from manager.engine.integrations.registry import BATCH_JOB
 from manager.kube.client import JSON_PATCH, KubeClient
 from manager.kube.errors import AlreadyExistsError, ConflictError, KubeError, NotFoundError
 from manager.kube.informer import Informer
@@ -37,11 +38,12 @@ from manager.multikueue.plan import (
     WorkloadInputs,
     has_quota,
     incremental_nomination,
+    may_still_run_on,
     multikueue_check,
     plan_workload,
     remote_copy,
 )
-from manager.multikueue.remote import RemoteCluster
+from manager.multikueue.remote import ConnectionFailedError, RemoteCluster
 from manager.multikueue.settings import Settings
 from manager.runtime.controller import Controller, Result
 from manager.runtime.metrics import REGISTRY
@@ -150,15 +152,46 @@ class WorkloadController:
                 message=message,
             )
 
-    def runs_on_a_worker(self, wl: kueue.Workload) -> bool:
-        """Whether a connected worker still runs our job for this Workload, or has it finishing
-        (the adapter's `stopped`): the manager keeps the evicted Workload's quota until then, so
-        that an eviction stops a running remote job (and sees it finish) instead of deleting it.
-        Disconnected workers count through the manager job's status and workerLostTimeout."""
-        for remote in self.clusters.remotes.values():
-            if remote.connected and any(not adapter.stopped(theirs) for adapter, theirs in remote.jobs_for(wl.key)):
+    async def runs_on_a_worker(self, wl: kueue.Workload) -> bool:
+        """Whether our job for this Workload may still run or finish on a worker
+        (`may_still_run_on`): the manager keeps the evicted Workload's quota until it cannot,
+        so that an eviction stops a running remote job (and sees it finish) instead of
+        deleting it and starting it again elsewhere. The worker that admitted it is asked
+        live; a worker that cannot be asked counts as running it."""
+        check_name = self._check_name(wl)
+        names = (self._config_clusters(check_name) if check_name else None) or []
+        names += [name for name in self.clusters.remotes if name not in names]
+        health = self._health(names)
+        admitted_on = wl.status.cluster_name if wl.status else None
+        adapter, _, owner = self._local_job(wl)
+        adapter = adapter or BATCH_JOB  # no adapter: the check was rejected, nothing was dispatched
+        jobs: dict[str, Resource | None] = {}
+        for cluster in health:
+            if not cluster.connected:
+                continue
+            remote = self.clusters.remotes[cluster.name]
+            cached = remote.job_for(wl.key, adapter)
+            job_name = cached.name if cached is not None else (owner.name if owner is not None else None)
+            if cluster.name != admitted_on or job_name is None:
+                jobs[cluster.name] = cached
+                continue
+            try:
+                jobs[cluster.name] = await remote.read_job(wl.key, job_name, adapter)
+            except (KubeError, ConnectionFailedError) as err:
+                log.info(
+                    "cannot read the job on the worker; its quota is kept",
+                    extra={"key": wl.key, "cluster": cluster.name, "error": str(err)},
+                )
                 return True
-        return False
+        where = may_still_run_on(
+            admitted_on=admitted_on,
+            clusters=health,
+            jobs=jobs,
+            now=self.clock(),
+            worker_lost_timeout=self.settings.worker_lost_timeout,
+            adapter=adapter,
+        )
+        return where is not None
 
     # --- reading -----------------------------------------------------------------------------------
     def _config_clusters(self, check_name: str) -> list[str] | None:

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from benchmarks.faults import JobRecord, PodRecorder, PodRun, describe_runs, judge
 from manager.api import constants as c
 from manager.api import kueue
 from manager.api.core import Job, Secret
@@ -106,27 +107,6 @@ async def pods_created(kube: Clients, ns: str, job: str, *, reason: str = "Succe
         )
         out[name] = sum(event.get("count") or 1 for event in events["items"] if event.get("reason") == reason)
     return out
-
-
-async def job_events(kube: Clients, ns: str, job: str) -> dict[str, list[tuple[str, str, str]]]:
-    """Every worker's Events about Jobs of this name: (time, reason, message), for a failure's story."""
-    out = {}
-    for name, client in kube.workers.items():
-        events = await client.request(
-            "GET", f"/api/v1/namespaces/{ns}/events", query=[("fieldSelector", f"involvedObject.kind=Job,involvedObject.name={job}")]
-        )
-        out[name] = sorted(
-            (e.get("lastTimestamp") or e.get("eventTime") or "", e.get("reason", ""), e.get("message", "")) for e in events["items"]
-        )
-    return out
-
-
-async def pods_that_ran(kube: Clients, ns: str, job: str) -> int:
-    """Pods created for this Job on any worker and not deleted by a suspension: those that ran
-    to their end."""
-    created = await pods_created(kube, ns, job)
-    stopped = await pods_created(kube, ns, job, reason="SuccessfulDelete")
-    return sum(created.values()) - sum(stopped.values())
 
 
 async def make_priority_classes(kube: Clients, tag: str) -> None:
@@ -410,44 +390,44 @@ async def test_a_job_preempted_on_the_manager_is_stopped_on_its_worker_and_quota
     await eventually(worker_reservation, timeout=30, what=f"the victim's worker reserving {expected} cpu")
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="issue #17, open: under preemption churn a short Job is sometimes started again on a second "
-    "worker after its first copy was suspended in the same second as its pod was created; whether that pod ran "
-    "(the count here reads Job events, and a deleted remote Job's pods leave no SuccessfulDelete) is not yet known",
-)
 async def test_short_jobs_under_preemption_churn_each_run_exactly_once(kube: Clients, tag: str) -> None:
     """Short Jobs preempted on the manager while they finish on a worker: each ends Complete
-    with exactly one pod that ran; an eviction racing the finish never starts one again."""
+    with exactly one pod that ran, counted from the workers' own pods as they happen (the
+    fault suite's recorder and rules); an eviction racing the finish never starts one again."""
     ns = f"{tag}-churn"
-    await kube.queues(ns, manager_cpu=2, worker_cpu={"worker1": 4, "worker2": 4}, labels=RUNS, tag=tag)
-    await make_priority_classes(kube, tag)
-    jobs = []
-    for i in range(10):
-        for level in ("low", "high"):
-            name = f"{level}-{i}"
-            await kube.manager.create(Job, job_manifest(name, ns, priority_class=f"{tag}-{level}"))
-            jobs.append(name)
+    recorders = {name: PodRecorder(name, client) for name, client in kube.workers.items()}
+    for recorder in recorders.values():
+        recorder.start()
+    try:
+        await kube.queues(ns, manager_cpu=2, worker_cpu={"worker1": 4, "worker2": 4}, labels=RUNS, tag=tag)
+        await make_priority_classes(kube, tag)
+        jobs = []
+        for i in range(10):
+            for level in ("low", "high"):
+                name = f"{level}-{i}"
+                await kube.manager.create(Job, job_manifest(name, ns, priority_class=f"{tag}-{level}"))
+                jobs.append(name)
 
-    async def all_complete() -> bool:
-        return all([await job_completed(kube, ns, name) is not None for name in jobs])
+        async def all_complete() -> bool:
+            return all([await job_completed(kube, ns, name) is not None for name in jobs])
 
-    await eventually(all_complete, timeout=300, what="every Job Complete on the manager")
+        await eventually(all_complete, timeout=300, what="every Job Complete on the manager")
 
-    async def cleaned() -> bool:
-        remote_jobs, wls = await kube.remote_jobs(ns), await kube.remote_workloads(ns)
-        return not any(remote_jobs.values()) and not any(wls.values())
+        async def cleaned() -> bool:
+            remote_jobs, wls = await kube.remote_jobs(ns), await kube.remote_workloads(ns)
+            return not any(remote_jobs.values()) and not any(wls.values())
 
-    await eventually(cleaned, timeout=60, what="every remote Job and Workload deleted")
-    ran = {name: await pods_that_ran(kube, ns, name) for name in jobs}
-    wrong = {name: count for name, count in ran.items() if count != 1}
-    story = [
-        f"{name} on {worker}: {event}"
-        for name in wrong
-        for worker, events in (await job_events(kube, ns, name)).items()
-        for event in events
-    ]
-    assert not wrong, "\n".join([str(wrong), *story])
+        await eventually(cleaned, timeout=60, what="every remote Job and Workload deleted")
+    finally:
+        for recorder in recorders.values():
+            await recorder.stop()
+    runs: dict[str, list[PodRun]] = {}
+    for recorder in recorders.values():
+        for name, items in recorder.runs(ns).items():
+            runs.setdefault(name, []).extend(items)
+    records = [JobRecord(name, 1, True, False, False, tuple(runs.get(name, ()))) for name in jobs]
+    wrong = {r.name: describe_runs(r.runs) for r in records if judge(r).twice or sum(run.succeeded for run in r.runs) != 1}
+    assert not wrong, "\n".join(f"{name}: {story}" for name, story in wrong.items())
     preempted = 0
     for name in jobs:
         wl = await kube.manager_workload(ns, name)

@@ -274,6 +274,9 @@ def test_an_evicted_job_gives_its_quota_back_only_when_stopped_unfinished(
         (True, {"active": 1}, False),  # suspended, its pod not gone yet
         (True, {"succeeded": 1}, False),  # finishing
         (True, {"conditions": [{"type": "Complete", "status": "True"}], "succeeded": 1}, False),  # finished: it ends Finished
+        # Resumed, and the Job controller has not seen the suspension yet: its counts are old.
+        (True, {"conditions": [{"type": "Suspended", "status": "False", "reason": "JobResumed"}]}, False),
+        (True, {"conditions": [{"type": "Suspended", "status": "True", "reason": "JobSuspended"}]}, True),
     ],
 )
 def test_a_worker_job_is_stopped_only_when_suspended_with_no_pod_and_unfinished(

@@ -287,6 +287,19 @@ def test_an_evicted_job_keeps_its_quota_while_a_worker_still_runs_it(kind: str) 
     assert result.actions == [] and result.requeue_after == 1.0
 
 
+@both
+def test_whether_a_worker_still_runs_an_evicted_job_is_asked_only_once_it_stopped_here(kind: str) -> None:
+    adapter, make = KINDS[kind]
+    stopped, running = make(), make(status=STILL_RUNNING[kind])
+    evicted = [PREEMPTED]
+    asked = plan(adapter, stopped, workload(adapter, stopped, admitted=True, conditions=evicted), runs_elsewhere=None)
+    assert asked == JobPlan(ask_runs_elsewhere=True)  # the shell reads the workers, then plans again
+    waiting = plan(adapter, running, workload(adapter, running, admitted=True, conditions=evicted), runs_elsewhere=None)
+    assert not waiting.ask_runs_elsewhere and waiting.requeue_after == 1.0
+    admitted = plan(adapter, stopped, workload(adapter, stopped, admitted=True), runs_elsewhere=None)
+    assert not admitted.ask_runs_elsewhere
+
+
 def test_an_evicted_batch_job_has_its_start_time_cleared_before_its_template_is_restored() -> None:
     job = batch_job(status={"startTime": T0})
     job.metadata.resource_version = "9"

@@ -20,6 +20,7 @@ from manager.multikueue.plan import (
     dispatch_round,
     incremental_nomination,
     made_for_this_round,
+    may_still_run_on,
     multikueue_check,
     plan_gc,
     plan_workload,
@@ -463,3 +464,42 @@ def test_only_the_winner_of_a_running_workload_gets_its_job_created() -> None:
     wl = local()
     plan = plan_workload(inputs(wl, up("w1"), {"w1": remote(cond(c.ADMITTED), round_of=wl)}))
     assert plan.sync_job == "w1" and plan.create_job
+
+
+# --- may the evicted Job still run on a worker? ------------------------------------------------------------------------
+def worker_job(suspend: bool, status: dict[str, Any]) -> Job:
+    return Job.model_validate(
+        {"metadata": {"name": "j", "namespace": "ns"}, "spec": {"suspend": suspend, "completions": 1}, "status": status}
+    )
+
+
+SUSPENDED = {"conditions": [{"type": "Suspended", "status": "True", "reason": "JobSuspended"}]}
+LOST_AT = NOW - timedelta(seconds=30)
+
+
+@pytest.mark.parametrize(
+    ("clusters", "jobs", "expected"),
+    [
+        # The winner stopped its Job: the quota may go back.
+        (up("w1", "w2"), {"w1": worker_job(True, SUSPENDED), "w2": None}, None),
+        # No Job anywhere (never created, or deleted): nothing can run.
+        (up("w1", "w2"), {"w1": None, "w2": None}, None),
+        # Still running, or resumed and not yet seen stopped by the worker's Job controller.
+        (up("w1", "w2"), {"w1": worker_job(False, {"active": 1})}, "w1"),
+        (up("w1"), {"w1": worker_job(True, {"conditions": [{"type": "Suspended", "status": "False", "reason": "JobResumed"}]})}, "w1"),
+        # Its pod succeeded as it was being stopped: it finishes, it is never released.
+        (up("w1"), {"w1": worker_job(True, {"succeeded": 1, **SUSPENDED})}, "w1"),
+        # A Job of an earlier round still going on another connected worker.
+        (up("w1", "w2"), {"w1": None, "w2": worker_job(False, {"active": 1})}, "w2"),
+        # The admitting worker is lost, for less than workerLostTimeout: its pods may be running.
+        ([ClusterHealth("w1", False, LOST_AT), *up("w2")], {"w2": None}, "w1"),
+        # ... and past it: its pods count as gone (Kueue's promise).
+        ([ClusterHealth("w1", False, NOW - timedelta(minutes=16)), *up("w2")], {"w2": None}, None),
+        # A lost worker that did not admit it never held its Job.
+        ([*up("w1"), ClusterHealth("w2", False, LOST_AT)], {"w1": None}, None),
+    ],
+)
+def test_an_evicted_job_may_still_run_where_a_worker_has_it_unstopped_or_the_admitting_worker_is_lost(
+    clusters: list[ClusterHealth], jobs: dict[str, Job | None], expected: str | None
+) -> None:
+    assert may_still_run_on(admitted_on="w1", clusters=clusters, jobs=jobs, now=NOW, worker_lost_timeout=timedelta(minutes=15)) == expected

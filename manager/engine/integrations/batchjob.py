@@ -221,5 +221,13 @@ class BatchJobAdapter(JobAdapter[Job]):
         # running Job's startTime may not be removed): copy later.
         return None, True
 
+    def stopped(self, job: Job) -> bool:
+        """Also, the Job controller must have seen the suspension: while its last word is
+        Suspended=False (it resumed the Job), its counts predate the stop and a pod may yet run."""
+        conditions = (job.status.conditions if job.status else None) or []
+        if any(cond.type == "Suspended" and cond.status == "False" for cond in conditions):
+            return False
+        return super().stopped(job)
+
     def lost_pods_status(self, job: Job) -> dict[str, Any]:
         return {"status": {"active": 0, "ready": 0, "terminating": 0}}

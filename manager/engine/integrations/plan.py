@@ -100,6 +100,9 @@ class JobPlan:
 
     actions: list[Action] = field(default_factory=list)
     requeue_after: float | None = None
+    # The plan needs to know whether a worker may still run the job (`runs_elsewhere` was
+    # None): the shell asks the workers (a live read) and plans again with the answer.
+    ask_runs_elsewhere: bool = False
 
 
 @dataclass(frozen=True)
@@ -113,7 +116,9 @@ class JobInputs:
     workload_priority_classes: Mapping[str, WorkloadPriorityClass] = field(default_factory=dict)
     priority_classes: Mapping[str, PriorityClass] = field(default_factory=dict)
     creating: bool = False  # a Workload we created for it is not in the cache yet
-    runs_elsewhere: bool = False  # MultiKueue: a worker still runs (or is finishing) this Workload's job
+    # MultiKueue: whether a worker may still run (or finish) this Workload's job; None: not
+    # asked yet (only an evicted job that stopped here needs the answer).
+    runs_elsewhere: bool | None = False
     part_of_managed_job: bool = False  # its controller owner is a job kind Kueue manages
 
 
@@ -274,6 +279,8 @@ def plan_job(inputs: JobInputs) -> JobPlan:
         actions.append(PatchJob(adapter.suspend_patch(job), event=event))
         return JobPlan(actions)
     if evicted and reserved:
+        if inputs.runs_elsewhere is None and adapter.releasable(job):
+            return JobPlan(ask_runs_elsewhere=True)
         if not adapter.releasable(job) or inputs.runs_elsewhere:
             # Its pods are still going (here or on a worker), or it is finishing (then it ends
             # Finished, never queued again); the job's update wakes us too.
