@@ -27,7 +27,7 @@ from manager.runtime.tasks import cancel_and_wait
 log = logging.getLogger("kfed.caches")
 
 API_WAIT_FIRST = 1.0  # seconds between looks for a job kind's API, doubling
-API_WAIT_MAX = 60.0
+API_WAIT_MAX = 10.0  # a CRD installed after kfed started is picked up within this
 
 
 def _owner_uids(obj: Any) -> Iterable[str]:
