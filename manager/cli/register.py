@@ -60,6 +60,10 @@ REQUIRED_ACCESS: tuple[tuple[str, str, str, str], ...] = (
 WORKER_RULES: list[dict[str, list[str]]] = [
     {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create", "delete", "get", "list", "watch"]},
     {"apiGroups": ["batch"], "resources": ["jobs/status"], "verbs": ["get"]},
+    # JobSets, for a manager whose integrations.frameworks enables them (not required: a
+    # worker without the JobSet CRD still runs Jobs).
+    {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": ["create", "delete", "get", "list", "watch"]},
+    {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets/status"], "verbs": ["get"]},
     {"apiGroups": [c.GROUP], "resources": ["workloads"], "verbs": ["create", "delete", "get", "list", "watch", "update", "patch"]},
     {"apiGroups": [c.GROUP], "resources": ["workloads/status"], "verbs": ["get", "patch", "update"]},
     {"apiGroups": [c.GROUP], "resources": ["clusterqueues", "localqueues"], "verbs": ["get", "list", "watch"]},
