@@ -10,7 +10,7 @@ import pytest
 from manager.api import constants as c
 from manager.api.core import Job
 from manager.api.kueue import Workload
-from manager.engine.integrations.registry import BATCH_JOB
+from manager.engine.integrations.registry import BATCH_JOB, enabled
 from manager.multikueue.plan import (
     DISPATCH_ROUND_ANNOTATION,
     ClusterHealth,
@@ -324,6 +324,14 @@ def test_an_owner_kind_without_an_adapter_is_rejected() -> None:
     plan = plan_workload(inputs(local(), up("w1"), owner_kind="kubeflow.org/v2beta1, Kind=MPIJob"))
     assert plan.check is not None and plan.check.state == "Rejected"
     assert plan.check.message == 'No multikueue adapter found for owner kind "kubeflow.org/v2beta1, Kind=MPIJob", Previously: "Pending"'
+
+
+@pytest.mark.parametrize(("frameworks", "dispatched"), [(["batch/job"], False), (["batch/job", "jobset.x-k8s.io/jobset"], True)])
+def test_a_jobset_is_dispatched_only_when_its_integration_is_enabled(frameworks: list[str], dispatched: bool) -> None:
+    kinds = enabled(frameworks).multikueue_kinds
+    plan = plan_workload(inputs(local(), up("w1"), owner_kind="jobset.x-k8s.io/v1alpha2, Kind=JobSet", multikueue_kinds=kinds))
+    assert (plan.create == ["w1"]) is dispatched
+    assert (plan.check is not None and plan.check.state == "Rejected") is not dispatched
 
 
 def test_a_job_not_managed_by_multikueue_is_rejected() -> None:
