@@ -380,17 +380,22 @@ def may_still_run_on(
     adapter: JobAdapter[Any] = BATCH_JOB,
 ) -> str | None:
     """The worker where an evicted Workload's Job may still run or finish, or None: only then
-    may the manager give its quota back, delete the copies and dispatch it again. `jobs` holds,
-    per connected worker, our Job there (read live on the worker that admitted it: a cache may
-    not have seen it start yet). A worker that is not connected counts for the one that
-    admitted the Workload, until workerLostTimeout has passed since it was lost (Kueue's
-    promise: after that its pods count as gone)."""
+    may the manager give its quota back, delete the copies and dispatch it again.
+
+    `jobs` holds, per worker, our Job there as last known: read live from each connected
+    worker (a cache may not have seen it start yet), and from the cache for a worker that is
+    not connected. The eviction has already cleared `status.clusterName` (Kueue's
+    prepareForEviction), so `admitted_on` is often None and every worker counts. A worker that
+    is not connected counts when it admitted the Workload or its last known Job was not
+    stopped, until workerLostTimeout has passed since it was lost (Kueue's promise: after that
+    its pods count as gone)."""
     for cluster in clusters:
+        job = jobs.get(cluster.name)
+        running = job is not None and not adapter.stopped(job)
         if cluster.connected:
-            job = jobs.get(cluster.name)
-            if job is not None and not adapter.stopped(job):
+            if running:
                 return cluster.name
-        elif cluster.name == admitted_on and now - (cluster.lost_since or now) < worker_lost_timeout:
+        elif (running or cluster.name == admitted_on) and now - (cluster.lost_since or now) < worker_lost_timeout:
             return cluster.name
     return None
 

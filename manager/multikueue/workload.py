@@ -156,23 +156,22 @@ class WorkloadController:
         """Whether our job for this Workload may still run or finish on a worker
         (`may_still_run_on`): the manager keeps the evicted Workload's quota until it cannot,
         so that an eviction stops a running remote job (and sees it finish) instead of
-        deleting it and starting it again elsewhere. The worker that admitted it is asked
-        live; a worker that cannot be asked counts as running it."""
+        deleting it and starting it again elsewhere. Every connected worker is asked live (one
+        read each, once per eviction check); a worker that cannot be asked counts as running it."""
         check_name = self._check_name(wl)
         names = (self._config_clusters(check_name) if check_name else None) or []
         names += [name for name in self.clusters.remotes if name not in names]
         health = self._health(names)
-        admitted_on = wl.status.cluster_name if wl.status else None
         adapter, _, owner = self._local_job(wl)
         adapter = adapter or BATCH_JOB  # no adapter: the check was rejected, nothing was dispatched
         jobs: dict[str, Resource | None] = {}
         for cluster in health:
-            if not cluster.connected:
+            remote = self.clusters.remotes.get(cluster.name)
+            if remote is None:
                 continue
-            remote = self.clusters.remotes[cluster.name]
             cached = remote.job_for(wl.key, adapter)
             job_name = cached.name if cached is not None else (owner.name if owner is not None else None)
-            if cluster.name != admitted_on or job_name is None:
+            if not cluster.connected or job_name is None:
                 jobs[cluster.name] = cached
                 continue
             try:
@@ -184,7 +183,7 @@ class WorkloadController:
                 )
                 return True
         where = may_still_run_on(
-            admitted_on=admitted_on,
+            admitted_on=wl.status.cluster_name if wl.status else None,
             clusters=health,
             jobs=jobs,
             now=self.clock(),

@@ -503,8 +503,12 @@ LOST_AT = NOW - timedelta(seconds=30)
         ([ClusterHealth("w1", False, LOST_AT), *up("w2")], {"w2": None}, "w1"),
         # ... and past it: its pods count as gone (Kueue's promise).
         ([ClusterHealth("w1", False, NOW - timedelta(minutes=16)), *up("w2")], {"w2": None}, None),
-        # A lost worker that did not admit it never held its Job.
-        ([*up("w1"), ClusterHealth("w2", False, LOST_AT)], {"w1": None}, None),
+        # A lost worker that did not admit it and had no Job of it running when last seen.
+        ([*up("w1"), ClusterHealth("w2", False, LOST_AT)], {"w1": None, "w2": None}, None),
+        # The eviction cleared clusterName: a lost worker whose last known Job ran still counts ...
+        ([*up("w1"), ClusterHealth("w2", False, LOST_AT)], {"w1": None, "w2": worker_job(False, {"active": 1})}, "w2"),
+        # ... until workerLostTimeout.
+        ([*up("w1"), ClusterHealth("w2", False, NOW - timedelta(minutes=16))], {"w2": worker_job(False, {"active": 1})}, None),
     ],
 )
 def test_an_evicted_job_may_still_run_where_a_worker_has_it_unstopped_or_the_admitting_worker_is_lost(
