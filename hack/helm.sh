@@ -7,6 +7,8 @@
 # (about a minute on 2 cores) and cached by version under ${KFED_CACHE_DIR:-~/.cache/kfed}.
 # Nothing built here is ever committed.
 set -euo pipefail
+# shellcheck source=lib/cache.sh
+source "$(cd "$(dirname "$0")" && pwd)/lib/cache.sh"
 HELM_VERSION=v3.19.5
 # The Kubernetes minor of the client modules helm v3.19 is built with; `helm template` and
 # `helm lint` assume this cluster version, as in helm's own release builds.
@@ -15,21 +17,16 @@ if command -v helm >/dev/null && [[ "$(helm version --template '{{.Version}}' 2>
   command -v helm
   exit 0
 fi
-cache=${KFED_CACHE_DIR:-$HOME/.cache/kfed}
-out="$cache/helm-${HELM_VERSION}"
-if [[ -x "$out/helm" && -f "$out/.complete" ]]; then
-  echo "$out/helm"
-  exit 0
+out=$(cache_dir "helm-${HELM_VERSION}")
+if [[ -x "$out/helm" ]]; then
+  reuse_if_complete "$out" "$out/helm"
 fi
-command -v go >/dev/null || { echo "go is required to build helm ${HELM_VERSION} (https://go.dev/dl), or put helm ${HELM_VERSION} on PATH" >&2; exit 1; }
+require_go "build helm ${HELM_VERSION}" ", or put helm ${HELM_VERSION} on PATH"
 mkdir -p "$out"
-start=$(date +%s)
 ldflags="-X helm.sh/helm/v3/internal/version.version=${HELM_VERSION}"
 for pkg in pkg/lint/rules pkg/chartutil; do
   ldflags+=" -X helm.sh/helm/v3/$pkg.k8sVersionMajor=1 -X helm.sh/helm/v3/$pkg.k8sVersionMinor=${HELM_K8S_MINOR}"
 done
-echo "building helm ${HELM_VERSION} from its Go module into $out" >&2
+start_build "building helm ${HELM_VERSION} from its Go module into $out"
 GOBIN="$out" CGO_ENABLED=0 go install -trimpath -ldflags "-s -w $ldflags" "helm.sh/helm/v3/cmd/helm@${HELM_VERSION}" >&2
-echo "built in $(( $(date +%s) - start ))s" >&2
-touch "$out/.complete"
-echo "$out/helm"
+finish_build "$out" "$out/helm"

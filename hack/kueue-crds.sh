@@ -7,14 +7,12 @@
 # the Go module proxy, and are cached by version under ${KFED_CACHE_DIR:-~/.cache/kfed}.
 # Nothing fetched here is ever committed.
 set -euo pipefail
+# shellcheck source=lib/cache.sh
+source "$(cd "$(dirname "$0")" && pwd)/lib/cache.sh"
 KUEUE_VERSION=${KUEUE_VERSION:-v0.19.2}
-cache=${KFED_CACHE_DIR:-$HOME/.cache/kfed}
-out="$cache/kueue-crds-${KUEUE_VERSION}"
-if [[ -f "$out/.complete" ]]; then
-  echo "$out"
-  exit 0
-fi
-command -v go >/dev/null || { echo "go is required to download Kueue ${KUEUE_VERSION}'s CRDs from its Go module (https://go.dev/dl)" >&2; exit 1; }
+out=$(cache_dir "kueue-crds-${KUEUE_VERSION}")
+reuse_if_complete "$out"
+require_go "download Kueue ${KUEUE_VERSION}'s CRDs from its Go module"
 # `go mod download` needs no go.mod when given module@version; it prints where the module is.
 if ! json=$(cd "${TMPDIR:-/tmp}" && GOFLAGS=-mod=mod go mod download -json "sigs.k8s.io/kueue@${KUEUE_VERSION}"); then
   printf 'go mod download sigs.k8s.io/kueue@%s failed:\n%s\n' "${KUEUE_VERSION}" "$json" >&2
@@ -30,5 +28,4 @@ fi
 rm -rf "$out"
 mkdir -p "$out"
 cp "$bases"/*.yaml "$out/"
-touch "$out/.complete"
-echo "$out"
+mark_complete "$out"

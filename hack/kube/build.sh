@@ -9,17 +9,10 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=versions.env
 source "$here/versions.env"
-cache=${KFED_CACHE_DIR:-$HOME/.cache/kfed}
-out="$cache/kube-${KUBERNETES_VERSION}-etcd-${ETCD_VERSION}-kwok-${KWOK_VERSION}"
-stamp="$out/.complete"
-if [[ -f "$stamp" ]]; then
-  echo "$out"
-  exit 0
-fi
-command -v go >/dev/null || { echo "go is required to build the local control plane (https://go.dev/dl)" >&2; exit 1; }
-mkdir -p "$out"
-start=$(date +%s)
-echo "building Kubernetes ${KUBERNETES_VERSION} + etcd ${ETCD_VERSION} from Go modules into $out (first build takes several minutes)" >&2
+# shellcheck source=../lib/cache.sh
+source "$here/../lib/cache.sh"
+cached_build "kube-${KUBERNETES_VERSION}-etcd-${ETCD_VERSION}-kwok-${KWOK_VERSION}" "build the local control plane" \
+  "building Kubernetes ${KUBERNETES_VERSION} + etcd ${ETCD_VERSION} from Go modules"
 cd "$here"
 python3 gen_gomod.py
 go mod tidy >&2
@@ -34,6 +27,4 @@ for name in kube-apiserver kube-controller-manager kube-scheduler etcd kubectl; 
   ln -sf kube "$out/$name"
 done
 GOBIN="$out" go install "sigs.k8s.io/kwok/cmd/kwok@${KWOK_VERSION}" >&2
-echo "built in $(( $(date +%s) - start ))s; size: $(du -sh "$out" | cut -f1)" >&2
-touch "$stamp"
-echo "$out"
+finish_build "$out" "$out" "$out"

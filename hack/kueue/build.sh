@@ -10,18 +10,11 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=versions.env
 source "$here/versions.env"
-cache=${KFED_CACHE_DIR:-$HOME/.cache/kfed}
-out="$cache/kueue-${KUEUE_VERSION}"
-stamp="$out/.complete"
-if [[ -f "$stamp" ]]; then
-  echo "$out"
-  exit 0
-fi
-command -v go >/dev/null || { echo "go is required to build upstream Kueue ${KUEUE_VERSION} (https://go.dev/dl)" >&2; exit 1; }
-rm -rf "$out"
+# shellcheck source=../lib/cache.sh
+source "$here/../lib/cache.sh"
+cached_build "kueue-${KUEUE_VERSION}" "build upstream Kueue ${KUEUE_VERSION}" \
+  "building Kueue ${KUEUE_VERSION} from its Go module"
 mkdir -p "$out/module" "$out/crds"
-start=$(date +%s)
-echo "building Kueue ${KUEUE_VERSION} from its Go module into $out (first build takes several minutes)" >&2
 # Writes the wrapper go.mod (with Kueue's own replace directives) and prints the module's
 # directory and commit.
 { read -r source_dir; read -r commit; } < <(python3 "$here/gen_gomod.py" "$KUEUE_VERSION" "$out/module")
@@ -40,6 +33,4 @@ CGO_ENABLED=0 go build -mod=mod -trimpath -ldflags "$ldflags" -o "$out/kueue" si
 cp "$source_dir"/config/components/crd/bases/*.yaml "$out/crds/"
 cp "$source_dir/config/components/webhook/manifests.yaml" "$out/webhook-manifests.yaml"
 chmod -R u+w "$out/crds" "$out/webhook-manifests.yaml"
-echo "built in $(( $(date +%s) - start ))s; size: $(du -sh "$out/kueue" | cut -f1)" >&2
-touch "$stamp"
-echo "$out"
+finish_build "$out" "$out" "$out/kueue"

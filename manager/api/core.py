@@ -73,9 +73,7 @@ class JobStatus(OpenModel):
 
 class Job(Resource, OpenModel):
     GROUP: ClassVar[str] = "batch"
-    VERSION: ClassVar[str] = "v1"
     KIND: ClassVar[str] = "Job"
-    PLURAL: ClassVar[str] = "jobs"
     NAMESPACED: ClassVar[bool] = True
 
     spec: JobSpec = Field(default_factory=JobSpec)
@@ -83,9 +81,7 @@ class Job(Resource, OpenModel):
 
 
 class Pod(Resource, OpenModel):
-    VERSION: ClassVar[str] = "v1"
     KIND: ClassVar[str] = "Pod"
-    PLURAL: ClassVar[str] = "pods"
     NAMESPACED: ClassVar[bool] = True
 
     spec: PodSpec = Field(default_factory=PodSpec)
@@ -93,17 +89,13 @@ class Pod(Resource, OpenModel):
 
 
 class Namespace(Resource, OpenModel):
-    VERSION: ClassVar[str] = "v1"
     KIND: ClassVar[str] = "Namespace"
-    PLURAL: ClassVar[str] = "namespaces"
 
 
 class Secret(Resource, OpenModel):
     """A Secret. Its `data` is never logged or printed by kfed (see `__repr__`)."""
 
-    VERSION: ClassVar[str] = "v1"
     KIND: ClassVar[str] = "Secret"
-    PLURAL: ClassVar[str] = "secrets"
     NAMESPACED: ClassVar[bool] = True
 
     type: str | None = None
@@ -113,9 +105,7 @@ class Secret(Resource, OpenModel):
 
 class PriorityClass(Resource, OpenModel):
     GROUP: ClassVar[str] = "scheduling.k8s.io"
-    VERSION: ClassVar[str] = "v1"
     KIND: ClassVar[str] = "PriorityClass"
-    PLURAL: ClassVar[str] = "priorityclasses"
 
     value: int
     global_default: bool | None = None
@@ -132,9 +122,7 @@ class LeaseSpec(KubeModel):
 
 class Lease(Resource, OpenModel):
     GROUP: ClassVar[str] = "coordination.k8s.io"
-    VERSION: ClassVar[str] = "v1"
     KIND: ClassVar[str] = "Lease"
-    PLURAL: ClassVar[str] = "leases"
     NAMESPACED: ClassVar[bool] = True
 
     spec: LeaseSpec = Field(default_factory=LeaseSpec)
@@ -151,9 +139,7 @@ class LimitRangeSpec(OpenModel):
 
 
 class LimitRange(Resource, OpenModel):
-    VERSION: ClassVar[str] = "v1"
     KIND: ClassVar[str] = "LimitRange"
-    PLURAL: ClassVar[str] = "limitranges"
     NAMESPACED: ClassVar[bool] = True
 
     spec: LimitRangeSpec = Field(default_factory=LimitRangeSpec)

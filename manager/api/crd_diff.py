@@ -137,19 +137,29 @@ def _child_findings(path: str, upstream: Schema, kfed: Schema, opaque: frozenset
             findings.extend(_findings(child_path, child, kfed["additionalProperties"], opaque))
         else:
             findings.append(f"{child_path}: missing (kfed prunes it)")
-    if isinstance(upstream.get("additionalProperties"), Mapping):
-        if isinstance(kfed.get("additionalProperties"), Mapping):
-            findings.extend(_findings(f"{path}{{}}", upstream["additionalProperties"], kfed["additionalProperties"], opaque))
-        elif not _preserves(kfed):
-            findings.append(f"{path}: upstream takes any key, kfed prunes undeclared ones")
+    findings += _nested_findings(
+        path,
+        upstream,
+        kfed,
+        opaque,
+        key="additionalProperties",
+        suffix="{}",
+        pruned=f"{path}: upstream takes any key, kfed prunes undeclared ones",
+    )
     if _preserves(upstream) and not _preserves(kfed):
         findings.append(f"{path}: upstream keeps unknown fields, kfed prunes them")
-    if isinstance(upstream.get("items"), Mapping):
-        if isinstance(kfed.get("items"), Mapping):
-            findings.extend(_findings(f"{path}[]", upstream["items"], kfed["items"], opaque))
-        elif not _preserves(kfed):
-            findings.append(f"{path}[]: items missing")
+    findings += _nested_findings(path, upstream, kfed, opaque, key="items", suffix="[]", pruned=f"{path}[]: items missing")
     return findings
+
+
+def _nested_findings(path: str, upstream: Schema, kfed: Schema, opaque: frozenset[str], *, key: str, suffix: str, pruned: str) -> list[str]:
+    """The findings of the schema nested under `key` (a map's values, a list's items), or
+    `pruned` when upstream declares it and kfed neither declares it nor keeps unknown fields."""
+    if not isinstance(upstream.get(key), Mapping):
+        return []
+    if isinstance(kfed.get(key), Mapping):
+        return _findings(f"{path}{suffix}", upstream[key], kfed[key], opaque)
+    return [] if _preserves(kfed) else [pruned]
 
 
 def _findings(path: str, upstream: Schema, kfed: Schema, opaque: frozenset[str]) -> list[str]:

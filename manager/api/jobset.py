@@ -63,7 +63,6 @@ class JobSet(Resource, OpenModel):
     GROUP: ClassVar[str] = GROUP
     VERSION: ClassVar[str] = VERSION
     KIND: ClassVar[str] = "JobSet"
-    PLURAL: ClassVar[str] = "jobsets"
     NAMESPACED: ClassVar[bool] = True
 
     spec: JobSetSpec = Field(default_factory=JobSetSpec)

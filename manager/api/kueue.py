@@ -44,6 +44,13 @@ FungibilityPolicy = Literal["MayStopSearch", "TryNextFlavor"]
 CheckState = Literal["Pending", "Ready", "Retry", "Rejected"]
 
 
+class KueueResource(Resource):
+    """A kind of Kueue's API group, at the version kfed stores."""
+
+    GROUP: ClassVar[str] = c.GROUP
+    VERSION: ClassVar[str] = c.STORAGE_VERSION
+
+
 # --- ResourceFlavor ---------------------------------------------------------------------------
 
 
@@ -54,11 +61,8 @@ class ResourceFlavorSpec(KubeModel):
     topology_name: Name | None = None
 
 
-class ResourceFlavor(Resource):
-    GROUP: ClassVar[str] = c.GROUP
-    VERSION: ClassVar[str] = "v1beta2"
+class ResourceFlavor(KueueResource):
     KIND: ClassVar[str] = "ResourceFlavor"
-    PLURAL: ClassVar[str] = "resourceflavors"
 
     spec: ResourceFlavorSpec = Field(default_factory=ResourceFlavorSpec)
 
@@ -191,7 +195,7 @@ class ConcurrentAdmissionPolicy(KubeModel):
 class ClusterQueueSpec(KubeModel):
     model_config = {"json_schema_extra": cel(NO_BORROWING_WITHOUT_COHORT)}
 
-    resource_groups: list[ResourceGroup] | None = Field(default=None, max_length=16, json_schema_extra=LIST_ATOMIC)
+    resource_groups: list[ResourceGroup] | None = Field(default=None, max_length=c.MAX_RESOURCE_GROUPS, json_schema_extra=LIST_ATOMIC)
     cohort_name: Name | None = None
     queueing_strategy: QueueingStrategy | None = Field(default=None, json_schema_extra=crd_default("BestEffortFIFO"))
     namespace_selector: LabelSelector | None = None
@@ -225,11 +229,8 @@ class ClusterQueueStatus(KubeModel):
     fair_sharing: FairSharingStatus | None = None
 
 
-class ClusterQueue(Resource):
-    GROUP: ClassVar[str] = c.GROUP
-    VERSION: ClassVar[str] = "v1beta2"
+class ClusterQueue(KueueResource):
     KIND: ClassVar[str] = "ClusterQueue"
-    PLURAL: ClassVar[str] = "clusterqueues"
 
     spec: ClusterQueueSpec = Field(default_factory=ClusterQueueSpec)
     status: ClusterQueueStatus | None = None
@@ -254,7 +255,7 @@ class ClusterQueue(Resource):
 class CohortSpec(KubeModel):
     # Limits without a parent are refused by the webhook (manager.api.validation), as Kueue's does.
     parent_name: Name | None = None
-    resource_groups: list[ResourceGroup] | None = Field(default=None, max_length=16, json_schema_extra=LIST_ATOMIC)
+    resource_groups: list[ResourceGroup] | None = Field(default=None, max_length=c.MAX_RESOURCE_GROUPS, json_schema_extra=LIST_ATOMIC)
     fair_sharing: FairSharing | None = None
 
 
@@ -262,11 +263,8 @@ class CohortStatus(KubeModel):
     fair_sharing: FairSharingStatus | None = None
 
 
-class Cohort(Resource):
-    GROUP: ClassVar[str] = c.GROUP
-    VERSION: ClassVar[str] = "v1beta2"
+class Cohort(KueueResource):
     KIND: ClassVar[str] = "Cohort"
-    PLURAL: ClassVar[str] = "cohorts"
 
     spec: CohortSpec = Field(default_factory=CohortSpec)
     status: CohortStatus | None = None
@@ -301,11 +299,8 @@ class LocalQueueStatus(KubeModel):
     fair_sharing: LocalQueueFairSharingStatus | None = None
 
 
-class LocalQueue(Resource):
-    GROUP: ClassVar[str] = c.GROUP
-    VERSION: ClassVar[str] = "v1beta2"
+class LocalQueue(KueueResource):
     KIND: ClassVar[str] = "LocalQueue"
-    PLURAL: ClassVar[str] = "localqueues"
     NAMESPACED: ClassVar[bool] = True
 
     spec: LocalQueueSpec = Field(default_factory=LocalQueueSpec)
@@ -315,11 +310,8 @@ class LocalQueue(Resource):
 # --- WorkloadPriorityClass --------------------------------------------------------------------
 
 
-class WorkloadPriorityClass(Resource):
-    GROUP: ClassVar[str] = c.GROUP
-    VERSION: ClassVar[str] = "v1beta2"
+class WorkloadPriorityClass(KueueResource):
     KIND: ClassVar[str] = "WorkloadPriorityClass"
-    PLURAL: ClassVar[str] = "workloadpriorityclasses"
 
     value: int
     description: str | None = Field(default=None, max_length=2048)
@@ -356,7 +348,7 @@ class PreemptionGate(KubeModel):
     name: Annotated[str, Field(min_length=1, max_length=63)]
 
 
-PodSets = Annotated[list[PodSet], Field(min_length=1, max_length=18, json_schema_extra=list_map("name"))]
+PodSets = Annotated[list[PodSet], Field(min_length=1, max_length=c.MAX_POD_SETS, json_schema_extra=list_map("name"))]
 
 
 class WorkloadSpec(KubeModel):
@@ -382,7 +374,7 @@ class PodSetAssignment(KubeModel):
 class Admission(KubeModel):
     # Neither is required by Kueue's CRD; kfed always writes both.
     cluster_queue: Name = ""
-    pod_set_assignments: list[PodSetAssignment] = Field(default_factory=list, max_length=18, json_schema_extra=list_map("name"))
+    pod_set_assignments: list[PodSetAssignment] = Field(default_factory=list, max_length=c.MAX_POD_SETS, json_schema_extra=list_map("name"))
 
 
 class RequeueState(KubeModel):
@@ -410,7 +402,7 @@ class AdmissionCheckState(KubeModel):
     message: str = Field(default="", max_length=MAX_CONDITION_MESSAGE)
     requeue_after_seconds: int | None = Field(default=None, ge=0)
     retry_count: int | None = Field(default=None, ge=0)
-    pod_set_updates: list[PodSetUpdate] | None = Field(default=None, max_length=18, json_schema_extra=LIST_ATOMIC)
+    pod_set_updates: list[PodSetUpdate] | None = Field(default=None, max_length=c.MAX_POD_SETS, json_schema_extra=LIST_ATOMIC)
 
 
 class PodSetRequest(KubeModel):
@@ -439,9 +431,9 @@ class UnhealthyNode(KubeModel):
     name: str
 
 
-ReclaimablePods = Annotated[list[ReclaimablePod], Field(max_length=18, json_schema_extra=list_map("name"))]
+ReclaimablePods = Annotated[list[ReclaimablePod], Field(max_length=c.MAX_POD_SETS, json_schema_extra=list_map("name"))]
 AdmissionCheckStates = Annotated[list[AdmissionCheckState], Field(max_length=8, json_schema_extra=list_map("name"))]
-PodSetRequests = Annotated[list[PodSetRequest], Field(max_length=18, json_schema_extra=list_map("name"))]
+PodSetRequests = Annotated[list[PodSetRequest], Field(max_length=c.MAX_POD_SETS, json_schema_extra=list_map("name"))]
 UnhealthyNodes = Annotated[list[UnhealthyNode], Field(max_length=8, json_schema_extra=list_map("name"))]
 
 
@@ -454,29 +446,18 @@ class WorkloadStatus(KubeModel):
     resource_requests: PodSetRequests | None = None
     accumulated_past_execution_time_seconds: int | None = None
     scheduling_stats: SchedulingStats | None = None
-    nominated_cluster_names: list[str] | None = Field(default=None, max_length=20, json_schema_extra=LIST_ATOMIC)
+    nominated_cluster_names: list[str] | None = Field(default=None, max_length=c.MAX_MULTIKUEUE_CLUSTERS, json_schema_extra=LIST_ATOMIC)
     cluster_name: str | None = Field(default=None, max_length=256)
     unhealthy_nodes: UnhealthyNodes | None = None
     preemption_gates: list[PreemptionGateState] | None = Field(default=None, max_length=8, json_schema_extra=list_map("name"))
 
 
-class Workload(Resource):
-    GROUP: ClassVar[str] = c.GROUP
-    VERSION: ClassVar[str] = "v1beta2"
+class Workload(KueueResource):
     KIND: ClassVar[str] = "Workload"
-    PLURAL: ClassVar[str] = "workloads"
     NAMESPACED: ClassVar[bool] = True
 
     spec: WorkloadSpec = Field(default_factory=WorkloadSpec)
     status: WorkloadStatus | None = None
-
-    @property
-    def effective_priority(self) -> int:
-        return self.spec.priority or 0
-
-    @property
-    def is_active(self) -> bool:
-        return self.spec.active is not False
 
 
 # --- AdmissionCheck ---------------------------------------------------------------------------
@@ -497,11 +478,8 @@ class AdmissionCheckStatus(KubeModel):
     conditions: Conditions | None = None
 
 
-class AdmissionCheck(Resource):
-    GROUP: ClassVar[str] = c.GROUP
-    VERSION: ClassVar[str] = "v1beta2"
+class AdmissionCheck(KueueResource):
     KIND: ClassVar[str] = "AdmissionCheck"
-    PLURAL: ClassVar[str] = "admissionchecks"
 
     spec: AdmissionCheckSpec
     status: AdmissionCheckStatus | None = None
@@ -545,11 +523,8 @@ class MultiKueueClusterStatus(KubeModel):
     conditions: Conditions | None = None
 
 
-class MultiKueueCluster(Resource):
-    GROUP: ClassVar[str] = c.GROUP
-    VERSION: ClassVar[str] = "v1beta2"
+class MultiKueueCluster(KueueResource):
     KIND: ClassVar[str] = "MultiKueueCluster"
-    PLURAL: ClassVar[str] = "multikueueclusters"
 
     spec: MultiKueueClusterSpec
     status: MultiKueueClusterStatus | None = None
@@ -560,16 +535,13 @@ UNIQUE_ITEMS = cel(("size(self.filter(i, size(self.filter(j, j == i)) > 1)) == 0
 
 class MultiKueueConfigSpec(KubeModel):
     clusters: list[Annotated[str, Field(max_length=256)]] = Field(
-        min_length=1, max_length=20, json_schema_extra={**LIST_ATOMIC, **UNIQUE_ITEMS}
+        min_length=1, max_length=c.MAX_MULTIKUEUE_CLUSTERS, json_schema_extra={**LIST_ATOMIC, **UNIQUE_ITEMS}
     )
     quota_management: Literal["Manual", "Automated"] | None = None
 
 
-class MultiKueueConfig(Resource):
-    GROUP: ClassVar[str] = c.GROUP
-    VERSION: ClassVar[str] = "v1beta2"
+class MultiKueueConfig(KueueResource):
     KIND: ClassVar[str] = "MultiKueueConfig"
-    PLURAL: ClassVar[str] = "multikueueconfigs"
 
     spec: MultiKueueConfigSpec
 

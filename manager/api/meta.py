@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer
 from pydantic.alias_generators import to_camel
@@ -12,14 +12,14 @@ DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 
 
-def _format_time(value: datetime) -> str:
-    # Kubernetes writes metav1.Time as RFC 3339 in UTC with a "Z" and whole seconds.
+def format_time(value: datetime) -> str:
+    """metav1.Time as Kubernetes writes it: RFC 3339 in UTC with a "Z" and whole seconds."""
     if value.tzinfo is None:
         value = value.replace(tzinfo=UTC)
     return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-Time = Annotated[datetime, PlainSerializer(_format_time, return_type=str, when_used="json")]
+Time = Annotated[datetime, PlainSerializer(format_time, return_type=str, when_used="json")]
 """metav1.Time: parsed into an aware datetime, written back as RFC 3339 UTC."""
 
 Name = Annotated[str, Field(max_length=253, pattern=DNS_SUBDOMAIN_PATTERN)]
@@ -173,8 +173,20 @@ TOLERATION_RULES = cel(
 """The rules on a list of tolerations (Kubernetes' own, which a CRD has to spell out)."""
 
 
+def plural_of(kind: str) -> str:
+    """The resource name Kubernetes derives from a kind (as kubebuilder does): lowercased, plus
+    "es" after s, x, z, ch or sh, "ies" in place of a final y after a consonant, else "s"."""
+    name = kind.lower()
+    if name.endswith(("s", "x", "z", "ch", "sh")):
+        return name + "es"
+    if name.endswith("y") and name[-2:-1] not in ("a", "e", "i", "o", "u"):
+        return name[:-1] + "ies"
+    return name + "s"
+
+
 class Resource(KubeModel):
-    """A top-level Kubernetes object. Subclasses set the class variables that name the kind."""
+    """A top-level Kubernetes object. Subclasses set the class variables that name the kind
+    (PLURAL, when not set, is `plural_of(KIND)`)."""
 
     GROUP: ClassVar[str] = ""
     VERSION: ClassVar[str] = "v1"
@@ -185,6 +197,12 @@ class Resource(KubeModel):
     api_version: str = ""
     kind: str = ""
     metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        if cls.KIND and not cls.PLURAL:
+            cls.PLURAL = plural_of(cls.KIND)
 
     def model_post_init(self, context: Any) -> None:
         if not self.api_version:
@@ -216,3 +234,40 @@ def find_condition(conditions: list[Condition] | None, condition_type: str) -> C
 def is_condition_true(conditions: list[Condition] | None, condition_type: str) -> bool:
     condition = find_condition(conditions, condition_type)
     return condition is not None and condition.status == "True"
+
+
+class ConditionState(Protocol):
+    """What the transition rule reads of a condition: a metav1.Condition or the engine's own."""
+
+    @property
+    def status(self) -> str: ...
+
+    @property
+    def last_transition_time(self) -> datetime | None: ...
+
+
+def transition_time(previous: ConditionState | None, status: str, now: datetime) -> datetime:
+    """Kubernetes' rule for a condition's lastTransitionTime: it changes only when the status does."""
+    if previous is not None and previous.status == status and previous.last_transition_time is not None:
+        return previous.last_transition_time
+    return now
+
+
+def same_condition(old: Condition | None, new: Condition) -> bool:
+    """Whether writing `new` would change nothing a reader sees (the time aside)."""
+    return old is not None and (old.status, old.reason, old.message, old.observed_generation) == (
+        new.status,
+        new.reason,
+        new.message,
+        new.observed_generation,
+    )
+
+
+def set_condition(conditions: list[Condition] | None, new: Condition, *, now: datetime) -> list[Condition]:
+    """Kubernetes' SetStatusCondition, the one condition upsert of kfed's writers: `new` takes
+    the place of the condition of its type, its message cut to the limit, and its
+    lastTransitionTime kept from the old one while the status stays the same."""
+    previous = find_condition(conditions, new.type)
+    when = transition_time(previous, new.status, now)
+    new = new.model_copy(update={"message": new.message[:MAX_CONDITION_MESSAGE], "last_transition_time": when})
+    return [cond for cond in conditions or [] if cond.type != new.type] + [new]

@@ -30,6 +30,14 @@ from manager.api.meta import (
     list_map,
 )
 
+
+class V1Beta1Resource(Resource):
+    """A kind of Kueue's API group at v1beta1."""
+
+    GROUP: ClassVar[str] = c.GROUP
+    VERSION: ClassVar[str] = "v1beta1"
+
+
 # v1beta1 still accepts the deprecated aliases of MayStopSearch.
 FungibilityPolicy = Literal["MayStopSearch", "TryNextFlavor", "Borrow", "Preempt"]
 # Kueue's v1beta1 conditions have no count limit.
@@ -65,7 +73,7 @@ class ClusterQueueSpec(KubeModel):
         )
     }
 
-    resource_groups: list[v2.ResourceGroup] | None = Field(default=None, max_length=16, json_schema_extra=LIST_ATOMIC)
+    resource_groups: list[v2.ResourceGroup] | None = Field(default=None, max_length=c.MAX_RESOURCE_GROUPS, json_schema_extra=LIST_ATOMIC)
     cohort: Name | None = None
     queueing_strategy: v2.QueueingStrategy | None = Field(default=None, json_schema_extra=crd_default("BestEffortFIFO"))
     namespace_selector: LabelSelector | None = None
@@ -100,11 +108,8 @@ class ClusterQueueStatus(KubeModel):
     fair_sharing: v2.LocalQueueFairSharingStatus | None = None
 
 
-class ClusterQueue(Resource):
-    GROUP: ClassVar[str] = c.GROUP
-    VERSION: ClassVar[str] = "v1beta1"
+class ClusterQueue(V1Beta1Resource):
     KIND: ClassVar[str] = "ClusterQueue"
-    PLURAL: ClassVar[str] = "clusterqueues"
 
     spec: ClusterQueueSpec = Field(default_factory=ClusterQueueSpec)
     status: ClusterQueueStatus | None = None
@@ -114,11 +119,8 @@ class CohortStatus(KubeModel):
     fair_sharing: v2.LocalQueueFairSharingStatus | None = None
 
 
-class Cohort(Resource):
-    GROUP: ClassVar[str] = c.GROUP
-    VERSION: ClassVar[str] = "v1beta1"
+class Cohort(V1Beta1Resource):
     KIND: ClassVar[str] = "Cohort"
-    PLURAL: ClassVar[str] = "cohorts"
 
     spec: v2.CohortSpec = Field(default_factory=v2.CohortSpec)
     status: CohortStatus | None = None
@@ -150,22 +152,16 @@ class LocalQueueStatus(KubeModel):
     fair_sharing: v2.LocalQueueFairSharingStatus | None = None
 
 
-class LocalQueue(Resource):
-    GROUP: ClassVar[str] = c.GROUP
-    VERSION: ClassVar[str] = "v1beta1"
+class LocalQueue(V1Beta1Resource):
     KIND: ClassVar[str] = "LocalQueue"
-    PLURAL: ClassVar[str] = "localqueues"
     NAMESPACED: ClassVar[bool] = True
 
     spec: v2.LocalQueueSpec = Field(default_factory=v2.LocalQueueSpec)
     status: LocalQueueStatus | None = None
 
 
-class WorkloadPriorityClass(Resource):
-    GROUP: ClassVar[str] = c.GROUP
-    VERSION: ClassVar[str] = "v1beta1"
+class WorkloadPriorityClass(V1Beta1Resource):
     KIND: ClassVar[str] = "WorkloadPriorityClass"
-    PLURAL: ClassVar[str] = "workloadpriorityclasses"
 
     value: int
     description: str | None = None
@@ -181,7 +177,9 @@ class PodSet(v2.PodSet):
 
 
 class WorkloadSpec(KubeModel):
-    pod_sets: Annotated[list[PodSet], Field(min_length=1, max_length=18, json_schema_extra=list_map("name"))] = Field(default_factory=list)
+    pod_sets: Annotated[list[PodSet], Field(min_length=1, max_length=c.MAX_POD_SETS, json_schema_extra=list_map("name"))] = Field(
+        default_factory=list
+    )
     queue_name: Name | None = None
     priority_class_name: Annotated[str, Field(max_length=253)] | None = None
     priority: int | None = None
@@ -200,7 +198,7 @@ class PodSetAssignment(v2.PodSetAssignment):
 
 class Admission(v2.Admission):
     pod_set_assignments: list[PodSetAssignment] = Field(  # type: ignore[assignment]
-        default_factory=list, max_length=18, json_schema_extra=list_map("name")
+        default_factory=list, max_length=c.MAX_POD_SETS, json_schema_extra=list_map("name")
     )
 
 
@@ -222,16 +220,13 @@ class WorkloadStatus(KubeModel):
     # Kueue's v1beta1 field keeps this spelling.
     accumulated_past_exexcution_time_seconds: int | None = None
     scheduling_stats: SchedulingStats | None = None
-    nominated_cluster_names: list[str] | None = Field(default=None, max_length=20, json_schema_extra=LIST_ATOMIC)
+    nominated_cluster_names: list[str] | None = Field(default=None, max_length=c.MAX_MULTIKUEUE_CLUSTERS, json_schema_extra=LIST_ATOMIC)
     cluster_name: str | None = None
     unhealthy_nodes: list[v2.UnhealthyNode] | None = None
 
 
-class Workload(Resource):
-    GROUP: ClassVar[str] = c.GROUP
-    VERSION: ClassVar[str] = "v1beta1"
+class Workload(V1Beta1Resource):
     KIND: ClassVar[str] = "Workload"
-    PLURAL: ClassVar[str] = "workloads"
     NAMESPACED: ClassVar[bool] = True
 
     spec: WorkloadSpec = Field(default_factory=WorkloadSpec)
@@ -254,11 +249,8 @@ class AdmissionCheckStatus(KubeModel):
     conditions: Conditions | None = None
 
 
-class AdmissionCheck(Resource):
-    GROUP: ClassVar[str] = c.GROUP
-    VERSION: ClassVar[str] = "v1beta1"
+class AdmissionCheck(V1Beta1Resource):
     KIND: ClassVar[str] = "AdmissionCheck"
-    PLURAL: ClassVar[str] = "admissionchecks"
 
     spec: AdmissionCheckSpec
     status: AdmissionCheckStatus | None = None
@@ -277,25 +269,19 @@ class MultiKueueClusterSpec(KubeModel):
     cluster_profile_ref: v2.ClusterProfileReference | None = None
 
 
-class MultiKueueCluster(Resource):
-    GROUP: ClassVar[str] = c.GROUP
-    VERSION: ClassVar[str] = "v1beta1"
+class MultiKueueCluster(V1Beta1Resource):
     KIND: ClassVar[str] = "MultiKueueCluster"
-    PLURAL: ClassVar[str] = "multikueueclusters"
 
     spec: MultiKueueClusterSpec
     status: MultiKueueClusterStatus | None = None
 
 
 class MultiKueueConfigSpec(KubeModel):
-    clusters: list[str] = Field(min_length=1, max_length=20, json_schema_extra=LIST_SET)
+    clusters: list[str] = Field(min_length=1, max_length=c.MAX_MULTIKUEUE_CLUSTERS, json_schema_extra=LIST_SET)
 
 
-class MultiKueueConfig(Resource):
-    GROUP: ClassVar[str] = c.GROUP
-    VERSION: ClassVar[str] = "v1beta1"
+class MultiKueueConfig(V1Beta1Resource):
     KIND: ClassVar[str] = "MultiKueueConfig"
-    PLURAL: ClassVar[str] = "multikueueconfigs"
 
     spec: MultiKueueConfigSpec
 

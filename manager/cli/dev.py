@@ -141,12 +141,22 @@ def _cluster_from_state(entry: dict[str, Any]) -> LocalCluster:
     return cluster
 
 
-def cmd_down(args: argparse.Namespace) -> int:
+def _running_federation(args: argparse.Namespace, *, hint: str = "") -> tuple[Path, dict[str, Any]] | None:
+    """The directory of `--dir` and the state of the federation running there; None (said on
+    stderr, with `hint`) when there is none."""
     directory = Path(args.dir).expanduser().resolve()
     state = _read_state(directory)
     if state is None:
-        print(f"no federation in {directory}", file=sys.stderr)
+        print(f"no federation in {directory}{hint}", file=sys.stderr)
+        return None
+    return directory, state
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    found = _running_federation(args)
+    if found is None:
         return 0
+    directory, state = found
     for entry in state["clusters"]:
         _cluster_from_state(entry).stop()
         print(f"stopped {entry['name']}")
@@ -155,11 +165,10 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    directory = Path(args.dir).expanduser().resolve()
-    state = _read_state(directory)
-    if state is None:
-        print(f"no federation in {directory}; start one with `kfed dev up`", file=sys.stderr)
+    found = _running_federation(args, hint="; start one with `kfed dev up`")
+    if found is None:
         return 1
+    _, state = found
     healthy = True
     print(f"{'CLUSTER':<10} {'SERVER':<26} {'APISERVER':<10} PROCESSES")
     for entry in state["clusters"]:

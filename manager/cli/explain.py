@@ -33,7 +33,21 @@ from manager.cli.fleet import (
 from manager.engine.jobs import job_queue_name
 from manager.engine.preemption import satisfies_policy
 from manager.engine.requests import RequestError
-from manager.engine.workload import WorkloadInfo, build_info
+from manager.engine.workload import (
+    MISSING_CLUSTER_QUEUE,
+    MISSING_LOCAL_QUEUE,
+    MISSING_NAMESPACE,
+    NAMESPACE_NOT_SELECTED,
+    WorkloadInfo,
+    build_info,
+    conditions_of,
+    has_quota_reservation,
+    is_admitted,
+    is_finished,
+    misconfiguration,
+    multikueue_check_name,
+    workload_priority,
+)
 from manager.kube.client import KubeClient
 from manager.kube.errors import KubeError, NotFoundError
 
@@ -51,32 +65,39 @@ class Remote:
     error: str = ""
 
 
-def _cond(wl: kueue.Workload, kind: str) -> tuple[str, str, str] | None:
-    found = find_condition(wl.status.conditions if wl.status else None, kind)
-    return (found.status, found.reason, found.message) if found else None
+@dataclass(frozen=True)
+class Verdict:
+    """A worker's verdict on the job: the sentence, and the misconfiguration it names (one of
+    `manager.engine.workload`'s MISSING_LOCAL_QUEUE, ...; "" for none), read from the worker's
+    own words before they became the sentence."""
+
+    text: str
+    problem: str = ""
 
 
-def worker_verdict(remote: Remote, *, nominated: Sequence[str], winner: str, reserved: bool) -> str:
+def worker_verdict(remote: Remote, *, nominated: Sequence[str], winner: str, reserved: bool) -> Verdict:
     if not remote.active:
-        return f"unreachable ({remote.reason or 'not connected'}){': ' + remote.error if remote.error else ''}"
+        return Verdict(
+            f"unreachable ({remote.reason or 'not connected'}){': ' + remote.error if remote.error else ''}", misconfiguration(remote.error)
+        )
     if remote.cluster == winner:
-        return "admitted here: the Job runs on this worker"
+        return Verdict("admitted here: the Job runs on this worker")
     if remote.error:
-        return remote.error
+        return Verdict(remote.error, misconfiguration(remote.error))
     if remote.copy is None:
         if not reserved:
-            return "not nominated yet: the manager has not reserved quota"
+            return Verdict("not nominated yet: the manager has not reserved quota")
         if winner:
-            return f"no copy: the job was admitted on {winner}"
-        return "no copy yet" + (" (nominated)" if remote.cluster in nominated else " (not nominated)")
-    if is_condition_true(remote.copy.status.conditions if remote.copy.status else None, c.ADMITTED):
-        return "admitted here too (a copy that lost the race, about to be deleted)"
-    waiting = _cond(remote.copy, c.QUOTA_RESERVED)
-    if waiting is not None and waiting[0] == "False" and waiting[2]:
-        return f"waiting: {waiting[2]}"
-    if waiting is not None and waiting[0] == "True":
-        return "quota reserved here, waiting for its admission checks"
-    return "copied, waiting for the worker's scheduler"
+            return Verdict(f"no copy: the job was admitted on {winner}")
+        return Verdict("no copy yet" + (" (nominated)" if remote.cluster in nominated else " (not nominated)"))
+    if is_admitted(remote.copy):
+        return Verdict("admitted here too (a copy that lost the race, about to be deleted)")
+    waiting = find_condition(conditions_of(remote.copy), c.QUOTA_RESERVED)
+    if waiting is not None and waiting.status == "False" and waiting.message:
+        return Verdict(f"waiting: {waiting.message}", misconfiguration(waiting.message))
+    if waiting is not None and waiting.status == "True":
+        return Verdict("quota reserved here, waiting for its admission checks")
+    return Verdict("copied, waiting for the worker's scheduler")
 
 
 def next_step(
@@ -88,7 +109,7 @@ def next_step(
     namespace: str,
     queue: str,
     remotes: Sequence[Remote],
-    verdicts: Mapping[str, str],
+    verdicts: Mapping[str, Verdict],
     winner: str,
 ) -> str:
     """The one line to act on."""
@@ -101,11 +122,12 @@ def next_step(
     if state in ("Evicted", "Preempted"):
         return f"It was {state.lower()} and will be queued again; nothing to do unless it keeps happening."
     # The engine's Misconfigured messages, each with its fix.
-    if state == "Pending" and "doesn't exist" in reason and "LocalQueue" in reason:
+    problem = misconfiguration(reason) if state == "Pending" else ""
+    if problem == MISSING_LOCAL_QUEUE:
         return f"{missing_local_queue(namespace, queue)}."
-    if state == "Pending" and "doesn't exist" in reason and reason.startswith("ClusterQueue"):
+    if problem == MISSING_CLUSTER_QUEUE:
         return f"{missing_cluster_queue(namespace, queue, cluster_queue)}."
-    if state == "Pending" and "doesn't match ClusterQueue selector" in reason:
+    if problem == NAMESPACE_NOT_SELECTED:
         return f"{namespace_not_selected(namespace, cluster_queue)}."
     if cq is not None and (cq.spec.stop_policy or "None") != "None":
         return f"ClusterQueue {cluster_queue} is stopped (stopPolicy {cq.spec.stop_policy}); set stopPolicy: None to let jobs in."
@@ -116,10 +138,10 @@ def next_step(
         return f"It asks for more than ClusterQueue {cluster_queue} can ever give: lower its requests or raise the queue's nominalQuota."
     if state == "Pending":
         return f"It waits for quota in ClusterQueue {cluster_queue}: running jobs must finish first, or raise its quota."
-    missing_queue = [name for name, verdict in verdicts.items() if "LocalQueue" in verdict and "doesn't exist" in verdict]
+    missing_queue = [name for name, verdict in verdicts.items() if verdict.problem == MISSING_LOCAL_QUEUE]
     if missing_queue:
         return f"Create LocalQueue {queue} in namespace {namespace} on {', '.join(missing_queue)}, as on the manager."
-    missing_ns = [name for name, verdict in verdicts.items() if "namespace" in verdict and "not found" in verdict]
+    missing_ns = [name for name, verdict in verdicts.items() if verdict.problem == MISSING_NAMESPACE]
     if missing_ns:
         return f"Create namespace {namespace} and LocalQueue {queue} on {', '.join(missing_ns)}."
     usable = [r for r in remotes if r.active]
@@ -139,9 +161,22 @@ def _borrowing(cq: kueue.ClusterQueue) -> bool:
 def _info(wl: kueue.Workload) -> WorkloadInfo | None:
     """The engine's view of a Workload, so that its preemption rule decides (None: unreadable)."""
     try:
-        return build_info(wl, priority=wl.spec.priority or 0, created=wl.metadata.creation_timestamp or EPOCH)
+        return build_info(wl, priority=workload_priority(wl), created=wl.metadata.creation_timestamp or EPOCH)
     except RequestError:
         return None
+
+
+@dataclass(frozen=True, order=True)
+class Candidate:
+    """A workload the job could preempt, in Kueue's candidate order (lowest priority first)."""
+
+    priority: int
+    workload: str  # namespace/name
+    borrowing_in: str = ""  # the cohort's ClusterQueue it borrows in; "" when in the job's own queue
+
+    def text(self) -> str:
+        where = f", borrowing in {self.borrowing_in}" if self.borrowing_in else ""
+        return f"{self.workload} (priority {self.priority}{where})"
 
 
 def preemption_candidates(
@@ -149,7 +184,7 @@ def preemption_candidates(
     cq: kueue.ClusterQueue | None,
     others: Sequence[kueue.Workload],
     cluster_queues: Mapping[str, kueue.ClusterQueue] | None = None,
-) -> list[str]:
+) -> list[Candidate]:
     """Workloads this one could preempt, lowest priority first as Kueue's candidate order starts:
     in its own ClusterQueue (withinClusterQueue), and in the other ClusterQueues of its cohort
     that are borrowing (reclaimWithinCohort). A hint from status, not the scheduler's decision."""
@@ -171,16 +206,16 @@ def preemption_candidates(
         admission = other.status.admission if other.status else None
         if other.key == wl.key or admission is None:
             continue
-        if is_condition_true(other.status.conditions if other.status else None, c.FINISHED):
+        if is_finished(other):
             continue
         them = _info(other)
         if them is None:
             continue
         if admission.cluster_queue == cq.name and satisfies_policy(me, them, within):
-            found.append((them.priority, other.key, ""))
+            found.append(Candidate(them.priority, other.key))
         elif admission.cluster_queue in borrowing and satisfies_policy(me, them, reclaim):
-            found.append((them.priority, other.key, f", borrowing in {admission.cluster_queue}"))
-    return [f"{key} (priority {priority}{where})" for priority, key, where in sorted(found)]
+            found.append(Candidate(them.priority, other.key, admission.cluster_queue))
+    return sorted(found)
 
 
 @dataclass(frozen=True)
@@ -190,9 +225,9 @@ class Explanation:
     view: views.JobView
     cluster: str  # the worker that runs it
     manager: list[str]  # the manager's findings, one per line
-    workers: dict[str, str]  # worker -> its verdict, by name
+    workers: dict[str, Verdict]  # worker -> its verdict, by name
     next: str  # the one line to act on
-    candidates: list[str] = field(default_factory=list)
+    candidates: list[Candidate] = field(default_factory=list)
 
 
 def explain(
@@ -201,12 +236,12 @@ def explain(
     wl: kueue.Workload,
     cq: kueue.ClusterQueue | None,
     remotes: Sequence[Remote],
-    candidates: Sequence[str] = (),
+    candidates: Sequence[Candidate] = (),
 ) -> Explanation:
     status = wl.status
     nominated = list((status.nominated_cluster_names if status else None) or [])
     winner = (status.cluster_name or "") if status else ""
-    reserved = is_condition_true(status.conditions if status else None, c.QUOTA_RESERVED)
+    reserved = has_quota_reservation(wl)
     manager = []
     if view.state in ("Pending",):
         manager.append(f"waiting for quota: {view.reason}")
@@ -224,7 +259,7 @@ def explain(
         manager.append(
             "preemption candidates: "
             + (
-                ", ".join(candidates)
+                ", ".join(candidate.text() for candidate in candidates)
                 if candidates
                 else "none (nothing its preemption policy allows it to take, in its queue or its cohort)"
             )
@@ -259,7 +294,7 @@ def explanation_text(found: Explanation) -> str:
     ]
     if found.workers:
         width = max(len(name) for name in found.workers)
-        lines += ["", "Workers:", *(f"  {name.ljust(width)}  {verdict}" for name, verdict in found.workers.items())]
+        lines += ["", "Workers:", *(f"  {name.ljust(width)}  {verdict.text}" for name, verdict in found.workers.items())]
     lines += ["", f"Next: {found.next}"]
     return "\n".join(lines) + "\n"
 
@@ -280,8 +315,8 @@ def explanation_record(found: Explanation) -> dict[str, Any]:
         "position": view.position,
         "cluster": found.cluster,
         "manager": found.manager,
-        "preemptionCandidates": found.candidates,
-        "workers": found.workers,
+        "preemptionCandidates": [candidate.text() for candidate in found.candidates],
+        "workers": {name: verdict.text for name, verdict in found.workers.items()},
         "next": found.next,
     }
 
@@ -360,7 +395,7 @@ async def cmd_explain(args: argparse.Namespace) -> int:
         remotes: list[Remote] = []
         # The MultiKueue check: on the Workload once it has quota, else on its ClusterQueue.
         named = [s.name for s in (wl.status.admission_checks if wl.status else None) or []] + (cq.admission_check_names if cq else [])
-        mk = next((name for name in named if name in checks and checks[name].spec.controller_name == c.MULTIKUEUE_CONTROLLER_NAME), None)
+        mk = multikueue_check_name(named, checks)
         params = checks[mk].spec.parameters if mk is not None else None
         if params is not None:
             try:

@@ -13,7 +13,6 @@ import shutil
 import sys
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +22,11 @@ from manager.api import constants as c
 from manager.api import kueue
 from manager.api.core import Job, Namespace, Secret
 from manager.api.manifest import ManifestError, object_documents, queue_label_errors
-from manager.api.meta import is_condition_true
+from manager.api.meta import is_condition_true, utcnow
 from manager.cli import views
 from manager.engine.jobs import job_queue_name
 from manager.engine.selectors import selector_matches
+from manager.engine.workload import controller_owner
 from manager.kube.client import KubeClient, KubeconfigError
 from manager.kube.errors import KubeError, NotFoundError
 from manager.multikueue.kubeconfig import REASON_BAD, KubeconfigRejectedError, parse_kubeconfig
@@ -36,10 +36,6 @@ WORKER_TIMEOUT = 3.0  # seconds a worker gets to answer before it is shown as un
 
 class CommandError(Exception):
     """A one-line error for the user; the command exits 1."""
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
 
 
 def kubeconfig_path(args: argparse.Namespace) -> Path:
@@ -242,9 +238,8 @@ async def _labelled_jobs(client: KubeClient, args: argparse.Namespace, workloads
         return None
     jobs = await client.list(Job, namespace=_namespace(args), label_selector=args.selector)
     selected = {(job.namespace, job.name) for job in jobs.items}
-    owned_by_job = {
-        (wl.namespace, ref.name) for wl in workloads for ref in wl.metadata.owner_references or [] if ref.controller and ref.kind == "Job"
-    }
+    owners = [(wl.namespace, controller_owner(wl)) for wl in workloads]
+    owned_by_job = {(namespace, owner.name) for namespace, owner in owners if owner is not None and owner.kind == "Job"}
     return selected & owned_by_job
 
 
@@ -299,7 +294,7 @@ async def cmd_jobs(args: argparse.Namespace) -> int:
         state = await read_manager(client, _namespace(args))
         rows = views.job_views(state["workloads"], checks=state["checks"], local_queues=state["local_queues"], known=state["known"])
         rows = _filter(rows, args, await _labelled_jobs(client, args, state["workloads"]))
-        table = views.job_rows(rows, now=_now(), wide=args.output == "wide", all_namespaces=_namespace(args) is None)
+        table = views.job_rows(rows, now=utcnow(), wide=args.output == "wide", all_namespaces=_namespace(args) is None)
         return present(args, rows=table, records=views.job_records(rows))
 
     return await _refresh(args, produce)
@@ -323,7 +318,7 @@ async def cmd_clusters(args: argparse.Namespace) -> int:
         workers = await read_workers(client, (await client.list(kueue.MultiKueueCluster)).items, args)
         return present(
             args,
-            rows=views.cluster_rows(workers, now=_now(), wide=args.output == "wide"),
+            rows=views.cluster_rows(workers, now=utcnow(), wide=args.output == "wide"),
             records=views.cluster_records(workers),
             empty="No worker clusters registered.",
         )
@@ -346,7 +341,7 @@ async def cmd_status(args: argparse.Namespace) -> int:
             workers=workers,
             cluster_queues=state["cluster_queues"],
             jobs=jobs,
-            now=_now(),
+            now=utcnow(),
             width=table_width(),
             wide=args.output == "wide",
         )
@@ -477,7 +472,7 @@ async def _follow(client: KubeClient, namespace: str, job: Job, report: Reporter
             view = views.job_views(mine, checks=state["checks"], local_queues=state["local_queues"])[0]
             line = f"{view.state}" + (f" on {view.cluster}" if view.cluster else "") + (f": {view.reason}" if view.reason else "")
             if line != last:
-                report.say(f"{datetime.now(UTC).strftime('%H:%M:%S')} {line}")
+                report.say(f"{utcnow().strftime('%H:%M:%S')} {line}")
                 last = line
             if view.state in ("Succeeded", "Failed"):
                 current = await client.get(Job, job.name, namespace=namespace)

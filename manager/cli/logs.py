@@ -9,12 +9,11 @@ import asyncio
 import sys
 from typing import Any
 
-from manager.api import constants as c
 from manager.api import kueue
 from manager.api.core import Job, Pod
-from manager.api.meta import is_condition_true
 from manager.cli import views
 from manager.cli.fleet import CommandError, add_cluster_options, manager_client, parse_object_name, run_async, worker_client
+from manager.engine.workload import is_admitted
 from manager.kube.client import KubeClient
 from manager.kube.errors import KubeError, NotFoundError
 
@@ -42,7 +41,7 @@ def where_it_runs(wl: kueue.Workload, checks: dict[str, kueue.AdmissionCheck], n
     status = wl.status
     if status is not None and status.cluster_name:
         return status.cluster_name
-    if is_condition_true(status.conditions if status else None, c.ADMITTED):
+    if is_admitted(wl):
         return ""
     view = views.job_views([wl], checks=checks, local_queues={})[0]
     raise CommandError(

@@ -30,6 +30,7 @@ from manager.api import kueue
 from manager.api.core import Namespace, Secret
 from manager.api.manifest import YamlRefusedError, iter_yaml
 from manager.cli.fleet import CommandError, Reporter, manager_client, run_async
+from manager.engine.workload import is_multikueue_check
 from manager.kube.client import KubeClient, KubeconfigError
 from manager.kube.errors import AlreadyExistsError, ForbiddenError, KubeError, NotFoundError
 from manager.multikueue.kubeconfig import KubeconfigRejectedError, validate_kubeconfig
@@ -147,9 +148,7 @@ async def check_worker(worker: KubeClient, manager: KubeClient, *, config: str) 
     checks_of_config = {
         check.name
         for check in (await manager.list(kueue.AdmissionCheck)).items
-        if check.spec.controller_name == c.MULTIKUEUE_CONTROLLER_NAME
-        and check.spec.parameters is not None
-        and check.spec.parameters.name == config
+        if is_multikueue_check(check) and check.spec.parameters is not None and check.spec.parameters.name == config
     }
     served = {cq.name for cq in (await manager.list(kueue.ClusterQueue)).items if checks_of_config.intersection(cq.admission_check_names)}
     wanted = sorted({lq.key for lq in (await manager.list(kueue.LocalQueue)).items if lq.spec.cluster_queue in served})

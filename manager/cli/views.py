@@ -22,8 +22,18 @@ from rich.table import Table
 
 from manager.api import constants as c
 from manager.api import kueue
-from manager.api.meta import find_condition, is_condition_true
+from manager.api.meta import find_condition
 from manager.engine import preemption
+from manager.engine.scheduler import parse_preemption_message
+from manager.engine.workload import (
+    has_quota_reservation,
+    is_active,
+    is_admitted,
+    is_finished,
+    multikueue_check_state,
+    owner_name,
+    workload_priority,
+)
 
 STATES = ("Pending", "QuotaReserved", "Dispatching", "Running", "Succeeded", "Failed", "Preempted", "Evicted")
 TABLE_WIDTH = 80  # what a table fits when the terminal's width is unknown (output to a pipe or file)
@@ -45,23 +55,8 @@ def _iso(moment: datetime | None) -> str | None:
     return moment.isoformat().replace("+00:00", "Z") if moment is not None else None
 
 
-def _multikueue_check(wl: kueue.Workload, checks: Mapping[str, kueue.AdmissionCheck]) -> kueue.AdmissionCheckState | None:
-    for state in (wl.status.admission_checks if wl.status else None) or []:
-        check = checks.get(state.name)
-        if check is not None and check.spec.controller_name == c.MULTIKUEUE_CONTROLLER_NAME:
-            return state
-    return None
-
-
 # --- why a job was preempted or evicted ----------------------------------------------------------------
 _UUID = re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.IGNORECASE)
-# Kueue's message on a preempted Workload's Evicted and Preempted conditions (the engine's
-# scheduler writes it: "Preempted to accommodate a workload (UID: …, JobUID: …) due to …;
-# preemptor path: /cohort/cq; preemptee path: /cohort/cq").
-_PREEMPTED = re.compile(
-    r"UID: (?P<uid>[^,)]+)(?:, JobUID: (?P<job_uid>[^)]*))?\) due to (?P<why>[^;]*)"
-    r"(?:; preemptor path: (?P<preemptor_path>[^;]*))?(?:; preemptee path: (?P<preemptee_path>[^;]*))?"
-)
 
 
 @dataclass(frozen=True)
@@ -90,34 +85,21 @@ class Preemptor:
         }
 
 
-def owner_name(wl: kueue.Workload) -> str:
-    """The name a person knows a Workload by: its controlling owner's (the Job), else its own."""
-    return next((ref.name for ref in wl.metadata.owner_references or [] if ref.controller), None) or wl.name
-
-
 def parse_preemptor(reason: str, message: str, by_uid: Mapping[str, kueue.Workload]) -> Preemptor | None:
     """The preemptor named in Kueue's Preempted message, resolved to a listed Workload by UID."""
-    found = _PREEMPTED.search(message)
+    found = parse_preemption_message(message)
     if found is None:
         return None
-    mine = [p for p in (found["preemptee_path"] or "").strip().split("/") if p]
-    theirs = [p for p in (found["preemptor_path"] or "").strip().split("/") if p]
-    shared = []
-    for a, b in zip(mine[:-1], theirs[:-1], strict=False):
-        if a != b:
-            break
-        shared.append(a)
-    cohort = shared[-1] if shared else (theirs[-2] if len(theirs) > 1 else "")
-    preemptor = by_uid.get(found["uid"].strip())
+    preemptor = by_uid.get(found.preemptor_uid)
     return Preemptor(
-        uid=found["uid"].strip(),
+        uid=found.preemptor_uid,
         reason=reason,
         namespace=preemptor.namespace if preemptor else "",
         name=owner_name(preemptor) if preemptor else "",
         workload=preemptor.name if preemptor else "",
-        priority=(preemptor.spec.priority or 0) if preemptor else None,
-        cluster_queue=theirs[-1] if theirs else "",
-        cohort=cohort,
+        priority=workload_priority(preemptor) if preemptor else None,
+        cluster_queue=found.preemptor_cluster_queue,
+        cohort=found.cohort,
     )
 
 
@@ -195,7 +177,7 @@ def job_state(
     finished = find_condition(conditions, c.FINISHED)
     if finished is not None and finished.status == "True":
         return ("Failed" if finished.reason == "Failed" else "Succeeded"), finished.message, finished.message, None
-    reserved = is_condition_true(conditions, c.QUOTA_RESERVED)
+    reserved = has_quota_reservation(wl)
     evicted = find_condition(conditions, c.EVICTED)
     if evicted is not None and evicted.status == "True":
         preempted = find_condition(conditions, c.PREEMPTED)
@@ -204,9 +186,9 @@ def job_state(
             sentence = preemption_sentence(preemptor) if preemptor else f"preempted ({preempted.reason}): {scrub(preempted.message)}"
             return "Preempted", sentence, preempted.message, preemptor
         return "Evicted", eviction_sentence(evicted.reason, evicted.message), evicted.message, None
-    if is_condition_true(conditions, c.ADMITTED):
+    if is_admitted(wl):
         return "Running", "", "", None
-    mk = _multikueue_check(wl, checks)
+    mk = multikueue_check_state(wl, checks)
     if reserved and mk is not None:
         nominated = (wl.status.nominated_cluster_names if wl.status else None) or []
         reason = mk.message or (
@@ -222,7 +204,7 @@ def job_state(
     message = waiting.message if waiting is not None and waiting.message else ""
     if not message and requeued is not None and requeued.status == "False":
         message = requeued.message
-    if wl.spec.active is False:
+    if not is_active(wl):
         return "Pending", "deactivated (spec.active is false)", message, None
     return "Pending", scrub(message) or "waiting for the scheduler", message, None
 
@@ -255,7 +237,7 @@ def job_views(
                 cluster=(wl.status.cluster_name or "") if wl.status else "",
                 created=wl.metadata.creation_timestamp,
                 reason=reason,
-                priority=wl.spec.priority or 0,
+                priority=workload_priority(wl),
                 detail=detail,
                 preemptor=preemptor,
             )
@@ -476,9 +458,9 @@ def add_worker_queues(
     for wl in workloads:
         if (wl.metadata.labels or {}).get(c.MULTIKUEUE_ORIGIN_LABEL) != origin:
             continue
-        if is_condition_true(wl.status.conditions if wl.status else None, c.FINISHED):
+        if is_finished(wl):
             continue
-        if is_condition_true(wl.status.conditions if wl.status else None, c.ADMITTED):
+        if is_admitted(wl):
             view.running += 1
         else:
             view.pending += 1

@@ -15,14 +15,15 @@ import asyncio
 import contextlib
 import logging
 import time
-from datetime import UTC, datetime
+from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 from manager.api import constants as c
 from manager.api import kueue
 from manager.api.config import Configuration
 from manager.api.core import Namespace
-from manager.api.meta import is_condition_true
+from manager.api.meta import is_condition_true, utcnow
 from manager.controllers.caches import Caches
 from manager.controllers.events import EventRecorder, InvolvedObject
 from manager.controllers.queue_metrics import (
@@ -31,12 +32,12 @@ from manager.controllers.queue_metrics import (
     eviction_release,
     finished_entry,
     finished_transition,
-    is_finished,
     local_queue_samples,
     priority_class,
     record_write,
 )
-from manager.engine.state import DEACTIVATION_TARGET, AdmissionState, StatusWrite
+from manager.engine.state import AdmissionState, StatusWrite
+from manager.engine.workload import DEACTIVATION_TARGET, conditions_of, is_active, is_finished
 from manager.kube.client import KubeClient
 from manager.kube.errors import ConflictError, KubeError, NotFoundError
 from manager.runtime.metrics import Metrics, Sample, current_metrics
@@ -46,10 +47,6 @@ log = logging.getLogger("kfed.admission")
 TICK = 1.0  # the longest the loop waits without an event (time-based requeues)
 CYCLES_PER_ROUND = 200
 STATUS_INTERVAL = 0.5  # queue status writes at most this often
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 def status_patch(write: StatusWrite, current: kueue.WorkloadStatus | None) -> dict[str, Any]:
@@ -71,11 +68,13 @@ class AdmissionController:
         recorder: EventRecorder | None = None,
         write_concurrency: int = 32,
         metrics: Metrics | None = None,
+        clock: Callable[[], datetime] = utcnow,
     ) -> None:
         self.client = client
         self.caches = caches
         self.state = AdmissionState(config)
         self.recorder = recorder
+        self.clock = clock
         self.is_leader = False
         self._wake = asyncio.Event()
         self._inflight: set[str] = set()
@@ -117,12 +116,12 @@ class AdmissionController:
         on(caches.priority_classes, s.upsert_priority_class, lambda o: s.delete_priority_class("PriorityClass", o.name))
         on(caches.namespaces, self._namespace, lambda o: s.delete_namespace(o.name))
         on(caches.limit_ranges, s.upsert_limit_range, lambda o: s.delete_limit_range(o.namespace, o.name))
-        on(caches.workloads, self._workload, lambda wl: s.delete_workload(wl.key, utcnow()))
+        on(caches.workloads, self._workload, lambda wl: s.delete_workload(wl.key, self.clock()))
         caches.workloads.add_handler(self._observe_workload)
 
     def _workload(self, wl: kueue.Workload) -> None:
-        self.state.upsert_workload(wl, utcnow())
-        if wl.spec.active is not False and is_condition_true(wl.status.conditions if wl.status else None, DEACTIVATION_TARGET):
+        self.state.upsert_workload(wl, self.clock())
+        if is_active(wl) and is_condition_true(conditions_of(wl), DEACTIVATION_TARGET):
             self._deactivate.add(wl.key)
 
     def _observe_workload(self, kind: str, old: kueue.Workload | None, new: kueue.Workload | None) -> None:
@@ -140,12 +139,12 @@ class AdmissionController:
             if self.is_leader and finished_transition(old, new) and entry.cluster_queue:
                 self.metrics.finished(entry.cluster_queue, entry.local_queue, priority_class(new))
         if self.is_leader and old is not None and new is not None:
-            released = eviction_release(old, new, utcnow())
+            released = eviction_release(old, new, self.clock())
             if released is not None:
                 self.metrics.eviction_released(*released)
 
     def _kueue_gauges(self) -> list[Sample]:
-        now = utcnow()
+        now = self.clock()
         finished = list(self._finished.values())
         samples = cluster_queue_samples(self.state, finished, now)
         if self.metrics.local_queue_metrics:
@@ -180,7 +179,7 @@ class AdmissionController:
             if not self.is_leader:
                 continue
             try:
-                await self._write_queue_status(utcnow())
+                await self._write_queue_status(self.clock())
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -202,7 +201,7 @@ class AdmissionController:
 
     async def _round(self) -> None:
         await self._deactivate_targets()
-        now = utcnow()
+        now = self.clock()
         self.state.rebuild_if_needed(now)
         for i in range(CYCLES_PER_ROUND):
             started = time.perf_counter()
@@ -220,7 +219,7 @@ class AdmissionController:
                 break
             if i % 20 == 19:
                 await asyncio.sleep(0)  # let watches and writes make progress during a long round
-            now = utcnow()
+            now = self.clock()
         self._issue(self.state.flush(now))
 
     async def _deactivate_targets(self) -> None:
@@ -230,7 +229,7 @@ class AdmissionController:
         keys, self._deactivate = self._deactivate, set()
         for key in sorted(keys):
             wl = self.caches.workloads.get(key)
-            if wl is None or wl.spec.active is False:
+            if wl is None or not is_active(wl):
                 continue
             patch = {"metadata": {"resourceVersion": wl.metadata.resource_version}, "spec": {"active": False}}
             try:
@@ -241,8 +240,8 @@ class AdmissionController:
                 log.warning("cannot deactivate the workload", extra={"key": key, "error": str(err)})
                 self._deactivate.add(key)
 
-    def _issue(self, flush: Any) -> None:
-        for write in flush.writes:
+    def _issue(self, writes: list[StatusWrite]) -> None:
+        for write in writes:
             if write.key in self._inflight:
                 self.state.redo(write.key)  # one write per workload at a time; redo after it
                 continue
@@ -268,13 +267,13 @@ class AdmissionController:
                         message=event.message,
                     )
             if before is not None:
-                record_write(self.metrics, write, before, self._cohorts_of, utcnow())
+                record_write(self.metrics, write, before, self._cohorts_of, self.clock())
         except (ConflictError, NotFoundError) as err:
             log.debug("workload write lost a race", extra={"key": write.key, "error": str(err)})
-            self.state.write_failed(write, utcnow(), self.caches.workloads.get(write.key))
+            self.state.write_failed(write, self.clock(), self.caches.workloads.get(write.key))
         except KubeError as err:
             log.warning("workload status write failed", extra={"key": write.key, "error": str(err)})
-            self.state.write_failed(write, utcnow(), self.caches.workloads.get(write.key))
+            self.state.write_failed(write, self.clock(), self.caches.workloads.get(write.key))
         finally:
             self._inflight.discard(write.key)
             self._wake.set()

@@ -10,10 +10,12 @@ import asyncio
 import contextlib
 import logging
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
+from manager.api.meta import format_time, utcnow
 from manager.kube.client import KubeClient
 from manager.kube.errors import KubeError
 
@@ -30,15 +32,16 @@ class InvolvedObject:
 
 
 class EventRecorder:
-    def __init__(self, client: KubeClient, *, component: str, capacity: int = 2000) -> None:
+    def __init__(self, client: KubeClient, *, component: str, capacity: int = 2000, clock: Callable[[], datetime] = utcnow) -> None:
         self.client = client
+        self.clock = clock
         self.component = component
         self.queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=capacity)
         self.dropped = 0
         self.sent = 0
 
     def emit(self, obj: InvolvedObject, *, type: str, reason: str, message: str) -> None:
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        now = format_time(self.clock())
         event = {
             "apiVersion": "v1",
             "kind": "Event",

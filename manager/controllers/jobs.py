@@ -11,11 +11,11 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from manager.api import kueue
-from manager.api.meta import Resource
+from manager.api.meta import Resource, utcnow
 from manager.controllers.caches import Caches
 from manager.controllers.events import EventRecorder, InvolvedObject
 from manager.engine.integrations.adapter import JobAdapter
@@ -40,10 +40,6 @@ from manager.runtime.expectations import Expectations
 log = logging.getLogger("kfed.jobs")
 
 
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
 class JobController:
     def __init__(
         self,
@@ -52,7 +48,7 @@ class JobController:
         adapter: JobAdapter[Any],
         *,
         recorder: EventRecorder | None = None,
-        clock: Callable[[], datetime] = _now,
+        clock: Callable[[], datetime] = utcnow,
         workers: int = 8,
     ) -> None:
         self.client = client

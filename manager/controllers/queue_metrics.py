@@ -11,20 +11,21 @@ from datetime import datetime
 
 from manager.api import constants as c
 from manager.api.kueue import FlavorUsage, LocalQueueFlavorUsage, Workload, WorkloadStatus
-from manager.api.meta import Condition, is_condition_true
+from manager.api.meta import find_condition
 from manager.api.quantity import Quantity
 from manager.engine.cache import ClusterQueueInfo
 from manager.engine.fairshare import dominant_resource_share
 from manager.engine.quota import QuotaNode
-from manager.engine.state import AdmissionState, StatusWrite, cluster_queue_status
+from manager.engine.state import AdmissionState, StatusWrite
+from manager.engine.status import cluster_queue_status
 from manager.engine.units import to_quantity
+from manager.engine.workload import eviction_labels, is_finished
 from manager.runtime.metrics import LocalQueueRef, Metrics, Sample
 
 # kueue_cluster_queue_status's statuses (Kueue's CQStatuses).
 CQ_PENDING, CQ_ACTIVE, CQ_TERMINATING = "pending", "active", "terminating"
 # kueue_local_queue_status's values (the Active condition's status).
 CONDITION_STATUSES = ("True", "False", "Unknown")
-DEACTIVATED = "Deactivated"
 
 
 @dataclass(frozen=True)
@@ -109,7 +110,7 @@ def cluster_queue_samples(state: AdmissionState, finished: Iterable[Finished], n
             lending = math.inf if quota.lending_limit is None else engine_amount(resource, quota.lending_limit)
             out.append(Sample("kueue_cluster_queue_borrowing_limit", labels, borrowing))
             out.append(Sample("kueue_cluster_queue_lending_limit", labels, lending))
-        status = cluster_queue_status(cq, state.scheduler, since=now)
+        status = cluster_queue_status(cq, state.scheduler, now=now)
         out += _usage_samples("kueue_cluster_queue_resource_reservation", (cohort, name), status.flavors_reservation or [])
         out += _usage_samples("kueue_cluster_queue_resource_usage", (cohort, name), status.flavors_usage or [])
         if fair_sharing:
@@ -167,16 +168,12 @@ def local_queue_samples(
             Sample("kueue_local_queue_reserving_active_workloads", labels, status.reserving_workloads or 0),
             Sample("kueue_local_queue_admitted_active_workloads", labels, status.admitted_workloads or 0),
         ]
-        condition = _find(status.conditions, c.ACTIVE)
+        condition = find_condition(status.conditions, c.ACTIVE)
         current = condition.status if condition is not None else "Unknown"
         out += [Sample("kueue_local_queue_status", (*labels, s), float(s == current)) for s in CONDITION_STATUSES]
         out += _usage_samples("kueue_local_queue_resource_reservation", labels, status.flavors_reservation or [])
         out += _usage_samples("kueue_local_queue_resource_usage", labels, status.flavors_usage or [])
     return out
-
-
-def _find(conditions: Iterable[Condition] | None, kind: str) -> Condition | None:
-    return next((cond for cond in conditions or [] if cond.type == kind), None)
 
 
 # --- what a successful status write stands for ------------------------------------------------------
@@ -188,19 +185,10 @@ def priority_class(wl: Workload) -> str:
 
 def queued_since(wl: Workload) -> datetime | None:
     """Kueue's QueuedWaitTime starts at creation, or at the last Requeued transition."""
-    requeued = _find(wl.status.conditions if wl.status else None, c.REQUEUED)
+    requeued = find_condition(wl.status.conditions if wl.status else None, c.REQUEUED)
     if requeued is not None and requeued.last_transition_time is not None:
         return requeued.last_transition_time
     return wl.metadata.creation_timestamp
-
-
-def eviction_labels(reason: str) -> tuple[str, str]:
-    """(reason, underlying_cause) of an Evicted condition reason: Kueue writes a deactivation
-    caused by something else as `DeactivatedDueTo<cause>`."""
-    prefix = DEACTIVATED + "DueTo"
-    if reason.startswith(prefix):
-        return DEACTIVATED, reason[len(prefix) :]
-    return reason, ""
 
 
 def record_write(metrics: Metrics, write: StatusWrite, before: Workload, cohorts: Callable[[str], list[str]], now: datetime) -> None:
@@ -217,18 +205,18 @@ def record_write(metrics: Metrics, write: StatusWrite, before: Workload, cohorts
     if "QuotaReserved" in reasons and cq:
         metrics.quota_reserved(cq, lq, pc, waited)
     if "Admitted" in reasons and cq:
-        reserved = _find(old.conditions, c.QUOTA_RESERVED)
+        reserved = find_condition(old.conditions, c.QUOTA_RESERVED)
         if "QuotaReserved" in reasons:
             checks_wait = 0.0 if new.admission_checks else None
         else:
             since = reserved.last_transition_time if reserved is not None and reserved.status == "True" else None
             checks_wait = (now - since).total_seconds() if since is not None else 0.0
         metrics.admitted(cq, lq, pc, waited, checks_wait, cohorts(cq))
-    evicted = _find(new.conditions, c.EVICTED)
+    evicted = find_condition(new.conditions, c.EVICTED)
     old_cq = old.admission.cluster_queue if old.admission is not None else ""
     if evicted is not None and evicted.status == "True":
         reason, cause = eviction_labels(evicted.reason or "")
-        was = _find(old.conditions, c.EVICTED)
+        was = find_condition(old.conditions, c.EVICTED)
         if (was is None or was.status != "True") and old_cq:
             metrics.evicted(old_cq, lq, reason, cause, pc)
 
@@ -237,7 +225,7 @@ def eviction_release(old: Workload, new: Workload, now: datetime) -> tuple[str, 
     """(ClusterQueue, reason, seconds) when an update gives back an evicted Workload's quota:
     Kueue's workload_eviction_latency, from the Evicted condition turning True until then."""
     before, after = old.status or WorkloadStatus(), new.status or WorkloadStatus()
-    evicted = _find(after.conditions, c.EVICTED)
+    evicted = find_condition(after.conditions, c.EVICTED)
     if before.admission is None or after.admission is not None or evicted is None or evicted.status != "True":
         return None
     if evicted.last_transition_time is None or not before.admission.cluster_queue:
@@ -249,10 +237,6 @@ def eviction_release(old: Workload, new: Workload, now: datetime) -> tuple[str, 
 def finished_transition(old: Workload | None, new: Workload | None) -> bool:
     """A Workload that just finished (Kueue counts kueue_finished_workloads_total then)."""
     return old is not None and new is not None and is_finished(new) and not is_finished(old)
-
-
-def is_finished(wl: Workload) -> bool:
-    return is_condition_true(wl.status.conditions if wl.status else None, c.FINISHED)
 
 
 def finished_entry(wl: Workload, local_queue_cluster_queue: str) -> Finished:

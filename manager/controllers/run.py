@@ -18,7 +18,6 @@ from typing import Any, Protocol
 import yaml
 from aiohttp import web
 
-from manager.api import constants as c
 from manager.api.config import Configuration, ControllerMetrics, parse_duration
 from manager.controllers.admission import AdmissionController
 from manager.controllers.caches import Caches
@@ -28,6 +27,7 @@ from manager.controllers.webhookcerts import WebhookCertManager
 from manager.controllers.webhooks import WebhookEndpoint, install, make_app, server_ssl_context
 from manager.engine.integrations.registry import Registry, enabled
 from manager.engine.selectors import selector_matches
+from manager.engine.workload import is_multikueue_check
 from manager.kube.client import KubeClient
 from manager.kube.errors import KubeError
 from manager.kube.leader import LeaderConfig, LeaderElector
@@ -169,12 +169,7 @@ class Process:
             cq = self.caches.cluster_queues.get(lq.spec.cluster_queue or "") if lq else None
             if cq is None:
                 return False
-            names_ = [
-                check.name
-                for check in (cq.spec.admission_checks_strategy.admission_checks if cq.spec.admission_checks_strategy else None) or []
-            ]
-            checks = [self.caches.admission_checks.get(name) for name in names_]
-            return any(check is not None and check.spec.controller_name == c.MULTIKUEUE_CONTROLLER_NAME for check in checks)
+            return any(is_multikueue_check(self.caches.admission_checks.get(name)) for name in cq.admission_check_names)
 
         port = await self._serve(
             make_app(uses_multikueue=uses_multikueue, adapters=self.integrations.adapters), opts.webhook_address, context

@@ -169,58 +169,45 @@ class WebhookEndpoint:
         return config
 
 
+def _configuration(kind: str, name: str, webhooks: list[dict[str, Any]]) -> dict[str, Any]:
+    """A webhook configuration, with the settings all of kfed's webhooks share."""
+    shared = {"failurePolicy": "Fail", "sideEffects": "None", "admissionReviewVersions": ["v1"], "timeoutSeconds": 10}
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": kind,
+        "metadata": {"name": name},
+        "webhooks": [w | shared for w in webhooks],
+    }
+
+
 def webhook_configurations(endpoint: WebhookEndpoint, adapters: Sequence[JobAdapter[Any]] = DEFAULT_ADAPTERS) -> list[dict[str, Any]]:
-    mutating = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "MutatingWebhookConfiguration",
-        "metadata": {"name": MUTATING_CONFIGURATION},
-        "webhooks": [
-            {
-                "name": f"m{adapter.kind.lower()}.kfed.x-k8s.io",
-                "clientConfig": endpoint.client_config(mutate_path(adapter)),
-                "rules": [
-                    {
-                        "apiGroups": [adapter.model.GROUP],
-                        "apiVersions": [adapter.model.VERSION],
-                        "operations": ["CREATE"],
-                        "resources": [adapter.model.PLURAL],
-                    }
-                ],
-                # Only queued jobs reach us: a manager that is down never blocks anyone else's jobs.
-                "objectSelector": {"matchExpressions": [{"key": c.QUEUE_NAME_LABEL, "operator": "Exists"}]},
-                "failurePolicy": "Fail",
-                "sideEffects": "None",
-                "admissionReviewVersions": ["v1"],
-                "timeoutSeconds": 10,
-            }
-            for adapter in adapters
-        ],
-    }
+    mutating = [
+        {
+            "name": f"m{adapter.kind.lower()}.kfed.x-k8s.io",
+            "clientConfig": endpoint.client_config(mutate_path(adapter)),
+            "rules": [
+                {
+                    "apiGroups": [adapter.model.GROUP],
+                    "apiVersions": [adapter.model.VERSION],
+                    "operations": ["CREATE"],
+                    "resources": [adapter.model.PLURAL],
+                }
+            ],
+            # Only queued jobs reach us: a manager that is down never blocks anyone else's jobs.
+            "objectSelector": {"matchExpressions": [{"key": c.QUEUE_NAME_LABEL, "operator": "Exists"}]},
+        }
+        for adapter in adapters
+    ]
     validating = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingWebhookConfiguration",
-        "metadata": {"name": VALIDATING_CONFIGURATION},
-        "webhooks": [
-            {
-                "name": "vkueue.kfed.x-k8s.io",
-                "clientConfig": endpoint.client_config(VALIDATE_PATH),
-                "rules": [
-                    {
-                        "apiGroups": [c.GROUP],
-                        "apiVersions": ["v1beta2"],
-                        "operations": ["CREATE", "UPDATE"],
-                        "resources": KUEUE_PLURALS,
-                    }
-                ],
-                "matchPolicy": "Equivalent",
-                "failurePolicy": "Fail",
-                "sideEffects": "None",
-                "admissionReviewVersions": ["v1"],
-                "timeoutSeconds": 10,
-            }
-        ],
+        "name": "vkueue.kfed.x-k8s.io",
+        "clientConfig": endpoint.client_config(VALIDATE_PATH),
+        "rules": [{"apiGroups": [c.GROUP], "apiVersions": ["v1beta2"], "operations": ["CREATE", "UPDATE"], "resources": KUEUE_PLURALS}],
+        "matchPolicy": "Equivalent",
     }
-    return [mutating, validating]
+    return [
+        _configuration("MutatingWebhookConfiguration", MUTATING_CONFIGURATION, mutating),
+        _configuration("ValidatingWebhookConfiguration", VALIDATING_CONFIGURATION, [validating]),
+    ]
 
 
 async def install(client: KubeClient, endpoint: WebhookEndpoint, adapters: Sequence[JobAdapter[Any]] = DEFAULT_ADAPTERS) -> None:

@@ -29,7 +29,6 @@ MAX_DELAY_SECONDS = 30.0
 # A run at least this long counts as healthy: the next crash starts the backoff over, as the
 # kubelet resets CrashLoopBackOff after a container ran for 10 minutes (shorter here: a dev box).
 HEALTHY_RUN_SECONDS = 60.0
-STOP_GRACE_SECONDS = 30.0
 
 
 def restart_delay(*, consecutive_crashes: int, ran_for: float) -> float:

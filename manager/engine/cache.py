@@ -15,7 +15,7 @@ from manager.api.kueue import ClusterQueue, Cohort, LocalQueue, ResourceFlavor, 
 from manager.api.meta import MAX_CONDITION_MESSAGE, LabelSelector
 from manager.engine.quota import Quota, QuotaNode, recompute_tree
 from manager.engine.units import FlavorResource, amount
-from manager.engine.workload import WorkloadInfo
+from manager.engine.workload import WorkloadInfo, missing_cluster_queue_message, missing_local_queue_message
 
 
 @dataclass(slots=True)
@@ -290,10 +290,10 @@ class Cache:
         """The ClusterQueue a workload's LocalQueue points to, or why there is none."""
         lq = self.local_queues.get(f"{wl.namespace}/{wl.queue_name}")
         if lq is None:
-            return None, f"LocalQueue {wl.queue_name} doesn't exist"
+            return None, missing_local_queue_message(wl.queue_name)
         cq = self.cluster_queues.get(lq.spec.cluster_queue or "")
         if cq is None:
-            return None, f"ClusterQueue {lq.spec.cluster_queue} doesn't exist"
+            return None, missing_cluster_queue_message(lq.spec.cluster_queue or "")
         return cq, ""
 
     def path_of(self, cq: ClusterQueueInfo) -> str:
@@ -320,6 +320,15 @@ class Cache:
         wl.forget_key()
         cq._sorted = None
         cq.node.add_usages(wl.usage)
+
+    def reserve_admitted(self, wl: WorkloadInfo) -> ClusterQueueInfo | None:
+        """Charge a workload that already holds a reservation (read from the cluster) to the
+        ClusterQueue its admission names; None when that queue does not exist (nothing charged)."""
+        cq = self.cluster_queues.get(wl.admission_cq)
+        if cq is not None:
+            wl.cluster_queue = cq.name
+            self.reserve(cq, wl)
+        return cq
 
     def release(self, cq: ClusterQueueInfo, wl: WorkloadInfo) -> None:
         if cq.workloads.pop(wl.key, None) is not None:

@@ -10,6 +10,7 @@ are undone at its end and only its decisions are applied, so the state stays inc
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -34,6 +35,7 @@ from manager.engine.queues import (
 from manager.engine.selectors import selector_matches
 from manager.engine.units import FlavorResource
 from manager.engine.workload import (
+    NAMESPACE_NOT_SELECTED_MESSAGE,
     REASON_ADMITTED,
     REASON_MISCONFIGURED,
     REASON_NO_RESERVATION,
@@ -46,11 +48,79 @@ from manager.engine.workload import (
     REASON_WAITING_FOR_QUOTA,
     AssignedPodSet,
     WorkloadInfo,
+    missing_namespace_message,
 )
 
 NO_LONGER_FITS = "Workload no longer fits after processing another workload"
 OVERLAPPING_TARGETS = "Workload has overlapping preemption targets with another workload"
 BYPASSED = "Bypassed scheduling evaluation because an equivalent workload recently failed"
+
+
+@dataclass(frozen=True)
+class PreemptionMessage:
+    """What Kueue's message on a preempted Workload's Evicted and Preempted conditions says:
+    who preempted it, why (one of preemption's reasons), and where each sits in the tree
+    (paths as `/cohort/.../cq`). `preemption_message` writes it, `parse_preemption_message`
+    reads it back (the CLI names the preemptor from it): one home for the format."""
+
+    preemptor_uid: str
+    preemptor_job_uid: str
+    reason: str
+    preemptor_path: str
+    preemptee_path: str
+
+    @property
+    def preemptor_cluster_queue(self) -> str:
+        """The last part of the preemptor's path."""
+        parts = _path_parts(self.preemptor_path)
+        return parts[-1] if parts else ""
+
+    @property
+    def cohort(self) -> str:
+        """The nearest cohort both paths share (the preemptor's parent when they share none)."""
+        mine, theirs = _path_parts(self.preemptee_path), _path_parts(self.preemptor_path)
+        shared = []
+        for a, b in zip(mine[:-1], theirs[:-1], strict=False):
+            if a != b:
+                break
+            shared.append(a)
+        return shared[-1] if shared else (theirs[-2] if len(theirs) > 1 else "")
+
+
+def _path_parts(path: str) -> list[str]:
+    return [part for part in path.strip().split("/") if part]
+
+
+_REASONS_BY_TEXT = {text: reason for reason, text in HUMAN_REASONS.items()}
+_PREEMPTION_MESSAGE = re.compile(
+    r"UID: (?P<uid>[^,)]+)(?:, JobUID: (?P<job_uid>[^)]*))?\) due to (?P<why>[^;]*)"
+    r"(?:; preemptor path: (?P<preemptor_path>[^;]*))?(?:; preemptee path: (?P<preemptee_path>[^;]*))?"
+)
+
+
+def preemption_message(found: PreemptionMessage) -> str:
+    """Kueue's message: "Preempted to accommodate a workload (UID: …, JobUID: …) due to …;
+    preemptor path: /cohort/cq; preemptee path: /cohort/cq"."""
+    return (
+        f"Preempted to accommodate a workload (UID: {found.preemptor_uid}, JobUID: {found.preemptor_job_uid}) due to "
+        f"{HUMAN_REASONS[found.reason]}; preemptor path: {found.preemptor_path}; preemptee path: {found.preemptee_path}"
+    )
+
+
+def parse_preemption_message(message: str) -> PreemptionMessage | None:
+    """The parts of a Preempted message (`preemption_message`'s, or upstream Kueue's: older
+    versions leave out the JobUID and the paths); None when the message is not one."""
+    found = _PREEMPTION_MESSAGE.search(message)
+    if found is None:
+        return None
+    why = found["why"].strip()
+    return PreemptionMessage(
+        preemptor_uid=found["uid"].strip(),
+        preemptor_job_uid=(found["job_uid"] or "").strip(),
+        reason=_REASONS_BY_TEXT.get(why, why),
+        preemptor_path=(found["preemptor_path"] or "").strip(),
+        preemptee_path=(found["preemptee_path"] or "").strip(),
+    )
 
 
 def _no_preemption(cq: ClusterQueueInfo, wl: WorkloadInfo, fr: FlavorResource, quantity: int) -> tuple[str, int]:
@@ -252,11 +322,11 @@ class Scheduler:
             return
         labels = self.namespaces.get(wl.namespace)
         if labels is None:
-            entry.skip_reason, entry.skip_message = REASON_MISCONFIGURED, f"namespace {wl.namespace} doesn't exist"
+            entry.skip_reason, entry.skip_message = REASON_MISCONFIGURED, missing_namespace_message(wl.namespace)
             entry.requeue_reason = NAMESPACE_MISMATCH
             return
         if not selector_matches(cq.namespace_selector, labels):
-            entry.skip_reason, entry.skip_message = REASON_MISCONFIGURED, "workload namespace doesn't match ClusterQueue selector"
+            entry.skip_reason, entry.skip_message = REASON_MISCONFIGURED, NAMESPACE_NOT_SELECTED_MESSAGE
             entry.requeue_reason = NAMESPACE_MISMATCH
             return
         entry.assignment, entry.targets = self._assignments(wl, cq, preemptor)
@@ -575,11 +645,14 @@ class Scheduler:
             victim, preemptor = preemption.victim, preemption.preemptor
             if not victim.reserved:
                 continue
-            message = (
-                f"Preempted to accommodate a workload (UID: {preemptor.uid}, JobUID: "
-                f"{(preemptor.obj.metadata.labels or {}).get(c.JOB_UID_LABEL) or 'UNKNOWN'}) due to "
-                f"{HUMAN_REASONS[preemption.reason]}; preemptor path: {self.cache.path_of(preemption.preemptor_cq)}; "
-                f"preemptee path: {self.cache.path_of(preemption.victim_cq)}"
+            message = preemption_message(
+                PreemptionMessage(
+                    preemptor_uid=preemptor.uid,
+                    preemptor_job_uid=(preemptor.obj.metadata.labels or {}).get(c.JOB_UID_LABEL) or "UNKNOWN",
+                    reason=preemption.reason,
+                    preemptor_path=self.cache.path_of(preemption.preemptor_cq),
+                    preemptee_path=self.cache.path_of(preemption.victim_cq),
+                )
             )
             victim.set_condition(c.EVICTED, "True", REASON_PREEMPTED, message, now)
             victim.set_condition(c.PREEMPTED, "True", preemption.reason, message, now)

@@ -29,12 +29,14 @@ from manager.engine.integrations.registry import BATCH_JOB
 from manager.engine.jobs import JobConversionError, job_queue_name
 from manager.engine.requests import RequestError, limit_range_defaults
 from manager.engine.scheduler import Scheduler
-from manager.engine.state import cluster_queue_status, stop_policy_eviction, workload_priority, workload_status
+from manager.engine.status import cluster_queue_status, workload_status
 from manager.engine.workload import (
     REASON_PENDING_EVALUATION,
     WorkloadInfo,
     build_info,
     stable_uid,
+    stop_policy_eviction,
+    workload_priority,
 )
 
 DEFAULT_MAX_CYCLES = 10_000
@@ -236,11 +238,7 @@ class Simulation:
         """Running workloads hold quota; the rest are queued (stop policies applied first)."""
         for wl in sorted(self.workloads, key=lambda w: w.key):
             if wl.reserved:
-                cq = self.cache.cluster_queues.get(wl.admission_cq)
-                if cq is None:
-                    continue
-                wl.cluster_queue = cq.name
-                self.cache.reserve(cq, wl)
+                self.cache.reserve_admitted(wl)
         for wl in sorted(self.workloads, key=lambda w: w.key):
             if wl.reserved:
                 self._apply_stop_policies(wl, now)
@@ -305,5 +303,5 @@ class Simulation:
         return info.obj.model_copy(update=update)
 
     def _cluster_queue_out(self, cq: ClusterQueueInfo) -> ClusterQueue:
-        status = cluster_queue_status(cq, self.scheduler, since=self.start)
+        status = cluster_queue_status(cq, self.scheduler, now=self.start)
         return cq.obj.model_copy(update={"api_version": f"{c.GROUP}/{c.STORAGE_VERSION}", "status": status})

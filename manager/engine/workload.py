@@ -1,23 +1,29 @@
-"""The engine's view of one Workload: its requests, priority, queue position and state.
-
-Built once from the API object; the scheduler reads and updates these, and `to_status`
-turns them back into Kueue's status fields.
+"""Kueue's workload rules (its pkg/workload), in one home that every layer uses: the engine's
+view of one Workload (its requests, priority, queue position and state, built once from the
+API object), and the pure predicates and decisions on a Workload that the engine, the
+controllers, the federation and the CLI all ask instead of reading conditions themselves.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 import uuid
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from manager.api import constants as c
 from manager.api.config import Configuration
-from manager.api.kueue import Workload
-from manager.api.meta import MAX_CONDITION_MESSAGE, Condition, Toleration
+from manager.api.core import PriorityClass
+from manager.api.kueue import AdmissionCheck, AdmissionCheckState, Workload, WorkloadPriorityClass
+from manager.api.meta import MAX_CONDITION_MESSAGE, Condition, OwnerReference, Toleration, is_condition_true, transition_time
 from manager.engine.requests import LimitRangeDefaults, Requests, pod_requests, transform
 from manager.engine.units import FlavorResource, amount
+
+if TYPE_CHECKING:
+    from manager.engine.cache import Cache
 
 # Condition reasons Kueue writes (workload_types.go).
 REASON_QUOTA_RESERVED = "QuotaReserved"
@@ -34,6 +40,15 @@ REASON_MISCONFIGURED = "Misconfigured"
 REASON_SUSPENDED = "Suspended"
 REASON_CQ_STOPPED = "ClusterQueueStopped"
 REASON_LQ_STOPPED = "LocalQueueStopped"
+REASON_DEACTIVATED = "Deactivated"
+REASON_ADMISSION_CHECK = "AdmissionCheck"
+# A condition another controller sets to ask Kueue's workload controller to deactivate a
+# Workload (the MultiKueue manager does, for a copy it evicted); the eviction consumes it.
+DEACTIVATION_TARGET = "DeactivationTarget"
+
+# Conditions the admission side owns; the others (Finished, PodsReady, ...) belong to the
+# job integration and are carried over untouched.
+OWNED_CONDITIONS = (c.QUOTA_RESERVED, c.ADMITTED, c.EVICTED, c.PREEMPTED, c.REQUEUED)
 
 
 @dataclass(slots=True, frozen=True)
@@ -69,10 +84,12 @@ class AssignedPodSet:
 
 @dataclass(slots=True)
 class Cond:
+    """A condition as the engine keeps it (a metav1.Condition without the validation)."""
+
     status: str
     reason: str
     message: str
-    time: datetime
+    last_transition_time: datetime
 
 
 @dataclass(slots=True, eq=False)
@@ -132,8 +149,7 @@ class WorkloadInfo:
 
     def set_condition(self, kind: str, status: str, reason: str, message: str, now: datetime) -> None:
         """Set a condition; lastTransitionTime changes only when the status does (Kubernetes)."""
-        old = self.conditions.get(kind)
-        when = old.time if old is not None and old.status == status else now
+        when = transition_time(self.conditions.get(kind), status, now)
         self.conditions[kind] = Cond(status, reason, message[:MAX_CONDITION_MESSAGE], when)
         if kind == c.EVICTED:
             if status == "True" and not self.evicted:
@@ -156,6 +172,16 @@ class WorkloadInfo:
             self.check_resets[name] = (f"Reset to Pending after eviction. Previously: {state}", retry_count)
             self.checks[name] = "Pending"
         self.reset_nomination = True
+
+    def carry_foreign(self, wl: Workload) -> None:
+        """Take what others own from a newer copy of the object: the admission checks' states
+        and the conditions the admission side does not write."""
+        self.obj = wl
+        status = wl.status
+        self.checks = {check.name: check.state for check in (status.admission_checks if status else None) or []} or self.checks
+        for cond in (status.conditions if status else None) or []:
+            if cond.type not in OWNED_CONDITIONS:
+                self.conditions[cond.type] = from_condition(cond, default_time=self.created)
 
     def condition_true(self, kind: str) -> bool:
         cond = self.conditions.get(kind)
@@ -224,24 +250,24 @@ def build_info(
         created=created,
         pod_sets=pod_sets,
         obj=wl,
-        active=wl.spec.active is not False,
+        active=is_active(wl),
         scheduling_hash=hashlib.sha256(shape.encode()).hexdigest()[:16],
     )
     status = wl.status
     if status is not None:
         for cond in status.conditions or []:
-            info.conditions[cond.type] = Cond(cond.status, cond.reason, cond.message, cond.last_transition_time or created)
+            info.conditions[cond.type] = from_condition(cond, default_time=created)
         info.checks = {check.name: check.state for check in status.admission_checks or []}
         info.evicted = info.condition_true(c.EVICTED)
         evicted = info.conditions.get(c.EVICTED)
         if evicted is not None and evicted.status == "True" and evicted.reason in ("PodsReadyTimeout", "AdmissionCheck"):
-            info.order_time = evicted.time
+            info.order_time = evicted.last_transition_time
         if status.admission is not None and info.condition_true(c.QUOTA_RESERVED):
             info.admission_cq = status.admission.cluster_queue
             info.admission = admission_from_status(wl)
             info.usage = usage_of(info.admission)
             reserved = info.conditions[c.QUOTA_RESERVED]
-            info.reserved_at = reserved.time
+            info.reserved_at = reserved.last_transition_time
     return info
 
 
@@ -266,5 +292,173 @@ def usage_of(admission: list[AssignedPodSet]) -> dict[FlavorResource, int]:
     return usage
 
 
+def from_condition(cond: Condition, *, default_time: datetime) -> Cond:
+    """The engine's copy of a condition read from the API (`default_time` when it has none)."""
+    return Cond(cond.status, cond.reason, cond.message, cond.last_transition_time or default_time)
+
+
 def to_condition(kind: str, cond: Cond) -> Condition:
-    return Condition(type=kind, status=cond.status, reason=cond.reason, message=cond.message, last_transition_time=cond.time)
+    return Condition(
+        type=kind, status=cond.status, reason=cond.reason, message=cond.message, last_transition_time=cond.last_transition_time
+    )
+
+
+# --- rules on the API object ------------------------------------------------------------------------
+def conditions_of(wl: Workload) -> list[Condition] | None:
+    return wl.status.conditions if wl.status else None
+
+
+def has_quota_reservation(wl: Workload) -> bool:
+    """Kueue's HasQuotaReservation: an admission and QuotaReserved=True."""
+    return wl.status is not None and wl.status.admission is not None and is_condition_true(wl.status.conditions, c.QUOTA_RESERVED)
+
+
+def is_admitted(wl: Workload) -> bool:
+    return is_condition_true(conditions_of(wl), c.ADMITTED)
+
+
+def is_finished(wl: Workload) -> bool:
+    return is_condition_true(conditions_of(wl), c.FINISHED)
+
+
+def is_active(wl: Workload) -> bool:
+    """spec.active defaults to true: only an explicit false deactivates."""
+    return wl.spec.active is not False
+
+
+def workload_priority(
+    wl: Workload,
+    wpcs: Mapping[str, WorkloadPriorityClass] | None = None,
+    pcs: Mapping[str, PriorityClass] | None = None,
+) -> int:
+    """spec.priority when set, else the value of the referenced priority class (0 when unknown)."""
+    if wl.spec.priority is not None:
+        return wl.spec.priority
+    ref = wl.spec.priority_class_ref
+    if ref is None:
+        return 0
+    if ref.kind == "WorkloadPriorityClass":
+        wpc = (wpcs or {}).get(ref.name)
+        return wpc.value if wpc else 0
+    pc = (pcs or {}).get(ref.name)
+    return pc.value if pc else 0
+
+
+def controller_owner(wl: Workload) -> OwnerReference | None:
+    """The owner reference marked controller (the Job), if any."""
+    return next((ref for ref in wl.metadata.owner_references or [] if ref.controller), None)
+
+
+def owner_name(wl: Workload) -> str:
+    """The name a person knows a Workload by: its controlling owner's (the Job), else its own."""
+    owner = controller_owner(wl)
+    return owner.name if owner is not None else wl.name
+
+
+def is_multikueue_check(check: AdmissionCheck | None) -> TypeGuard[AdmissionCheck]:
+    """Whether an AdmissionCheck is MultiKueue's (by its controllerName, as Kueue decides)."""
+    return check is not None and check.spec.controller_name == c.MULTIKUEUE_CONTROLLER_NAME
+
+
+def multikueue_check_name(names: Iterable[str], checks: Mapping[str, AdmissionCheck]) -> str | None:
+    """The first of `names` that is a MultiKueue AdmissionCheck."""
+    return next((name for name in names if is_multikueue_check(checks.get(name))), None)
+
+
+def multikueue_check_state(wl: Workload, checks: Mapping[str, AdmissionCheck]) -> AdmissionCheckState | None:
+    """The Workload's state of its MultiKueue admission check, if it has one."""
+    states = {state.name: state for state in (wl.status.admission_checks if wl.status else None) or []}
+    name = multikueue_check_name(states, checks)
+    return states[name] if name is not None else None
+
+
+# --- why Kueue cannot queue a workload ------------------------------------------------------------------
+# Its Misconfigured messages, written by the engine and recognised by `kfed explain` (on the
+# manager, and on workers running kfed or upstream Kueue, which write the same).
+MISSING_LOCAL_QUEUE = "MissingLocalQueue"
+MISSING_CLUSTER_QUEUE = "MissingClusterQueue"
+MISSING_NAMESPACE = "MissingNamespace"
+NAMESPACE_NOT_SELECTED = "NamespaceNotSelected"
+NAMESPACE_NOT_SELECTED_MESSAGE = "workload namespace doesn't match ClusterQueue selector"
+
+
+def missing_local_queue_message(queue: str) -> str:
+    return f"LocalQueue {queue} doesn't exist"
+
+
+def missing_cluster_queue_message(cluster_queue: str) -> str:
+    return f"ClusterQueue {cluster_queue} doesn't exist"
+
+
+def missing_namespace_message(namespace: str) -> str:
+    return f"namespace {namespace} doesn't exist"
+
+
+_MISCONFIGURATIONS = (
+    (MISSING_LOCAL_QUEUE, re.compile(r"\bLocalQueue \S+ doesn't exist")),
+    (MISSING_CLUSTER_QUEUE, re.compile(r"\bClusterQueue \S+ doesn't exist")),
+    # MultiKueue says it of a worker that lacks the namespace to copy the Workload into.
+    (MISSING_NAMESPACE, re.compile(r"\bnamespace \S+ (?:doesn't exist|not found)")),
+    (NAMESPACE_NOT_SELECTED, re.compile(re.escape(NAMESPACE_NOT_SELECTED_MESSAGE))),
+)
+
+
+def misconfiguration(message: str) -> str:
+    """Which of the messages above `message` carries (MISSING_LOCAL_QUEUE, ...), or ""."""
+    return next((kind for kind, pattern in _MISCONFIGURATIONS if pattern.search(message)), "")
+
+
+# --- why a reserved workload is evicted (Kueue's workload controller) ----------------------------------
+def retry_eviction_message(info: WorkloadInfo) -> str:
+    """Kueue's message for an eviction by checks in Retry, with each check's own message."""
+    status = info.obj.status
+    messages = {check.name: check.message for check in (status.admission_checks if status else None) or []}
+    names = sorted(name for name, state in info.checks.items() if state == "Retry")
+    parts = [f'"{name}" ({messages[name]})' if messages.get(name) else f'"{name}"' for name in names]
+    noun = "AdmissionChecks" if len(names) > 1 else "AdmissionCheck"
+    return f"Evicted due to {noun} in Retry state: {'; '.join(parts)}"
+
+
+def deactivation_eviction(info: WorkloadInfo) -> tuple[str, str]:
+    """Kueue's eviction of a deactivated workload, naming the deactivation target's cause."""
+    target = info.conditions.get(DEACTIVATION_TARGET)
+    if target is not None and target.status == "True":
+        return f"{REASON_DEACTIVATED}DueTo{target.reason}", f"The workload is deactivated due to {target.message}"
+    return REASON_DEACTIVATED, "The workload is deactivated"
+
+
+def eviction_labels(reason: str) -> tuple[str, str]:
+    """(reason, underlying cause) of an Evicted condition's reason: the inverse of
+    `deactivation_eviction`, which writes a deactivation caused by something else as
+    `DeactivatedDueTo<cause>` (Kueue's metrics label them apart)."""
+    prefix = REASON_DEACTIVATED + "DueTo"
+    if reason.startswith(prefix):
+        return REASON_DEACTIVATED, reason[len(prefix) :]
+    return reason, ""
+
+
+def stop_policy_eviction(info: WorkloadInfo, cache: Cache) -> tuple[str, str] | None:
+    """(reason, message) when a stop policy evicts this reserved workload: HoldAndDrain evicts
+    everything; Hold only reservations still waiting for their admission checks."""
+    cq = cache.cluster_queues.get(info.admission_cq)
+    lq = cache.local_queues.get(f"{info.namespace}/{info.queue_name}")
+    lq_policy = (lq.spec.stop_policy if lq else None) or "None"
+    admitted = info.condition_true(c.ADMITTED)
+    for policy, reason, message in (
+        (cq.stop_policy if cq else "None", REASON_CQ_STOPPED, "The ClusterQueue is stopped"),
+        (lq_policy, REASON_LQ_STOPPED, "The LocalQueue is stopped"),
+    ):
+        if policy == "HoldAndDrain" or (policy == "Hold" and not admitted):
+            return reason, message
+    return None
+
+
+def reserved_eviction(info: WorkloadInfo, cache: Cache) -> tuple[str, str] | None:
+    """(reason, message) when Kueue's workload controller evicts a workload holding quota: a
+    stop policy first, then a deactivation, then an admission check asking for a retry."""
+    eviction = stop_policy_eviction(info, cache)
+    if eviction is None and not info.active:
+        eviction = deactivation_eviction(info)
+    if eviction is None and any(state == "Retry" for state in info.checks.values()):
+        eviction = (REASON_ADMISSION_CHECK, retry_eviction_message(info))
+    return eviction

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from manager.api.core import Lease, LeaseSpec
-from manager.api.meta import ObjectMeta
+from manager.api.meta import ObjectMeta, utcnow
 from manager.kube.client import KubeClient
 from manager.kube.errors import ConflictError, KubeError, NotFoundError
 
@@ -39,22 +39,27 @@ class LeaderConfig:
 class LeaderElector:
     """`await run()` returns once leadership is held; `await hold()` renews until it is lost."""
 
-    def __init__(self, client: KubeClient, cfg: LeaderConfig, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        client: KubeClient,
+        cfg: LeaderConfig,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], datetime] = utcnow,
+    ) -> None:
         self.client = client
         self.cfg = cfg
-        self.clock = clock
+        self.clock = clock  # judges expiry
+        self.wall_clock = wall_clock  # stamps acquireTime and renewTime
         self.is_leader = False
         self.transitions_seen = 0
         self._observed: tuple[str, str, str] | None = None  # holder, renewTime, resourceVersion
         self._observed_at = 0.0
         self._lease: Lease | None = None
 
-    def _now(self) -> datetime:
-        return datetime.now(UTC)
-
     async def _try_acquire_or_renew(self) -> bool:
         cfg = self.cfg
-        now = micro_time(self._now())
+        now = micro_time(self.wall_clock())
         try:
             lease = await self.client.get(Lease, cfg.name, namespace=cfg.namespace)
         except NotFoundError:
@@ -143,7 +148,7 @@ class LeaderElector:
         lease = self._lease
         lease.spec.holder_identity = None
         lease.spec.lease_duration_seconds = 1
-        lease.spec.renew_time = micro_time(self._now())
+        lease.spec.renew_time = micro_time(self.wall_clock())
         try:
             await self.client.replace(Lease, lease)
             log.info("released leadership", extra={"key": f"{self.cfg.namespace}/{self.cfg.name}", "identity": self.cfg.identity})

@@ -21,9 +21,10 @@ from typing import Any
 from manager.api import constants as c
 from manager.api import kueue
 from manager.api.core import Secret
-from manager.api.meta import MAX_CONDITION_MESSAGE, Condition, find_condition, utcnow
+from manager.api.meta import MAX_CONDITION_MESSAGE, Condition, find_condition, same_condition, set_condition, utcnow
 from manager.engine.integrations.adapter import JobAdapter
 from manager.engine.integrations.registry import BATCH_JOB
+from manager.engine.workload import is_multikueue_check
 from manager.kube.client import KubeClient
 from manager.kube.errors import NotFoundError
 from manager.kube.informer import Informer
@@ -35,21 +36,6 @@ from manager.runtime.controller import Controller, Result
 from manager.runtime.metrics import REGISTRY
 
 log = logging.getLogger("kfed.multikueue.clusters")
-
-
-def _same_condition(old: Condition | None, new: Condition) -> bool:
-    return old is not None and (old.status, old.reason, old.message, old.observed_generation) == (
-        new.status,
-        new.reason,
-        new.message,
-        new.observed_generation,
-    )
-
-
-def _conditions_with(old: list[Condition] | None, new: Condition, now: datetime) -> list[dict[str, Any]]:
-    previous = find_condition(old, new.type)
-    new.last_transition_time = previous.last_transition_time if previous is not None and previous.status == new.status else now
-    return [cond.to_dict() for cond in old or [] if cond.type != new.type] + [new.to_dict()]
 
 
 class ClusterController:
@@ -208,9 +194,9 @@ class ClusterController:
             type=c.ACTIVE, status=status, reason=reason, message=message[:MAX_CONDITION_MESSAGE], observed_generation=generation
         )
         old_conditions = cluster.status.conditions if cluster.status else None
-        if _same_condition(find_condition(old_conditions, c.ACTIVE), new):
+        if same_condition(find_condition(old_conditions, c.ACTIVE), new):
             return
-        body = {"status": {"conditions": _conditions_with(old_conditions, new, self.clock())}}
+        body = {"status": {"conditions": [cond.to_dict() for cond in set_condition(old_conditions, new, now=self.clock())]}}
         try:
             await self.client.patch(kueue.MultiKueueCluster, cluster.name, body, subresource="status")
         except NotFoundError:
@@ -268,7 +254,7 @@ class AdmissionCheckController:
 
     async def reconcile(self, name: str) -> Result | None:
         check = self.checks.get(name)
-        if check is None or check.spec.controller_name != c.MULTIKUEUE_CONTROLLER_NAME:
+        if not is_multikueue_check(check):
             return None
         params = check.spec.parameters
         config_name = params.name if params is not None and params.kind == "MultiKueueConfig" and params.api_group == c.GROUP else None
@@ -282,9 +268,9 @@ class AdmissionCheckController:
         )
         new = Condition(type=c.ACTIVE, status=status, reason=reason, message=message, observed_generation=check.metadata.generation)
         old_conditions = check.status.conditions if check.status else None
-        if _same_condition(find_condition(old_conditions, c.ACTIVE), new):
+        if same_condition(find_condition(old_conditions, c.ACTIVE), new):
             return None
-        body = {"status": {"conditions": _conditions_with(old_conditions, new, self.clock())}}
+        body = {"status": {"conditions": [cond.to_dict() for cond in set_condition(old_conditions, new, now=self.clock())]}}
         with contextlib.suppress(NotFoundError):
             await self.client.patch(kueue.AdmissionCheck, name, body, subresource="status")
         return None

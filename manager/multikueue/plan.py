@@ -375,6 +375,8 @@ def may_still_run_on(
     admitted_on: str | None,
     clusters: Sequence[ClusterHealth],
     jobs: Mapping[str, Resource | None],
+    admitted_copies: frozenset[str] = frozenset(),
+    never_seen: frozenset[str] = frozenset(),
     now: datetime,
     worker_lost_timeout: timedelta,
     adapter: JobAdapter[Any] = BATCH_JOB,
@@ -382,20 +384,24 @@ def may_still_run_on(
     """The worker where an evicted Workload's Job may still run or finish, or None: only then
     may the manager give its quota back, delete the copies and dispatch it again.
 
-    `jobs` holds, per worker, our Job there as last known: read live from each connected
-    worker (a cache may not have seen it start yet), and from the cache for a worker that is
-    not connected. The eviction has already cleared `status.clusterName` (Kueue's
-    prepareForEviction), so `admitted_on` is often None and every worker counts. A worker that
-    is not connected counts when it admitted the Workload or its last known Job was not
-    stopped, until workerLostTimeout has passed since it was lost (Kueue's promise: after that
-    its pods count as gone)."""
+    `jobs` holds, per worker, our Job there: read live from each connected worker (a cache
+    may not have seen it start yet), and as last known for a worker that is not connected. The
+    eviction has already cleared `status.clusterName` (Kueue's prepareForEviction), so
+    `admitted_on` is often None. A worker that is not connected counts, until workerLostTimeout
+    has passed since it was lost (Kueue's promise: after that its pods count as gone), when it
+    admitted the Workload, when its last known Job was not stopped, when its last known copy
+    was admitted there (`admitted_copies`: its agent may have started the Job since), or when
+    this manager has never seen it (`never_seen`: nothing is known)."""
     for cluster in clusters:
         job = jobs.get(cluster.name)
         running = job is not None and not adapter.stopped(job)
         if cluster.connected:
             if running:
                 return cluster.name
-        elif (running or cluster.name == admitted_on) and now - (cluster.lost_since or now) < worker_lost_timeout:
+            continue
+        if now - (cluster.lost_since or now) >= worker_lost_timeout:
+            continue
+        if running or cluster.name in (admitted_on, *admitted_copies, *never_seen):
             return cluster.name
     return None
 

@@ -279,6 +279,15 @@ class RemoteCluster:
     def _informers(self) -> list[Informer[Any]]:
         return [informer for informer in (self.workloads, *self.jobs.values()) if informer is not None]
 
+    def last_known_workload(self, key: str) -> Workload | None:
+        """The copy as last seen, also while the worker is not connected (the cache keeps it)."""
+        return self.workloads.get(key) if self.workloads is not None else None
+
+    @property
+    def ever_seen(self) -> bool:
+        """Whether this manager has listed the worker's objects at least once since it started."""
+        return self.workloads is not None
+
     def job_for(self, key: str, adapter: JobAdapter[Any] = BATCH_JOB) -> Resource | None:
         """Our job of the adapter's kind on this worker for the Workload `key` (namespace/name),
         from the cache."""

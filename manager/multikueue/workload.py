@@ -165,10 +165,16 @@ class WorkloadController:
         adapter, _, owner = self._local_job(wl)
         adapter = adapter or BATCH_JOB  # no adapter: the check was rejected, nothing was dispatched
         jobs: dict[str, Resource | None] = {}
+        admitted_copies, never_seen = set(), set()
         for cluster in health:
             remote = self.clusters.remotes.get(cluster.name)
             if remote is None:
                 continue
+            if not remote.ever_seen:
+                never_seen.add(cluster.name)
+            copy = remote.last_known_workload(wl.key)
+            if copy is not None and has_quota(copy):
+                admitted_copies.add(cluster.name)
             cached = remote.job_for(wl.key, adapter)
             job_name = cached.name if cached is not None else (owner.name if owner is not None else None)
             if not cluster.connected or job_name is None:
@@ -186,6 +192,8 @@ class WorkloadController:
             admitted_on=wl.status.cluster_name if wl.status else None,
             clusters=health,
             jobs=jobs,
+            admitted_copies=frozenset(admitted_copies),
+            never_seen=frozenset(never_seen),
             now=self.clock(),
             worker_lost_timeout=self.settings.worker_lost_timeout,
             adapter=adapter,

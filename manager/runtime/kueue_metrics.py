@@ -59,8 +59,8 @@ class MetricSpec:
     buckets: tuple[float, ...] = ()
 
 
-# Kueue's help for both eviction counters ends with the same description of their labels.
-_EVICTION_LABELS_HELP = (
+# Help texts Kueue repeats across metrics, kept once here.
+_EVICTION_REASON_HELP = (
     "The label 'reason' can have the following values:\n"
     '- "Preempted" means that the workload was evicted in order to free resources for a workload with a '
     "higher priority or reclamation of nominal quota.\n"
@@ -71,7 +71,11 @@ _EVICTION_LABELS_HELP = (
     '- "LocalQueueStopped" means that the workload was evicted because the LocalQueue is stopped.\n'
     '- "NodeFailures" means that the workload was evicted due to node failures when using '
     "TopologyAwareScheduling.\n"
-    '- "Deactivated" means that the workload was evicted because spec.active is set to false.\n'
+    '- "Deactivated" means that the workload was evicted because spec.active is set to false.'
+)
+# Both eviction counters end with the description of their labels.
+_EVICTION_LABELS_HELP = (
+    _EVICTION_REASON_HELP + "\n"
     "The label 'underlying_cause' can have the following values:\n"
     "- \"\" means that the value in 'reason' label is the root cause for eviction.\n"
     '- "AdmissionCheck" means that the workload was evicted by Kueue due to a rejected admission check.\n'
@@ -80,6 +84,28 @@ _EVICTION_LABELS_HELP = (
     '- "RequeuingLimitExceeded" means that the workload was evicted by Kueue due to requeuing limit '
     "exceeded."
 )
+_ADMISSION_RESULT_HELP = (
+    "The label 'result' can have the following values:\n"
+    "- 'success' means that at least one workload was admitted.,\n"
+    "- 'inadmissible' means that no workload was admitted."
+)
+_PENDING_STATUS_HELP = (
+    "'status' can have the following values:\n"
+    '- "active" means that the workloads are in the admission queue.\n'
+    '- "inadmissible" means there was a failed admission attempt for these workloads and they won\'t be '
+    "retried until cluster conditions, which could make this workload admissible, change"
+)
+
+
+def _weighted_share_help(owner: str, cohort: str) -> str:
+    """Kueue's help for kueue_cluster_queue_weighted_share and kueue_cohort_weighted_share."""
+    return (
+        "Reports a value that representing the maximum of the ratios of usage above nominal\n"
+        f"quota to the lendable resources in the {cohort}, among all the resources provided by\n"
+        f"the {owner}, and divided by the weight.\n"
+        f"If zero, it means that the usage of the {owner} is below the nominal quota.\n"
+        f"If the {owner} has a weight of zero and is borrowing, this will return NaN."
+    )
 
 
 KUEUE_METRICS: tuple[MetricSpec, ...] = (
@@ -87,25 +113,15 @@ KUEUE_METRICS: tuple[MetricSpec, ...] = (
         "kueue_admission_attempts_total",
         COUNTER,
         ("result", "replica_role"),
-        (
-            "The total number of attempts to admit workloads.\n"
-            "Each admission attempt might try to admit more than one workload.\n"
-            "The label 'result' can have the following values:\n"
-            "- 'success' means that at least one workload was admitted.,\n"
-            "- 'inadmissible' means that no workload was admitted."
-        ),
+        "The total number of attempts to admit workloads.\nEach admission attempt might try to admit more than one workload.\n"
+        + _ADMISSION_RESULT_HELP,
         HEALTH,
     ),  # AdmissionAttemptsTotal
     MetricSpec(
         "kueue_admission_attempt_duration_seconds",
         HISTOGRAM,
         ("result", "replica_role"),
-        (
-            "The latency of an admission attempt.\n"
-            "The label 'result' can have the following values:\n"
-            "- 'success' means that at least one workload was admitted.,\n"
-            "- 'inadmissible' means that no workload was admitted."
-        ),
+        "The latency of an admission attempt.\n" + _ADMISSION_RESULT_HELP,
         HEALTH,
         buckets=GO_DEFAULT_BUCKETS,
     ),  # admissionAttemptDuration
@@ -130,13 +146,7 @@ KUEUE_METRICS: tuple[MetricSpec, ...] = (
         "kueue_pending_workloads",
         GAUGE,
         ("cluster_queue", "status", "replica_role"),
-        (
-            "The number of pending workloads, per 'cluster_queue' and 'status'.\n"
-            "'status' can have the following values:\n"
-            '- "active" means that the workloads are in the admission queue.\n'
-            '- "inadmissible" means there was a failed admission attempt for these workloads and they won\'t be '
-            "retried until cluster conditions, which could make this workload admissible, change"
-        ),
+        "The number of pending workloads, per 'cluster_queue' and 'status'.\n" + _PENDING_STATUS_HELP,
         CLUSTER_QUEUE,
     ),  # PendingWorkloads
     MetricSpec(
@@ -228,18 +238,7 @@ KUEUE_METRICS: tuple[MetricSpec, ...] = (
             "aggregates samples across workloads.\n"
             "Uses the eviction condition LastTransitionTime on the updated object as the start time; "
             "cluster_queue is taken from status.admission.cluster_queue on the pre-update object when set and "
-            "non-empty (otherwise no sample is recorded for that update).\n"
-            "The label 'reason' can have the following values:\n"
-            '- "Preempted" means that the workload was evicted in order to free resources for a workload with a '
-            "higher priority or reclamation of nominal quota.\n"
-            '- "PodsReadyTimeout" means that the eviction took place due to a PodsReady timeout.\n'
-            '- "AdmissionCheck" means that the workload was evicted because at least one admission check '
-            "transitioned to False.\n"
-            '- "ClusterQueueStopped" means that the workload was evicted because the ClusterQueue is stopped.\n'
-            '- "LocalQueueStopped" means that the workload was evicted because the LocalQueue is stopped.\n'
-            '- "NodeFailures" means that the workload was evicted due to node failures when using '
-            "TopologyAwareScheduling.\n"
-            '- "Deactivated" means that the workload was evicted because spec.active is set to false.'
+            "non-empty (otherwise no sample is recorded for that update).\n" + _EVICTION_REASON_HELP
         ),
         CLUSTER_QUEUE,
         buckets=kueue_wait_buckets(14),
@@ -280,13 +279,7 @@ KUEUE_METRICS: tuple[MetricSpec, ...] = (
         "kueue_local_queue_pending_workloads",
         GAUGE,
         ("name", "namespace", "status", "replica_role"),
-        (
-            "The number of pending workloads, per 'local_queue' and 'status'.\n"
-            "'status' can have the following values:\n"
-            '- "active" means that the workloads are in the admission queue.\n'
-            '- "inadmissible" means there was a failed admission attempt for these workloads and they won\'t be '
-            "retried until cluster conditions, which could make this workload admissible, change"
-        ),
+        "The number of pending workloads, per 'local_queue' and 'status'.\n" + _PENDING_STATUS_HELP,
         LOCAL_QUEUE,
     ),  # LocalQueuePendingWorkloads
     MetricSpec(
@@ -428,13 +421,7 @@ KUEUE_METRICS: tuple[MetricSpec, ...] = (
         "kueue_cluster_queue_weighted_share",
         GAUGE,
         ("cluster_queue", "cohort", "replica_role"),
-        (
-            "Reports a value that representing the maximum of the ratios of usage above nominal\n"
-            "quota to the lendable resources in the cohort, among all the resources provided by\n"
-            "the ClusterQueue, and divided by the weight.\n"
-            "If zero, it means that the usage of the ClusterQueue is below the nominal quota.\n"
-            "If the ClusterQueue has a weight of zero and is borrowing, this will return NaN."
-        ),
+        _weighted_share_help("ClusterQueue", "cohort"),
         CLUSTER_QUEUE_RESOURCES,
     ),  # ClusterQueueWeightedShare
     MetricSpec(
@@ -479,13 +466,7 @@ KUEUE_METRICS: tuple[MetricSpec, ...] = (
         "kueue_cohort_weighted_share",
         GAUGE,
         ("cohort", "replica_role"),
-        (
-            "Reports a value that representing the maximum of the ratios of usage above nominal\n"
-            "quota to the lendable resources in the Cohort, among all the resources provided by\n"
-            "the Cohort, and divided by the weight.\n"
-            "If zero, it means that the usage of the Cohort is below the nominal quota.\n"
-            "If the Cohort has a weight of zero and is borrowing, this will return NaN."
-        ),
+        _weighted_share_help("Cohort", "Cohort"),
         COHORT,
     ),  # CohortWeightedShare
 )

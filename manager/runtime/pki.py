@@ -12,6 +12,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from manager.api.meta import utcnow
+
 VALIDITY = datetime.timedelta(days=365)
 
 
@@ -38,7 +40,7 @@ def _name(common_name: str, organization: str | None = None) -> x509.Name:
 
 def new_ca(common_name: str, *, validity: datetime.timedelta = VALIDITY) -> KeyPair:
     key = _key()
-    now = datetime.datetime.now(datetime.UTC)
+    now = utcnow()
     cert = (
         x509.CertificateBuilder()
         .subject_name(_name(common_name))
@@ -69,7 +71,7 @@ def issue(
     ca_key = serialization.load_pem_private_key(ca.key_pem, password=None)
     assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
     key = _key()
-    now = datetime.datetime.now(datetime.UTC)
+    now = utcnow()
     builder = (
         x509.CertificateBuilder()
         .subject_name(_name(common_name, organization))

@@ -71,7 +71,7 @@ def ready_state(cpu: int = 2, **cq_spec: Any) -> AdmissionState:
 def run(state: AdmissionState, now: datetime = T0) -> list[StatusWrite]:
     while state.cycle(now).changed:
         pass
-    return state.flush(now).writes
+    return state.flush(now)
 
 
 def stored(write: StatusWrite, original: kueue.Workload, rv: str) -> kueue.Workload:
@@ -116,16 +116,16 @@ def test_a_write_held_back_behind_one_in_flight_is_flushed_again_until_sent() ->
     state.upsert_cluster_queue(cluster_queue(cpu=1, stopPolicy="Hold"))
     state.rebuild_if_needed(T0)
     state.dirty.add("ns/big")
-    second = state.flush(T0).writes
+    second = state.flush(T0)
     assert len(second) == 1 and second[0].status != first[0].status
     state.redo("ns/big")  # the controller holds it back: one write per workload at a time
     # Nothing else changes, yet the held-back write is produced again on the next flush.
-    again = state.flush(T0).writes
+    again = state.flush(T0)
     assert [w.status for w in again] == [second[0].status]
     # Once sent and stored, the same view produces no more writes.
     state.write_succeeded(again[0], stored(again[0], workload("big", cpu="2"), "3"))
     state.dirty.add("ns/big")
-    assert state.flush(T0).writes == []
+    assert state.flush(T0) == []
 
 
 def test_a_lost_race_undoes_the_assumed_admission_and_frees_the_quota() -> None:
@@ -198,6 +198,27 @@ def test_hold_and_drain_evicts_and_a_finished_workload_gives_its_quota_back() ->
     state.upsert_workload(finished, T0)
     cq_status = state.cluster_queue_status("cq", T0)
     assert cq_status is not None and cq_status.reserving_workloads == 0
+
+
+def test_queue_active_conditions_keep_their_stored_time_until_their_status_changes() -> None:
+    """One transition rule for both queues (a restarted manager keeps the times it wrote)."""
+    state = ready_state()
+    earlier = T0 - timedelta(hours=1)
+    active = {"type": "Active", "status": "True", "reason": "Ready", "message": "", "lastTransitionTime": earlier.isoformat()}
+    stored_cq = cluster_queue().model_copy(update={"status": kueue.ClusterQueueStatus.model_validate({"conditions": [active]})})
+    stored_lq = local_queue().model_copy(update={"status": kueue.LocalQueueStatus.model_validate({"conditions": [active]})})
+    state.upsert_cluster_queue(stored_cq)
+    state.upsert_local_queue(stored_lq)
+    cq_status = state.cluster_queue_status("cq", T0)
+    assert cq_status is not None and cq_status.conditions is not None
+    assert cq_status.conditions[0].last_transition_time == earlier
+    lq_conditions = state.local_queue_statuses(T0)["ns/lq"].conditions
+    assert lq_conditions is not None and lq_conditions[0].last_transition_time == earlier
+    state.upsert_cluster_queue(cluster_queue(stopPolicy="Hold").model_copy(update={"status": stored_cq.status}))
+    state.rebuild_if_needed(T0)
+    cq_status = state.cluster_queue_status("cq", T0)
+    assert cq_status is not None and cq_status.conditions is not None
+    assert (cq_status.conditions[0].status, cq_status.conditions[0].last_transition_time) == ("False", T0)
 
 
 def test_local_queue_status_counts_its_own_workloads() -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from manager.api import kueue
 from manager.cli import views
-from manager.cli.explain import Remote, explain, explanation_record, explanation_text
+from manager.cli.explain import Candidate, Remote, explain, explanation_record, explanation_text
 
 MK = kueue.AdmissionCheck.model_validate({"metadata": {"name": "mk"}, "spec": {"controllerName": "kueue.x-k8s.io/multikueue"}})
 CQ = kueue.ClusterQueue.model_validate(
@@ -49,6 +49,10 @@ def copy(*conditions: dict[str, Any]) -> kueue.Workload:
             "status": {"conditions": list(conditions)},
         }
     )
+
+
+def texts(candidates: list[Candidate]) -> list[str]:
+    return [candidate.text() for candidate in candidates]
 
 
 def run(wl: kueue.Workload, remotes: list[Remote]) -> str:
@@ -133,8 +137,8 @@ def test_preemption_candidates_are_the_lower_priority_workloads_of_its_queue() -
         return other
 
     others = [holder("low", 1), holder("lowest", 0), holder("equal", 10), holder("elsewhere", 0, queue="other")]
-    assert preemption_candidates(me, cq, others) == ["ns/lowest (priority 0)", "ns/low (priority 1)"]
-    assert preemption_candidates(me, CQ, others) == []  # withinClusterQueue: Never
+    assert texts(preemption_candidates(me, cq, others)) == ["ns/lowest (priority 0)", "ns/low (priority 1)"]
+    assert texts(preemption_candidates(me, CQ, others)) == []  # withinClusterQueue: Never
 
 
 def test_preemption_candidates_include_workloads_of_borrowing_queues_in_the_cohort() -> None:
@@ -169,14 +173,14 @@ def test_preemption_candidates_include_workloads_of_borrowing_queues_in_the_coho
         holder("o-low", 0, "outsider"),
     ]
     # Only the borrowing queue of its own cohort, and (LowerPriority) only below its priority.
-    assert preemption_candidates(me, mine, others, queues) == ["ns/b-low (priority 1, borrowing in borrower)"]
+    assert texts(preemption_candidates(me, mine, others, queues)) == ["ns/b-low (priority 1, borrowing in borrower)"]
     mine.spec.preemption = kueue.ClusterQueuePreemption(reclaim_within_cohort="Any")
-    assert preemption_candidates(me, mine, others, queues) == [
+    assert texts(preemption_candidates(me, mine, others, queues)) == [
         "ns/b-low (priority 1, borrowing in borrower)",
         "ns/b-high (priority 50, borrowing in borrower)",
     ]
     mine.spec.preemption = None  # reclaimWithinCohort: Never
-    assert preemption_candidates(me, mine, others, queues) == []
+    assert texts(preemption_candidates(me, mine, others, queues)) == []
 
 
 def test_equal_priority_is_a_candidate_only_when_newer_as_the_engine_decides() -> None:
@@ -194,7 +198,7 @@ def test_equal_priority_is_a_candidate_only_when_newer_as_the_engine_decides() -
         return other
 
     others = [holder("newer", datetime(2026, 11, 21, 11, 30, tzinfo=UTC)), holder("older", datetime(2026, 11, 21, 10, 0, tzinfo=UTC))]
-    assert preemption_candidates(me, cq, others) == ["ns/newer (priority 0)"]
+    assert texts(preemption_candidates(me, cq, others)) == ["ns/newer (priority 0)"]
 
 
 def test_explain_json_is_built_from_the_same_findings_as_the_text() -> None:

@@ -17,13 +17,14 @@ from manager.api.meta import Condition
 from manager.controllers.queue_metrics import (
     Finished,
     cluster_queue_samples,
-    eviction_labels,
     eviction_release,
     local_queue_samples,
     record_write,
 )
 from manager.controllers.run import process_metrics
-from manager.engine.state import EventRecord, StatusWrite
+from manager.engine.state import StatusWrite
+from manager.engine.status import EventRecord
+from manager.engine.workload import eviction_labels
 from manager.runtime.kueue_metrics import KUEUE_METRICS
 from manager.runtime.metrics import REGISTRY, ROLE_LEADER, LocalQueueRef, Metrics, Sample, current_metrics, use
 from tests.unit.test_admission_state import T0, ready_state, run, stored, workload

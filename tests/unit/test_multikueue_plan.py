@@ -515,3 +515,31 @@ def test_an_evicted_job_may_still_run_where_a_worker_has_it_unstopped_or_the_adm
     clusters: list[ClusterHealth], jobs: dict[str, Job | None], expected: str | None
 ) -> None:
     assert may_still_run_on(admitted_on="w1", clusters=clusters, jobs=jobs, now=NOW, worker_lost_timeout=timedelta(minutes=15)) == expected
+
+
+@pytest.mark.parametrize(
+    ("admitted_copies", "never_seen", "expected"),
+    [
+        # The eviction cleared clusterName; w2 went away with an admitted copy of it, whose Job
+        # was not in the cache yet: its agent may have started the Job since.
+        (frozenset({"w2"}), frozenset(), "w2"),
+        # A worker this manager has never listed (it restarted while the worker was away).
+        (frozenset(), frozenset({"w2"}), "w2"),
+        # Known to hold nothing of it.
+        (frozenset(), frozenset(), None),
+    ],
+)
+def test_a_lost_worker_with_an_admitted_copy_or_never_seen_holds_the_quota(
+    admitted_copies: frozenset[str], never_seen: frozenset[str], expected: str | None
+) -> None:
+    clusters = [*up("w1"), ClusterHealth("w2", False, LOST_AT)]
+    found = may_still_run_on(
+        admitted_on=None,
+        clusters=clusters,
+        jobs={"w1": None, "w2": None},
+        admitted_copies=admitted_copies,
+        never_seen=never_seen,
+        now=NOW,
+        worker_lost_timeout=timedelta(minutes=15),
+    )
+    assert found == expected

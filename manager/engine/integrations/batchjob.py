@@ -12,13 +12,13 @@ import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from manager.api import constants as c
 from manager.api.core import Job
 from manager.api.kueue import PodSet, Workload
 from manager.engine.integrations.adapter import Finished, JobAdapter
 from manager.engine.jobs import JobConversionError, PodSetInfo, map_patch, multikueue_remote_metadata, original_template
 
 JOB_MIN_PARALLELISM_ANNOTATION = "kueue.x-k8s.io/job-min-parallelism"
+JOB_CONTROLLER_NAME = "kubernetes.io/job-controller"  # batch/v1's JobControllerName
 POD_SET = "main"
 # The Job controller's own pod-template labels (Kueue's managedLabels). A PodSet, and a Job
 # copied to a worker, drop them all but `batch.kubernetes.io/job-name`, which only names the
@@ -77,7 +77,7 @@ def _original_metadata(wl: Workload) -> tuple[dict[str, str], dict[str, str]]:
 class BatchJobAdapter(JobAdapter[Job]):
     framework = "batch/job"
     model = Job
-    default_managed_by = c.JOB_CONTROLLER_MANAGED_BY
+    default_managed_by = JOB_CONTROLLER_NAME
 
     # --- the Workload ---------------------------------------------------------------------------
     def template_path(self, index: int) -> str:

@@ -20,7 +20,7 @@ from typing import Any
 from manager.api import constants as c
 from manager.api.core import PriorityClass
 from manager.api.kueue import ResourceFlavor, Workload, WorkloadPriorityClass
-from manager.api.meta import MAX_CONDITION_MESSAGE, Condition, Resource, find_condition, is_condition_true
+from manager.api.meta import Condition, Resource, find_condition, is_condition_true, set_condition
 from manager.engine.integrations.adapter import Finished, JobAdapter, construct_workload
 from manager.engine.jobs import (
     JobConversionError,
@@ -123,16 +123,12 @@ class JobInputs:
 
 
 # --- conditions ------------------------------------------------------------------------------------
-def _condition(kind: str, status: str, reason: str, message: str, old: list[Condition] | None, now: datetime) -> Condition:
-    previous = find_condition(old, kind)
-    when = previous.last_transition_time if previous is not None and previous.status == status else now
-    return Condition(type=kind, status=status, reason=reason, message=message[:MAX_CONDITION_MESSAGE], last_transition_time=when)
-
-
-def _replace_conditions(old: list[Condition] | None, *new: Condition) -> list[dict[str, Any]]:
-    kinds = {cond.type for cond in new}
-    kept = [cond for cond in old or [] if cond.type not in kinds]
-    return [cond.to_dict() for cond in [*kept, *new]]
+def _set_conditions(old: list[Condition] | None, now: datetime, *new: tuple[str, str, str, str]) -> list[dict[str, Any]]:
+    """`old` with each (type, status, reason, message) set as Kubernetes' SetStatusCondition does."""
+    conditions = old
+    for kind, status, reason, message in new:
+        conditions = set_condition(conditions, Condition(type=kind, status=status, reason=reason, message=message), now=now)
+    return [cond.to_dict() for cond in conditions or []]
 
 
 def _conditions(wl: Workload) -> list[Condition] | None:
@@ -168,14 +164,14 @@ def _adopt(adapter: JobAdapter[Any], job: Resource, wl: Workload) -> PatchWorklo
 
 def _finish(wl: Workload, reason: str, message: str, now: datetime) -> PatchWorkload:
     old = _conditions(wl)
-    return _status_patch(wl, {"conditions": _replace_conditions(old, _condition(c.FINISHED, "True", reason, message, old, now))})
+    return _status_patch(wl, {"conditions": _set_conditions(old, now, (c.FINISHED, "True", reason, message))})
 
 
 def _requeue(wl: Workload, follow_up: tuple[str, str], now: datetime) -> PatchWorkload:
     """Kueue's workload controller: Requeued=False turns True once the workload may be queued
     again (reactivated, or its backoff ran out)."""
     old = _conditions(wl)
-    return _status_patch(wl, {"conditions": _replace_conditions(old, _condition(c.REQUEUED, "True", *follow_up, old, now))})
+    return _status_patch(wl, {"conditions": _set_conditions(old, now, (c.REQUEUED, "True", *follow_up))})
 
 
 def _release(wl: Workload, now: datetime) -> PatchWorkload:
@@ -189,11 +185,12 @@ def _release(wl: Workload, now: datetime) -> PatchWorkload:
     admitted_reason, admitted_message = admitted_without_reservation(wl)
     status: dict[str, Any] = {
         "admission": None,
-        "conditions": _replace_conditions(
+        "conditions": _set_conditions(
             old,
-            _condition(c.QUOTA_RESERVED, "False", REASON_PENDING, message, old, now),
-            _condition(c.ADMITTED, "False", admitted_reason, admitted_message, old, now),
-            _condition(c.REQUEUED, "True" if requeued_on_release(reason) else "False", reason, message, old, now),
+            now,
+            (c.QUOTA_RESERVED, "False", REASON_PENDING, message),
+            (c.ADMITTED, "False", admitted_reason, admitted_message),
+            (c.REQUEUED, "True" if requeued_on_release(reason) else "False", reason, message),
         ),
     }
     admitted = find_condition(old, c.ADMITTED)
