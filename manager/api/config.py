@@ -116,6 +116,25 @@ class ControllerMetrics(KubeModel):
     local_queue_metrics: LocalQueueMetrics | None = None
 
 
+# Kueue's integrations.frameworks names (its configuration API); kfed implements the ones its
+# job-integration registry (`manager.engine.integrations.registry`) lists.
+BATCH_JOB_FRAMEWORK = "batch/job"
+JOBSET_FRAMEWORK = "jobset.x-k8s.io/jobset"
+TRAINJOB_FRAMEWORK = "trainer.kubeflow.org/trainjob"
+DEFAULT_FRAMEWORKS = (BATCH_JOB_FRAMEWORK,)
+
+
+class Integrations(KubeModel):
+    """`integrations`: which job kinds Kueue manages (by framework name)."""
+
+    frameworks: list[str] | None = None
+
+    @property
+    def effective_frameworks(self) -> list[str]:
+        # Same as Kueue's defaulting: an empty list means batch/job alone.
+        return list(self.frameworks) if self.frameworks else list(DEFAULT_FRAMEWORKS)
+
+
 class Configuration(OpenModel):
     """Kueue's component configuration. Not a stored object, so no metadata is required."""
 
@@ -130,7 +149,12 @@ class Configuration(OpenModel):
     resources: Resources | None = None
     multi_kueue: MultiKueueConfiguration | None = None
     metrics: ControllerMetrics | None = None
+    integrations: Integrations | None = None
 
     @property
     def effective_namespace(self) -> str:
         return self.namespace or "kfed-system"
+
+    @property
+    def effective_frameworks(self) -> list[str]:
+        return (self.integrations or Integrations()).effective_frameworks

@@ -56,6 +56,9 @@ WORKLOAD_RULES: list[dict[str, list[str]]] = [
     # remote.py lists and watches our Jobs; workload.py creates one on the winner, and gets it
     # when the name is taken (ours, or a foreign Job left alone); deleted with the copy and by gc.py.
     {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create", "delete", "get", "list", "watch"]},
+    # JobSets, for a manager whose integrations.frameworks enables them (the same paths as Jobs,
+    # through the JobSet adapter; a worker without the JobSet CRD still runs Jobs).
+    {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": ["create", "delete", "get", "list", "watch"]},
     # remote.py lists and watches the copies; workload.py creates them, patches them (priority
     # forwarded, our finalizer removed before the delete) and deletes them, as gc.py does.
     {"apiGroups": [c.GROUP], "resources": ["workloads"], "verbs": ["create", "delete", "list", "patch", "watch"]},

@@ -25,6 +25,7 @@ from manager.controllers.events import EventRecorder
 from manager.controllers.jobs import JobController
 from manager.controllers.webhookcerts import WebhookCertManager
 from manager.controllers.webhooks import WebhookEndpoint, install, make_app, server_ssl_context
+from manager.engine.integrations.registry import Registry, enabled
 from manager.engine.selectors import selector_matches
 from manager.engine.workload import is_multikueue_check
 from manager.kube.client import KubeClient
@@ -48,6 +49,12 @@ def load_configuration(path: str | None) -> Configuration:
         return Configuration()
     data = yaml.safe_load(Path(path).read_text())
     return Configuration.model_validate(data or {})
+
+
+def job_integrations(config: Configuration) -> Registry:
+    """The job kinds this process integrates (`integrations.frameworks`); an unknown name is
+    a one-line ValueError naming the field."""
+    return enabled(config.effective_frameworks)
 
 
 def process_metrics(config: Configuration, local_queue_labels: Callable[[LocalQueueRef], dict[str, str] | None]) -> Metrics:
@@ -164,7 +171,9 @@ class Process:
                 return False
             return any(is_multikueue_check(self.caches.admission_checks.get(name)) for name in cq.admission_check_names)
 
-        port = await self._serve(make_app(uses_multikueue=uses_multikueue), opts.webhook_address, context)
+        port = await self._serve(
+            make_app(uses_multikueue=uses_multikueue, adapters=self.integrations.adapters), opts.webhook_address, context
+        )
         if opts.webhook_service:
             namespace, _, name = opts.webhook_service.partition("/")
             self.webhook_endpoint = WebhookEndpoint(cert.ca_pem, service_namespace=namespace, service_name=name)
@@ -183,7 +192,7 @@ class Process:
         log.info("webhook certificate reloaded", extra={"component": self.component})
         if self.cert_manager is not None and self.cert_manager.is_leader:
             try:
-                await install(self.client, self.webhook_endpoint)
+                await install(self.client, self.webhook_endpoint, self.integrations.adapters)
             except KubeError as err:
                 log.error("cannot update the webhook configurations", extra={"error": str(err)})
 
@@ -195,14 +204,16 @@ class Process:
         if self.opts.leader_elect:
             self.metrics.role = ROLE_LEADER
         self.admission.is_leader = True
-        self.jobs.is_leader = True
+        for jobs in self.job_controllers:
+            jobs.is_leader = True
         if self.cert_manager is not None:
             self.cert_manager.is_leader = True
-        self.jobs.resync()
+        for jobs in self.job_controllers:
+            jobs.resync()
         self.admission.wake()
         if self.webhook_endpoint is not None:
             try:
-                await install(self.client, self.webhook_endpoint)
+                await install(self.client, self.webhook_endpoint, self.integrations.adapters)
             except KubeError as err:
                 log.error("cannot install the webhook configurations", extra={"error": str(err)})
         for hook in self.extra_on_leader:
@@ -212,15 +223,18 @@ class Process:
 
     async def run(self) -> int:
         opts = self.opts
-        self.client = await _client(opts, self.component)
-        self.caches = Caches.create(self.client)
-        recorder = EventRecorder(self.client, component=f"kfed-{self.component.replace('_', '-')}")
         self.configuration = load_configuration(opts.config)
+        self.integrations = job_integrations(self.configuration)
+        self.client = await _client(opts, self.component)
+        self.caches = Caches.create(self.client, self.integrations)
+        recorder = EventRecorder(self.client, component=f"kfed-{self.component.replace('_', '-')}")
         self.metrics = process_metrics(self.configuration, self._local_queue_labels)
         self.metrics.role = ROLE_FOLLOWER if opts.leader_elect else ROLE_STANDALONE
         use(self.metrics)  # what this process's components register with
         self.admission = AdmissionController(self.client, self.caches, config=self.configuration, recorder=recorder, metrics=self.metrics)
-        self.jobs = JobController(self.client, self.caches, recorder=recorder)
+        self.job_controllers = [
+            JobController(self.client, self.caches, adapter, recorder=recorder) for adapter in self.integrations.adapters
+        ]
         self.recorder = recorder
         self.extensions = [factory(self) for factory in self.extension_factories]
         self.metrics.collectors.append(self._collect)
@@ -242,8 +256,8 @@ class Process:
             self.tasks += [
                 asyncio.create_task(recorder.run(), name="events"),
                 asyncio.create_task(self.admission.run(), name="admission"),
-                asyncio.create_task(self.jobs.controller.run(), name="jobs"),
             ]
+            self.tasks += [asyncio.create_task(jobs.controller.run(), name=jobs.controller.name) for jobs in self.job_controllers]
             code = await self._lead()
         finally:
             await self._shutdown()
@@ -279,7 +293,8 @@ class Process:
         # Same as client-go's OnStoppedLeading in Kueue: stop at once, so that a process that
         # lost the lease never writes again; the Deployment restarts it as a standby.
         self.admission.is_leader = False
-        self.jobs.is_leader = False
+        for jobs in self.job_controllers:
+            jobs.is_leader = False
         self.metrics.role = ROLE_FOLLOWER
         return EXIT_LOST_LEADERSHIP
 
@@ -298,7 +313,8 @@ class Process:
         budget = self.opts.shutdown_timeout
 
         async def stop_all() -> None:
-            self.jobs.controller.stop()
+            for jobs in self.job_controllers:
+                jobs.controller.stop()
             for extension in self.extensions:
                 await extension.stop()
             await cancel_and_wait(self.tasks)

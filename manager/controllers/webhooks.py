@@ -1,8 +1,9 @@
 """Admission and conversion webhooks, served by aiohttp over TLS.
 
-- Job defaulting: a Job with the queue-name label is created suspended (and marked
-  `managedBy: kueue.x-k8s.io/multikueue` when its ClusterQueue dispatches through a
-  MultiKueue admission check), as Kueue's Job webhook does.
+- Job defaulting, for each enabled job kind (batch/v1 Job, JobSet, ...): a job with the
+  queue-name label is created suspended (and marked `managedBy: kueue.x-k8s.io/multikueue`
+  when its ClusterQueue dispatches through a MultiKueue admission check and its own
+  controller would run it otherwise), as Kueue's job webhooks do.
 - Validation of the kueue.x-k8s.io kinds with the foundation's rules; a denial names each
   field path, as the apiserver's own validation does.
 - Conversion between v1beta1 and v1beta2 with the one pure conversion module.
@@ -16,7 +17,7 @@ import base64
 import json
 import logging
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +26,8 @@ from aiohttp import web
 from manager.api import constants as c
 from manager.api import conversion, kueue
 from manager.api.manifest import validate_object
+from manager.engine.integrations.adapter import JobAdapter
+from manager.engine.integrations.registry import BATCH_JOB, DEFAULT
 from manager.engine.jobs import prebuilt_workload_name, queue_name_of
 from manager.kube.client import KubeClient
 from manager.kube.errors import ForbiddenError, NotFoundError
@@ -32,6 +35,7 @@ from manager.kube.errors import ForbiddenError, NotFoundError
 log = logging.getLogger("kfed.webhooks")
 
 MUTATE_JOB_PATH = "/mutate-batch-v1-job"
+DEFAULT_ADAPTERS = DEFAULT.adapters
 VALIDATE_PATH = "/validate-kueue-x-k8s-io"
 CONVERT_PATH = "/convert"
 MUTATING_CONFIGURATION = "kfed-mutating-webhook-configuration"
@@ -52,9 +56,17 @@ def _review(
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
 
 
-def default_job(review: dict[str, Any], *, uses_multikueue: Callable[[str, str], bool]) -> dict[str, Any]:
-    """Suspend a queued Job at creation; `uses_multikueue(namespace, queue)` says whether its
-    ClusterQueue dispatches to worker clusters."""
+def mutate_path(adapter: JobAdapter[Any]) -> str:
+    """Kueue's defaulting webhook path for a kind, e.g. `/mutate-jobset-x-k8s-io-v1alpha2-jobset`."""
+    group = adapter.model.GROUP.replace(".", "-") or "core"
+    return f"/mutate-{group}-{adapter.model.VERSION}-{adapter.kind.lower()}"
+
+
+def default_job(
+    review: dict[str, Any], *, uses_multikueue: Callable[[str, str], bool], adapter: JobAdapter[Any] = BATCH_JOB
+) -> dict[str, Any]:
+    """Suspend a queued job of the adapter's kind at creation; `uses_multikueue(namespace,
+    queue)` says whether its ClusterQueue dispatches to worker clusters."""
     request = review.get("request") or {}
     job = request.get("object") or {}
     if request.get("operation") != "CREATE":
@@ -68,7 +80,8 @@ def default_job(review: dict[str, Any], *, uses_multikueue: Callable[[str, str],
     if spec.get("suspend") is not True:
         patch.append({"op": "add", "path": "/spec/suspend", "value": True})
     namespace = meta.get("namespace") or request.get("namespace") or ""
-    if not spec.get("managedBy") and not prebuilt_workload_name(meta) and uses_multikueue(namespace, queue):
+    if adapter.can_default_managed_by(spec.get("managedBy")) and not prebuilt_workload_name(meta) and uses_multikueue(namespace, queue):
+        # "add" replaces a managedBy naming the kind's own controller (RFC 6902).
         patch.append({"op": "add", "path": "/spec/managedBy", "value": c.MULTIKUEUE_MANAGED_BY})
     return _review(request, allowed=True, patch=patch)
 
@@ -105,7 +118,7 @@ def convert_review(review: dict[str, Any]) -> dict[str, Any]:
 
 
 # --- the server -----------------------------------------------------------------------------------
-def make_app(*, uses_multikueue: Callable[[str, str], bool]) -> web.Application:
+def make_app(*, uses_multikueue: Callable[[str, str], bool], adapters: Sequence[JobAdapter[Any]] = DEFAULT_ADAPTERS) -> web.Application:
     async def handle(request: web.Request, handler: Callable[[dict[str, Any]], dict[str, Any]]) -> web.Response:
         try:
             review = await request.json()
@@ -117,8 +130,11 @@ def make_app(*, uses_multikueue: Callable[[str, str], bool]) -> web.Application:
             return web.json_response({"error": "the body is not an AdmissionReview or ConversionReview object"}, status=400)
         return web.json_response(handler(review))
 
-    async def mutate_job(request: web.Request) -> web.Response:
-        return await handle(request, lambda r: default_job(r, uses_multikueue=uses_multikueue))
+    def mutate_job(adapter: JobAdapter[Any]) -> Callable[[web.Request], Any]:
+        async def mutate(request: web.Request) -> web.Response:
+            return await handle(request, lambda r: default_job(r, uses_multikueue=uses_multikueue, adapter=adapter))
+
+        return mutate
 
     async def validate_kueue(request: web.Request) -> web.Response:
         return await handle(request, validate)
@@ -127,7 +143,8 @@ def make_app(*, uses_multikueue: Callable[[str, str], bool]) -> web.Application:
         return await handle(request, convert_review)
 
     app = web.Application(client_max_size=8 * 1024 * 1024)
-    app.router.add_post(MUTATE_JOB_PATH, mutate_job)
+    for adapter in adapters:
+        app.router.add_post(mutate_path(adapter), mutate_job(adapter))
     app.router.add_post(VALIDATE_PATH, validate_kueue)
     app.router.add_post(CONVERT_PATH, convert)
     return app
@@ -152,20 +169,35 @@ class WebhookEndpoint:
         return config
 
 
-def _configuration(kind: str, name: str, webhook: dict[str, Any]) -> dict[str, Any]:
-    """A webhook configuration holding one webhook, with the settings all of kfed's share."""
+def _configuration(kind: str, name: str, webhooks: list[dict[str, Any]]) -> dict[str, Any]:
+    """A webhook configuration, with the settings all of kfed's webhooks share."""
     shared = {"failurePolicy": "Fail", "sideEffects": "None", "admissionReviewVersions": ["v1"], "timeoutSeconds": 10}
-    return {"apiVersion": "admissionregistration.k8s.io/v1", "kind": kind, "metadata": {"name": name}, "webhooks": [webhook | shared]}
-
-
-def webhook_configurations(endpoint: WebhookEndpoint) -> list[dict[str, Any]]:
-    mutating = {
-        "name": "mjob.kfed.x-k8s.io",
-        "clientConfig": endpoint.client_config(MUTATE_JOB_PATH),
-        "rules": [{"apiGroups": ["batch"], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["jobs"]}],
-        # Only queued Jobs reach us: a manager that is down never blocks anyone else's Jobs.
-        "objectSelector": {"matchExpressions": [{"key": c.QUEUE_NAME_LABEL, "operator": "Exists"}]},
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": kind,
+        "metadata": {"name": name},
+        "webhooks": [w | shared for w in webhooks],
     }
+
+
+def webhook_configurations(endpoint: WebhookEndpoint, adapters: Sequence[JobAdapter[Any]] = DEFAULT_ADAPTERS) -> list[dict[str, Any]]:
+    mutating = [
+        {
+            "name": f"m{adapter.kind.lower()}.kfed.x-k8s.io",
+            "clientConfig": endpoint.client_config(mutate_path(adapter)),
+            "rules": [
+                {
+                    "apiGroups": [adapter.model.GROUP],
+                    "apiVersions": [adapter.model.VERSION],
+                    "operations": ["CREATE"],
+                    "resources": [adapter.model.PLURAL],
+                }
+            ],
+            # Only queued jobs reach us: a manager that is down never blocks anyone else's jobs.
+            "objectSelector": {"matchExpressions": [{"key": c.QUEUE_NAME_LABEL, "operator": "Exists"}]},
+        }
+        for adapter in adapters
+    ]
     validating = {
         "name": "vkueue.kfed.x-k8s.io",
         "clientConfig": endpoint.client_config(VALIDATE_PATH),
@@ -174,11 +206,11 @@ def webhook_configurations(endpoint: WebhookEndpoint) -> list[dict[str, Any]]:
     }
     return [
         _configuration("MutatingWebhookConfiguration", MUTATING_CONFIGURATION, mutating),
-        _configuration("ValidatingWebhookConfiguration", VALIDATING_CONFIGURATION, validating),
+        _configuration("ValidatingWebhookConfiguration", VALIDATING_CONFIGURATION, [validating]),
     ]
 
 
-async def install(client: KubeClient, endpoint: WebhookEndpoint) -> None:
+async def install(client: KubeClient, endpoint: WebhookEndpoint, adapters: Sequence[JobAdapter[Any]] = DEFAULT_ADAPTERS) -> None:
     """Point the CRDs' conversion at us, then create or update the webhook configurations.
 
     A CRD is patched only when its conversion settings differ: each change makes the
@@ -201,7 +233,7 @@ async def install(client: KubeClient, endpoint: WebhookEndpoint) -> None:
         await client.request(
             "PATCH", path, body=body, content_type="application/merge-patch+json", what=f"patch CustomResourceDefinition {name}"
         )
-    for obj in webhook_configurations(endpoint):
+    for obj in webhook_configurations(endpoint, adapters):
         plural = "mutatingwebhookconfigurations" if obj["kind"].startswith("Mutating") else "validatingwebhookconfigurations"
         base = f"/apis/admissionregistration.k8s.io/v1/{plural}"
         name = obj["metadata"]["name"]

@@ -24,7 +24,9 @@ from manager.api.kueue import (
     Workload,
 )
 from manager.engine.cache import Cache, ClusterQueueInfo
-from manager.engine.jobs import JobConversionError, job_queue_name, workload_for_job
+from manager.engine.integrations.adapter import construct_workload
+from manager.engine.integrations.registry import BATCH_JOB
+from manager.engine.jobs import JobConversionError, job_queue_name
 from manager.engine.requests import RequestError, limit_range_defaults
 from manager.engine.scheduler import Scheduler
 from manager.engine.status import cluster_queue_status, workload_status
@@ -222,9 +224,10 @@ class Simulation:
             job.metadata.name = f"{prefix}{_document_hash(job)[:5]}"
         if not job.metadata.namespace:
             job.metadata.namespace = "default"
-        uid = job.metadata.uid or stable_uid(f"Job/{job.namespace}/{job.name}")
+        queued = job.model_copy(deep=True)
+        queued.metadata.uid = job.metadata.uid or stable_uid(f"Job/{job.namespace}/{job.name}")
         try:
-            return workload_for_job(job, job_uid=uid, workload_priority_classes=self.wpcs, priority_classes=self.pcs)
+            return construct_workload(BATCH_JOB, queued, workload_priority_classes=self.wpcs, priority_classes=self.pcs)
         except JobConversionError as err:
             raise SimulationError(f"{source.where}: {err}") from None
 

@@ -30,7 +30,7 @@ from tenacity.wait import wait_base, wait_exponential, wait_random
 
 from manager.api.core import Pod
 from manager.api.meta import Resource
-from manager.kube.errors import GoneError, KubeError, TransientError, error_from_response, rejected_by_unreachable_webhook
+from manager.kube.errors import GoneError, KubeError, NotFoundError, TransientError, error_from_response, rejected_by_unreachable_webhook
 from manager.kube.ratelimit import TokenBucket
 
 log = logging.getLogger("kfed.kube")
@@ -260,6 +260,16 @@ class KubeClient:
         what = f"get {_describe(model, namespace, name)}"
         data = await self._retrying(lambda: self.request("GET", api_path(model, namespace=namespace, name=name), what=what))
         return self._parse(model, data, what)
+
+    async def serves(self, model: type[Resource]) -> bool:
+        """Whether the cluster serves the kind (its group version lists its resource): a CRD
+        that is not installed is False. Other failures raise."""
+        path = f"/apis/{model.GROUP}/{model.VERSION}" if model.GROUP else f"/api/{model.VERSION}"
+        try:
+            data = await self._retrying(lambda: self.request("GET", path, what=f"discover {model.KIND}"))
+        except NotFoundError:
+            return False
+        return any(resource.get("name") == model.PLURAL for resource in data.get("resources") or [])
 
     async def list(
         self,

@@ -13,7 +13,7 @@ import base64
 import binascii
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,8 @@ from manager.api import constants as c
 from manager.api import kueue
 from manager.api.core import Secret
 from manager.api.meta import MAX_CONDITION_MESSAGE, Condition, find_condition, same_condition, set_condition, utcnow
+from manager.engine.integrations.adapter import JobAdapter
+from manager.engine.integrations.registry import BATCH_JOB
 from manager.engine.workload import is_multikueue_check
 from manager.kube.client import KubeClient
 from manager.kube.errors import NotFoundError
@@ -61,8 +63,10 @@ class ClusterController:
         on_connection_change: Callable[[RemoteCluster], None],
         on_remote_object: Callable[[RemoteCluster, str, str], None],
         clock: Callable[[], datetime] = utcnow,
+        adapters: Sequence[JobAdapter[Any]] = (BATCH_JOB,),
     ) -> None:
         self.client = client
+        self.adapters = tuple(adapters)  # the job kinds each worker is watched for
         self.namespace = namespace
         self.origin = origin
         self.qps = qps
@@ -139,6 +143,7 @@ class ClusterController:
                 on_object=self._on_remote_object,
                 observe_latency=self._observe,
                 clock=self.clock,
+                adapters=self.adapters,
             )
             self.remotes[name] = remote
         try:

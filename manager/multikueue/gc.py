@@ -1,4 +1,4 @@
-"""The garbage collector: every gcInterval, remote Workloads (and our Jobs) of our origin whose
+"""The garbage collector: every gcInterval, remote Workloads (and our jobs) of our origin whose
 manager Workload is gone are deleted from each connected worker. Another origin's objects
 are never seen: the remote caches hold our origin only."""
 
@@ -8,10 +8,12 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from manager.api import constants as c
 from manager.api import kueue
-from manager.api.core import Job
+from manager.api.meta import Resource
+from manager.engine.integrations.adapter import JobAdapter
 from manager.engine.jobs import prebuilt_workload_name
 from manager.kube.errors import KubeError, NotFoundError
 from manager.kube.informer import Informer
@@ -59,19 +61,22 @@ class GarbageCollector:
 
     async def collect(self, remote: RemoteCluster) -> int:
         """Delete this worker's orphans; returns how many objects went."""
-        if not remote.connected or remote.client is None or remote.workloads is None or remote.jobs is None:
+        if not remote.connected or remote.client is None or remote.workloads is None:
             return 0
         local = {wl.key: wl.metadata.deletion_timestamp is not None for wl in self.local_workloads.items()}
         workload_keys = [wl.key for wl in remote.workloads.items()]
-        job_keys = {f"{job.namespace}/{prebuilt_workload_name(job.metadata)}": job for job in remote.jobs.items()}
-        orphans = plan_gc(sorted(set(workload_keys) | set(job_keys)), local=local)
+        jobs: dict[str, list[tuple[JobAdapter[Any], Resource]]] = {}
+        for adapter, job in remote.all_jobs():
+            jobs.setdefault(f"{job.namespace}/{prebuilt_workload_name(job.metadata)}", []).append((adapter, job))
+        orphans = plan_gc(sorted(set(workload_keys) | set(jobs)), local=local)
         deleted = 0
         for key in orphans:
             namespace, _, name = key.partition("/")
-            job = job_keys.get(key)
-            if job is not None and (job.metadata.labels or {}).get(c.MULTIKUEUE_ORIGIN_LABEL) == self.origin:
+            for adapter, job in jobs.get(key, []):
+                if (job.metadata.labels or {}).get(c.MULTIKUEUE_ORIGIN_LABEL) != self.origin:
+                    continue
                 with contextlib.suppress(NotFoundError):
-                    await remote.client.delete(Job, job.name, namespace=namespace, propagation="Background", uid=job.metadata.uid)
+                    await remote.client.delete(adapter.model, job.name, namespace=namespace, propagation="Background", uid=job.metadata.uid)
                     deleted += 1
             if key in workload_keys:
                 with contextlib.suppress(NotFoundError):

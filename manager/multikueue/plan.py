@@ -19,10 +19,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from manager.api import constants as c
-from manager.api.core import Job
 from manager.api.kueue import AdmissionCheckState, Workload
-from manager.api.meta import DNS_LABEL_PATTERN, MAX_CONDITION_MESSAGE, Condition, find_condition, is_condition_true
-from manager.engine.jobs import job_stopped
+from manager.api.meta import DNS_LABEL_PATTERN, MAX_CONDITION_MESSAGE, Condition, Resource, find_condition, is_condition_true
+from manager.engine.integrations.adapter import JobAdapter
+from manager.engine.integrations.registry import BATCH_JOB
 
 REASON_MULTIKUEUE = "MultiKueue"
 # kfed's own mark on a copy: which reservation of the manager's Workload it was made for. A
@@ -36,7 +36,7 @@ DISPATCH_ROUND_ANNOTATION = "kfed.dev/dispatch-round"
 WORKER_NAMESPACES_ANNOTATION = "kfed.dev/worker-namespaces"
 DEACTIVATION_TARGET = "DeactivationTarget"
 REASON_EVICTED_ON_MANAGER = "EvictedOnManagerCluster"
-JOB_ADAPTER_KIND = "batch/v1, Kind=Job"  # Kueue's GVK string for the one adapter kfed has
+JOB_ADAPTER_KIND = "batch/v1, Kind=Job"  # Kueue's GVK string of the batch Job, the adapter enabled by default
 SYNC_DEFERRED_REQUEUE = 2.0  # seconds: the manager Job is still suspended, try the status copy again
 INCREMENTAL_ROUND = timedelta(minutes=5)
 MAX_MESSAGE = MAX_CONDITION_MESSAGE
@@ -68,6 +68,8 @@ class WorkloadInputs:
     dispatcher: str = c.DISPATCHER_ALL_AT_ONCE
     deleted: bool = False
     owner_kind: str | None = JOB_ADAPTER_KIND  # the controller owner's GVK string; None: no owner
+    # The GVK strings of the enabled kinds with a MultiKueue adapter (the shell asks the registry).
+    multikueue_kinds: frozenset[str] = frozenset({JOB_ADAPTER_KIND})
     owner_managed_by: str | None = c.MULTIKUEUE_MANAGED_BY
     local_job_active: int = 0
     problems: Mapping[str, str] = field(default_factory=dict)  # per cluster: why a copy cannot be made there
@@ -212,7 +214,7 @@ def plan_workload(inputs: WorkloadInputs) -> Plan:
         return plan
 
     # Kueue's adapter lookup and managedBy check: a Job we cannot hand over is rejected.
-    if inputs.owner_kind != JOB_ADAPTER_KIND:
+    if inputs.owner_kind not in inputs.multikueue_kinds:
         message = "No multikueue adapter found"
         if inputs.owner_kind:
             message += f' for owner kind "{inputs.owner_kind}"'
@@ -378,11 +380,12 @@ def may_still_run_on(
     *,
     admitted_on: str | None,
     clusters: Sequence[ClusterHealth],
-    jobs: Mapping[str, Job | None],
+    jobs: Mapping[str, Resource | None],
     admitted_copies: frozenset[str] = frozenset(),
     never_seen: frozenset[str] = frozenset(),
     now: datetime,
     worker_lost_timeout: timedelta,
+    adapter: JobAdapter[Any] = BATCH_JOB,
 ) -> str | None:
     """The worker where an evicted Workload's Job may still run or finish, or None: only then
     may the manager give its quota back, delete the copies and dispatch it again.
@@ -397,7 +400,7 @@ def may_still_run_on(
     this manager has never seen it (`never_seen`: nothing is known)."""
     for cluster in clusters:
         job = jobs.get(cluster.name)
-        running = job is not None and not job_stopped(job)
+        running = job is not None and not adapter.stopped(job)
         if cluster.connected:
             if running:
                 return cluster.name

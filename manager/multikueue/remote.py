@@ -1,5 +1,6 @@
 """One worker cluster as the manager reaches it: its client, the watches on the remote
-Workloads and Jobs of our origin, and its connection health.
+Workloads and jobs (of every kind MultiKueue dispatches) of our origin, and its connection
+health.
 
 Same as Kueue's remoteClient: a connection counts only once every watch is open; a watch
 that fails marks the cluster disconnected (the first drop is remembered, so the
@@ -14,17 +15,19 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential
 
 from manager.api import constants as c
-from manager.api.core import Job, Lease
+from manager.api.core import Lease
 from manager.api.kueue import Workload
-from manager.api.meta import utcnow
-from manager.engine.jobs import prebuilt_workload_name
+from manager.api.meta import Resource, utcnow
+from manager.engine.integrations.adapter import JobAdapter
+from manager.engine.integrations.registry import BATCH_JOB
+from manager.engine.jobs import prebuilt_keys, prebuilt_workload_name
 from manager.kube.client import KubeClient, KubeconfigError
 from manager.kube.errors import ForbiddenError, KubeError, NotFoundError
 from manager.kube.informer import InformerSet
@@ -60,8 +63,12 @@ class RemoteCluster:
         observe_latency: Callable[[str, str, float], None] | None = None,
         clock: Callable[[], datetime] = utcnow,
         monotonic: Callable[[], float] = time.monotonic,
+        adapters: Sequence[JobAdapter[Any]] = (BATCH_JOB,),
     ) -> None:
         self.name = name
+        # The job kinds to watch (as Kueue does, a worker must serve each: a watch that cannot
+        # be opened fails the connection).
+        self.adapters = tuple(adapters)
         self.origin = origin
         self.qps = qps
         self.burst = burst
@@ -74,7 +81,7 @@ class RemoteCluster:
         # The worker namespaces the manager may use there (None: the whole cluster).
         self.namespaces: tuple[str, ...] | None = None
         self.workloads: InformerSet[Workload] | None = None
-        self.jobs: InformerSet[Job] | None = None
+        self.jobs: dict[str, InformerSet[Any]] = {}  # by the job kind's GVK string
         self.connected = False
         # A manager that just started has not seen the worker yet: the worker-lost clock runs
         # from now (Kueue: "disconnected since creation").
@@ -97,7 +104,7 @@ class RemoteCluster:
         if same and self._task is not None and not self._task.done():
             return
         if namespaces != self.namespaces:
-            self.workloads = self.jobs = None  # they cached other namespaces
+            self.workloads, self.jobs = None, {}  # they cached other namespaces
         self.kubeconfig, self.namespaces = kubeconfig, namespaces
         self.failed_attempts = 0
         self.next_attempt = None
@@ -190,17 +197,19 @@ class RemoteCluster:
         selector = f"{c.MULTIKUEUE_ORIGIN_LABEL}={self.origin}"
         scope = self.namespaces
         workloads = self.workloads or InformerSet(client, Workload, namespaces=scope, label_selector=selector)
-        jobs = self.jobs or InformerSet(client, Job, namespaces=scope, label_selector=selector, indexes={"prebuilt": _prebuilt_of})
-        for informer in (workloads, jobs):
-            informer.client = client
         if self.workloads is None:
             workloads.add_handler(self._on_workload)
-            jobs.add_handler(self._on_job)
-        self.workloads, self.jobs = workloads, jobs
+            for adapter in self.adapters:
+                jobs = InformerSet(client, adapter.model, namespaces=scope, label_selector=selector, indexes={"prebuilt": prebuilt_keys})
+                jobs.add_handler(self._on_job)
+                self.jobs[adapter.gvk] = jobs
+        self.workloads = workloads
+        for informer in self._informers():
+            informer.client = client
         deadline = min(WATCH_START_BASE_SECONDS * 2**self.failed_attempts, WATCH_START_MAX_SECONDS)
         try:
             # Same as Kueue: the connection counts once every watch is open; time-bound it.
-            await asyncio.wait_for(asyncio.gather(workloads.relist(), jobs.relist()), timeout=deadline)
+            await asyncio.wait_for(asyncio.gather(*(informer.relist() for informer in self._informers())), timeout=deadline)
         except (KubeError, TimeoutError) as err:
             raise ConnectionFailedError(_describe(err)) from None
         self.connected = True
@@ -216,8 +225,7 @@ class RemoteCluster:
     async def _watch(self) -> None:
         """Watch until one of the watches fails; raises ConnectionFailedError. The agent's
         Lease is read alongside; failing to read it never ends the connection."""
-        assert self.workloads is not None and self.jobs is not None
-        watches = [asyncio.create_task(informer.watch_until_error()) for informer in (self.workloads, self.jobs)]
+        watches = [asyncio.create_task(informer.watch_until_error()) for informer in self._informers()]
         agent = asyncio.create_task(self._poll_agent(), name=f"multikueue-agent-lease-{self.name}")
         try:
             done, _ = await asyncio.wait(watches, return_when=asyncio.FIRST_COMPLETED)
@@ -263,7 +271,7 @@ class RemoteCluster:
         if wl is not None:
             self.on_object(self, wl.namespace, wl.name)
 
-    def _on_job(self, kind: str, old: Job | None, new: Job | None) -> None:
+    def _on_job(self, kind: str, old: Resource | None, new: Resource | None) -> None:
         job = new or old
         if job is None:
             return
@@ -279,6 +287,9 @@ class RemoteCluster:
     def workload(self, key: str) -> Workload | None:
         return self.workloads.get(key) if self.workloads is not None and self.connected else None
 
+    def _informers(self) -> list[InformerSet[Any]]:
+        return [informer for informer in (self.workloads, *self.jobs.values()) if informer is not None]
+
     def last_known_workload(self, key: str) -> Workload | None:
         """The copy as last seen, also while the worker is not connected (the cache keeps it)."""
         return self.workloads.get(key) if self.workloads is not None else None
@@ -288,32 +299,40 @@ class RemoteCluster:
         """Whether this manager has listed the worker's objects at least once since it started."""
         return self.workloads is not None
 
-    def job_for(self, key: str) -> Job | None:
-        """Our Job on this worker for the Workload `key` (namespace/name), from the cache."""
-        if self.jobs is None:
-            return None
-        found = self.jobs.by_index("prebuilt", key)
+    def job_for(self, key: str, adapter: JobAdapter[Any] = BATCH_JOB) -> Resource | None:
+        """Our job of the adapter's kind on this worker for the Workload `key` (namespace/name),
+        from the cache."""
+        informer = self.jobs.get(adapter.gvk)
+        found = informer.by_index("prebuilt", key) if informer is not None else []
         return found[0] if found else None
 
-    async def read_job(self, key: str, job_name: str) -> Job | None:
-        """Our Job for the Workload `key`, read live from the worker (not from the cache, which
-        may not have seen it start yet); None when it is not there. Raises KubeError when the
-        worker cannot be asked."""
+    def jobs_for(self, key: str) -> list[tuple[JobAdapter[Any], Resource]]:
+        """Our jobs of every kind on this worker for the Workload `key`, with their adapters."""
+        found = []
+        for adapter in self.adapters:
+            job = self.job_for(key, adapter)
+            if job is not None:
+                found.append((adapter, job))
+        return found
+
+    async def read_job(self, key: str, job_name: str, adapter: JobAdapter[Any] = BATCH_JOB) -> Resource | None:
+        """Our job of the adapter's kind for the Workload `key`, read live from the worker (not
+        from the cache, which may not have seen it start yet); None when it is not there.
+        Raises KubeError when the worker cannot be asked."""
         client = self.client
         if client is None:
             raise ConnectionFailedError("not connected")
         namespace, _, _ = key.partition("/")
         try:
-            job = await client.get(Job, job_name, namespace=namespace)
+            job = await client.get(adapter.model, job_name, namespace=namespace)
         except NotFoundError:
             return None
         ours = (job.metadata.labels or {}).get(c.MULTIKUEUE_ORIGIN_LABEL) == self.origin
-        return job if ours and _prebuilt_of(job) == [key] else None
+        return job if ours and prebuilt_keys(job) == [key] else None
 
-
-def _prebuilt_of(job: Job) -> list[str]:
-    name = prebuilt_workload_name(job.metadata)
-    return [f"{job.namespace}/{name}"] if name else []
+    def all_jobs(self) -> list[tuple[JobAdapter[Any], Resource]]:
+        """Every job of our origin the caches hold, with its adapter."""
+        return [(adapter, job) for adapter in self.adapters if (informer := self.jobs.get(adapter.gvk)) for job in informer.items()]
 
 
 def _describe(err: BaseException) -> str:

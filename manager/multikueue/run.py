@@ -36,6 +36,7 @@ class MultiKueue:
             allow_insecure_http=opts.multikueue_allow_insecure_http,
             clusters=self.cluster_objects,
             secrets=self.secrets,
+            adapters=process.integrations.multikueue,
             on_connection_change=lambda remote: self.on_connection_change(remote),
             on_remote_object=lambda remote, ns, name: self.workloads.on_remote_object(remote, ns, name),
         )
@@ -52,7 +53,8 @@ class MultiKueue:
             interval=self.settings.gc_interval.total_seconds(),
         )
         self.configs.add_handler(lambda kind, old, new: self.workloads.resync())
-        process.jobs.runs_elsewhere = self.workloads.runs_on_a_worker
+        for jobs in process.job_controllers:
+            jobs.runs_elsewhere = self.workloads.runs_on_a_worker
 
     def on_connection_change(self, remote: Any) -> None:
         self.workloads.on_connection_change(remote)

@@ -2,9 +2,10 @@
 that has a MultiKueue admission check.
 
 A reconcile reads the manager's caches and each connected worker's caches (the remote
-Workloads and Jobs of our origin), asks the planner, and writes: remote deletes first, then
-the Job on the winner (or its status back to the manager's Job), then the manager
-Workload's status. Every write to the manager's Workload carries a resourceVersion
+Workloads and jobs of our origin), asks the planner, and writes: remote deletes first, then
+the job on the winner (or its status back to the manager's job), then the manager
+Workload's status. What differs between job kinds (the remote object, the status copied
+back) is the kind's adapter's (`manager.engine.integrations`). Every write to the manager's Workload carries a resourceVersion
 precondition; a conflict means the view was stale and the key is reconciled again.
 """
 
@@ -18,18 +19,17 @@ from typing import Any
 
 from manager.api import constants as c
 from manager.api import kueue
-from manager.api.core import Job
-from manager.api.meta import Condition
+from manager.api.meta import Condition, OwnerReference, Resource
 from manager.controllers.caches import Caches
 from manager.controllers.events import EventRecorder, InvolvedObject
-from manager.engine.jobs import prebuilt_workload_metadata, without_controller_labels
+from manager.engine.integrations.adapter import JobAdapter
+from manager.engine.integrations.registry import BATCH_JOB
 from manager.kube.client import JSON_PATCH, KubeClient
 from manager.kube.errors import AlreadyExistsError, ConflictError, KubeError, NotFoundError
 from manager.kube.informer import Informer
 from manager.multikueue.clusters import ClusterController
 from manager.multikueue.plan import (
     DEACTIVATION_TARGET,
-    JOB_ADAPTER_KIND,
     REASON_EVICTED_ON_MANAGER,
     REASON_MULTIKUEUE,
     SYNC_DEFERRED_REQUEUE,
@@ -61,48 +61,6 @@ def _utcnow() -> datetime:
 def owner_kind(ref: Any) -> str:
     """Kueue's GVK string, e.g. `batch/v1, Kind=Job`."""
     return f"{ref.api_version}, Kind={ref.kind}"
-
-
-def remote_job(job: Job, *, workload_name: str, origin: str) -> dict[str, Any]:
-    """Kueue's batch Job adapter: the manager's Job for a worker, with the selector and the
-    controller's UID-bound template labels dropped, managedBy cleared, and our origin and the
-    prebuilt Workload's name set (as an annotation, and as a label where it fits). It keeps
-    `suspend` (true): the worker's Kueue starts it."""
-    raw = job.to_dict()
-    spec = dict(raw.get("spec") or {})
-    spec.pop("selector", None)
-    spec.pop("managedBy", None)
-    template = dict(spec.get("template") or {})
-    meta = dict(template.get("metadata") or {})
-    if meta.get("labels"):
-        meta["labels"] = without_controller_labels(meta["labels"])
-    template["metadata"] = meta
-    spec["template"] = template
-    prebuilt_labels, prebuilt_annotations = prebuilt_workload_metadata(workload_name)
-    labels = {k: v for k, v in (job.metadata.labels or {}).items() if k != c.PREBUILT_WORKLOAD_LABEL}
-    labels |= {c.MULTIKUEUE_ORIGIN_LABEL: origin} | prebuilt_labels
-    annotations = dict(job.metadata.annotations or {}) | prebuilt_annotations
-    metadata: dict[str, Any] = {"name": job.name, "namespace": job.namespace, "labels": labels, "annotations": annotations}
-    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": spec}
-
-
-def job_status_update(local: Job, remote: Job) -> tuple[dict[str, Any] | None, bool]:
-    """Kueue's determineStatusUpdate: (the status to give the manager's Job, or None to keep
-    it; deferred). The worker's status is copied once the manager's Job runs, while both are
-    suspended (so an eviction's active=0 comes back), or when the worker's Job finished."""
-    remote_status = remote.status.to_dict() if remote.status else {}
-    if _finished(remote) or (local.spec.suspend is True and remote.spec.suspend is True):
-        return remote_status, False
-    if local.spec.suspend is not True and (remote_status.get("startTime") or not (local.status and local.status.start_time)):
-        return remote_status, False
-    # The manager's Job waits to be unsuspended, or the worker's has not started yet (a
-    # running Job's startTime may not be removed): copy later.
-    return None, True
-
-
-def _finished(job: Job) -> bool:
-    conditions = (job.status.conditions if job.status else None) or []
-    return any(cond.type in ("Complete", "Failed") and cond.status == "True" for cond in conditions)
 
 
 class WorkloadController:
@@ -196,17 +154,18 @@ class WorkloadController:
             )
 
     async def runs_on_a_worker(self, wl: kueue.Workload) -> bool:
-        """Whether our Job for this Workload may still run or finish on a worker
+        """Whether our job for this Workload may still run or finish on a worker
         (`may_still_run_on`): the manager keeps the evicted Workload's quota until it cannot,
-        so that an eviction stops a running remote Job (and sees it finish) instead of
+        so that an eviction stops a running remote job (and sees it finish) instead of
         deleting it and starting it again elsewhere. Every connected worker is asked live (one
         read each, once per eviction check); a worker that cannot be asked counts as running it."""
         check_name = self._check_name(wl)
         names = (self._config_clusters(check_name) if check_name else None) or []
         names += [name for name in self.clusters.remotes if name not in names]
         health = self._health(names)
-        _, owner = self._local_job(wl)
-        jobs: dict[str, Job | None] = {}
+        adapter, _, owner = self._local_job(wl)
+        adapter = adapter or BATCH_JOB  # no adapter: the check was rejected, nothing was dispatched
+        jobs: dict[str, Resource | None] = {}
         admitted_copies, never_seen = set(), set()
         for cluster in health:
             remote = self.clusters.remotes.get(cluster.name)
@@ -217,16 +176,16 @@ class WorkloadController:
             copy = remote.last_known_workload(wl.key)
             if copy is not None and has_quota(copy):
                 admitted_copies.add(cluster.name)
-            cached = remote.job_for(wl.key)
+            cached = remote.job_for(wl.key, adapter)
             job_name = cached.name if cached is not None else (owner.name if owner is not None else None)
             if not cluster.connected or job_name is None:
                 jobs[cluster.name] = cached
                 continue
             try:
-                jobs[cluster.name] = await remote.read_job(wl.key, job_name)
+                jobs[cluster.name] = await remote.read_job(wl.key, job_name, adapter)
             except (KubeError, ConnectionFailedError) as err:
                 log.info(
-                    "cannot read the Job on the worker; its quota is kept",
+                    "cannot read the job on the worker; its quota is kept",
                     extra={"key": wl.key, "cluster": cluster.name, "error": str(err)},
                 )
                 return True
@@ -238,6 +197,7 @@ class WorkloadController:
             never_seen=frozenset(never_seen),
             now=self.clock(),
             worker_lost_timeout=self.settings.worker_lost_timeout,
+            adapter=adapter,
         )
         return where is not None
 
@@ -263,13 +223,15 @@ class WorkloadController:
                 out.append(ClusterHealth(name, remote.connected, remote.lost_since, accepts_new=accepts))
         return out
 
-    def _local_job(self, wl: kueue.Workload) -> tuple[Job | None, Any]:
+    def _local_job(self, wl: kueue.Workload) -> tuple[JobAdapter[Any] | None, Resource | None, OwnerReference | None]:
+        """The owner's MultiKueue adapter (Kueue's adapter lookup by GVK), and the job."""
         owner = next((ref for ref in wl.metadata.owner_references or [] if ref.controller), None)
         if owner is None and wl.metadata.owner_references:
             owner = wl.metadata.owner_references[0]
-        if owner is None or owner_kind(owner) != JOB_ADAPTER_KIND:
-            return None, owner
-        return self.caches.jobs.get(f"{wl.namespace}/{owner.name}"), owner
+        adapter = self.caches.registry.by_gvk(owner_kind(owner)) if owner is not None else None
+        if owner is None or adapter is None or not adapter.multikueue:
+            return None, None, owner
+        return adapter, self.caches.jobs[adapter.gvk].get(f"{wl.namespace}/{owner.name}"), owner
 
     # --- reconcile ---------------------------------------------------------------------------------
     async def reconcile(self, key: str) -> Result | None:
@@ -293,7 +255,7 @@ class WorkloadController:
             found = remote.workload(key)
             if found is not None:
                 remotes[name] = found
-        job, owner = self._local_job(local)
+        adapter, job, owner = self._local_job(local)
         if deleted:
             await self._delete_everywhere(key, connected, remotes)
             self._forget(key)
@@ -310,14 +272,17 @@ class WorkloadController:
             worker_lost_timeout=self.settings.worker_lost_timeout,
             dispatcher=self.settings.dispatcher_name,
             owner_kind=owner_kind(owner) if owner is not None else None,
-            owner_managed_by=job.spec.managed_by if job is not None else (c.MULTIKUEUE_MANAGED_BY if owner is not None else None),
-            local_job_active=(job.status.active or 0) if job is not None and job.status is not None else 0,
+            multikueue_kinds=self.caches.registry.multikueue_kinds,
+            owner_managed_by=adapter.managed_by(job)
+            if adapter is not None and job is not None
+            else (c.MULTIKUEUE_MANAGED_BY if owner is not None else None),
+            local_job_active=adapter.active_count(job) if adapter is not None and job is not None else 0,
             problems={cl: msg for (k, cl), msg in self.problems.items() if k == key},
             blocked={cl: msg for (k, cl), msg in self.blocked.items() if k == key},
-            remote_jobs=frozenset(name for name, remote in connected.items() if remote.job_for(key) is not None),
+            remote_jobs=frozenset(name for name, remote in connected.items() if remote.jobs_for(key)),
         )
         plan = plan_workload(inputs)
-        return await self._execute(key, local, job, plan, connected, check_name)
+        return await self._execute(key, local, adapter, job, plan, connected, check_name)
 
     def _forget(self, key: str) -> None:
         self.deleted.pop(key, None)
@@ -352,7 +317,14 @@ class WorkloadController:
         return True
 
     async def _execute(
-        self, key: str, local: kueue.Workload, job: Job | None, plan: Plan, connected: dict[str, RemoteCluster], check_name: str
+        self,
+        key: str,
+        local: kueue.Workload,
+        adapter: JobAdapter[Any] | None,
+        job: Resource | None,
+        plan: Plan,
+        connected: dict[str, RemoteCluster],
+        check_name: str,
     ) -> Result | None:
         requeue = plan.requeue_after
         for cluster in plan.delete:
@@ -363,15 +335,15 @@ class WorkloadController:
         if plan.deactivate is not None:
             cluster, message = plan.deactivate
             await self._deactivate_remote(connected[cluster], key, message)
-        if plan.sync_job is not None and job is not None:
-            deferred = await self._sync_job(connected[plan.sync_job], key, local, job, create=plan.create_job)
+        if plan.sync_job is not None and adapter is not None and job is not None:
+            deferred = await self._sync_job(connected[plan.sync_job], key, local, adapter, job, create=plan.create_job)
             if deferred:
                 requeue = SYNC_DEFERRED_REQUEUE if requeue is None else min(requeue, SYNC_DEFERRED_REQUEUE)
             if (key, plan.sync_job) in self.blocked:
                 return Result(requeue_after=0.1)  # a foreign Job: plan again without that worker
-        if plan.stop_local_job and job is not None:
-            log.info("the worker that ran the Job is lost; its pods count as gone", extra={"key": key})
-            await self._stop_local_job(job)
+        if plan.stop_local_job and adapter is not None and job is not None:
+            log.info("the worker that ran the job is lost; its pods count as gone", extra={"key": key})
+            await self._stop_local_job(adapter, job)
         if plan.finish is not None:
             await self._finish(local, *plan.finish)
             return None
@@ -397,20 +369,20 @@ class WorkloadController:
     # --- writes on workers -------------------------------------------------------------------------
     async def _delete_everywhere(self, key: str, connected: dict[str, RemoteCluster], remotes: dict[str, kueue.Workload]) -> None:
         for name, remote in connected.items():
-            if name in remotes or remote.job_for(key) is not None:
+            if name in remotes or remote.jobs_for(key):
                 await self._remove_remote(remote, key)
 
     async def _remove_remote(self, remote: RemoteCluster, key: str) -> None:
-        """Our Job first (only if it carries our origin: the cache holds nothing else), then the
+        """Our job first (only if it carries our origin: the cache holds nothing else), then the
         copy, its finalizer removed first (Kueue does the same)."""
         client = remote.client
         if client is None:
             return
         namespace, _, name = key.partition("/")
-        job = remote.job_for(key)
-        if job is not None and (job.metadata.labels or {}).get(c.MULTIKUEUE_ORIGIN_LABEL) == self.settings.origin:
-            with contextlib.suppress(NotFoundError):
-                await client.delete(Job, job.name, namespace=namespace, propagation="Background", uid=job.metadata.uid)
+        for adapter, job in remote.jobs_for(key):
+            if (job.metadata.labels or {}).get(c.MULTIKUEUE_ORIGIN_LABEL) == self.settings.origin:
+                with contextlib.suppress(NotFoundError):
+                    await client.delete(adapter.model, job.name, namespace=namespace, propagation="Background", uid=job.metadata.uid)
         copy = remote.workload(key)
         if copy is not None and copy.metadata.finalizers:
             kept = [f for f in copy.metadata.finalizers if f != c.RESOURCE_IN_USE_FINALIZER]
@@ -474,35 +446,43 @@ class WorkloadController:
         patch = {"metadata": {"resourceVersion": copy.metadata.resource_version}, "status": {"conditions": conditions}}
         await remote.client.patch(kueue.Workload, copy.name, patch, namespace=copy.namespace, subresource="status")
 
-    async def _sync_job(self, remote: RemoteCluster, key: str, local: kueue.Workload, job: Job, *, create: bool) -> bool:
-        """Copy the worker's Job status back, creating that Job first when `create` (only the
+    async def _sync_job(
+        self, remote: RemoteCluster, key: str, local: kueue.Workload, adapter: JobAdapter[Any], job: Resource, *, create: bool
+    ) -> bool:
+        """Copy the worker's job status back, creating that job first when `create` (only the
         winner of a running workload: a finished or evicted one is never started again).
         Returns True when deferred."""
         client = remote.client
         if client is None:
             return False
-        theirs = remote.job_for(key)
+        theirs = remote.job_for(key, adapter)
         if theirs is None and not create:
             return False
         if theirs is None:
+            remote_object = adapter.remote_object(job, workload_name=local.name, origin=self.settings.origin)
             try:
-                await client.create(Job, remote_job(job, workload_name=local.name, origin=self.settings.origin), namespace=job.namespace)
+                await client.create(adapter.model, remote_object, namespace=job.namespace)
                 return False
             except AlreadyExistsError:
-                found = await client.get(Job, job.name, namespace=job.namespace)
+                found = await client.get(adapter.model, job.name, namespace=job.namespace)
                 if (found.metadata.labels or {}).get(c.MULTIKUEUE_ORIGIN_LABEL) == self.settings.origin:
                     theirs = found
                 else:
-                    message = f'a Job "{job.namespace}/{job.name}" that this manager did not create exists there; it is left alone'
+                    message = (
+                        f'a {adapter.kind} "{job.namespace}/{job.name}" that this manager did not create exists there; it is left alone'
+                    )
                     self.blocked[(key, remote.name)] = message
                     self._event(local, "Warning", f'worker cluster "{remote.name}": {message}')
                     await self._remove_copy_only(remote, key)
                     return False
-        status, deferred = job_status_update(job, theirs)
-        if status is not None and status != (job.status.to_dict() if job.status else {}):
+        status, deferred = adapter.status_update(job, theirs)
+        current = job.to_dict().get("status") or {}
+        if status is not None and status != current:
             # The whole status, replaced (a merge patch would keep nested entries the worker dropped).
             replace = [{"op": "add", "path": "/status", "value": status}]
-            await self.client.patch(Job, job.name, replace, namespace=job.namespace, subresource="status", content_type=JSON_PATCH)
+            await self.client.patch(
+                adapter.model, job.name, replace, namespace=job.namespace, subresource="status", content_type=JSON_PATCH
+            )
         return deferred
 
     async def _remove_copy_only(self, remote: RemoteCluster, key: str) -> None:
@@ -512,11 +492,9 @@ class WorkloadController:
         with contextlib.suppress(NotFoundError):
             await remote.client.delete(kueue.Workload, name, namespace=namespace)
 
-    async def _stop_local_job(self, job: Job) -> None:
+    async def _stop_local_job(self, adapter: JobAdapter[Any], job: Resource) -> None:
         with contextlib.suppress(NotFoundError):
-            await self.client.patch(
-                Job, job.name, {"status": {"active": 0, "ready": 0, "terminating": 0}}, namespace=job.namespace, subresource="status"
-            )
+            await self.client.patch(adapter.model, job.name, adapter.lost_pods_status(job), namespace=job.namespace, subresource="status")
 
     # --- writes on the manager ---------------------------------------------------------------------
     async def _patch_local(self, local: kueue.Workload, status: dict[str, Any]) -> None:

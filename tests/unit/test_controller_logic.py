@@ -1,5 +1,5 @@
-"""Pure pieces of the I/O shell: Job patches, webhook reviews, error mapping, the token
-bucket, metrics exposition, log redaction and kubeconfig checks."""
+"""Pure pieces of the I/O shell: webhook reviews, error mapping, the token bucket, metrics
+exposition, log redaction and kubeconfig checks."""
 
 from __future__ import annotations
 
@@ -8,30 +8,21 @@ import base64
 import io
 import json
 import logging
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
 from manager.api import constants as c
-from manager.api import kueue
-from manager.api.core import Job
-from manager.controllers.webhooks import convert_review, default_job, validate
-from manager.engine.jobs import (
-    admitted_pod_metadata,
-    admitted_without_reservation,
-    eviction_can_release,
-    job_stopped,
-    prebuilt_workload_metadata,
-    prebuilt_workload_name,
-    requeued_follow_up,
-    requeued_on_release,
-    restore_job_patch,
-    start_job_patch,
-    suspend_job_patch,
-    workload_for_job,
-    workload_name,
+from manager.controllers.webhooks import (
+    MUTATE_JOB_PATH,
+    WebhookEndpoint,
+    convert_review,
+    default_job,
+    mutate_path,
+    validate,
+    webhook_configurations,
 )
+from manager.engine.integrations.registry import BATCH_JOB, JOBSET
 from manager.kube.client import KubeClient, proxy_from_environment
 from manager.kube.errors import (
     AlreadyExistsError,
@@ -46,270 +37,6 @@ from manager.kube.errors import (
 )
 from manager.kube.ratelimit import TokenBucket
 from manager.runtime.logs import REDACTED, JsonFormatter
-
-
-def job(**spec: Any) -> Job:
-    template = {"spec": {"nodeSelector": {"user": "choice"}, "containers": [{"name": "c"}]}}
-    return Job.model_validate(
-        {"metadata": {"name": "j", "namespace": "ns"}, "spec": {"parallelism": 4, "completions": 4, "template": template, **spec}}
-    )
-
-
-def admitted_workload(count: int = 4) -> kueue.Workload:
-    template = {"spec": {"nodeSelector": {"user": "choice"}, "containers": [{"name": "c"}]}}
-    return kueue.Workload.model_validate(
-        {
-            "metadata": {"name": "job-j-abcde", "namespace": "ns"},
-            "spec": {"queueName": "q", "podSets": [{"name": "main", "count": 4, "template": template}]},
-            "status": {
-                "admission": {"clusterQueue": "cq", "podSetAssignments": [{"name": "main", "flavors": {"cpu": "gpu-a"}, "count": count}]}
-            },
-        }
-    )
-
-
-GPU_A = kueue.ResourceFlavor.model_validate(
-    {
-        "metadata": {"name": "gpu-a"},
-        "spec": {"nodeLabels": {"pool": "a"}, "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}]},
-    }
-)
-
-
-def test_starting_a_job_adds_the_flavor_node_labels_and_tolerations_to_what_the_user_wrote() -> None:
-    patch = start_job_patch(job(suspend=True), admitted_workload(), {"gpu-a": GPU_A})
-    assert patch["spec"]["suspend"] is False
-    assert patch["spec"]["template"]["spec"]["nodeSelector"] == {"user": "choice", "pool": "a"}
-    assert patch["spec"]["template"]["spec"]["tolerations"] == [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}]
-    assert "parallelism" not in patch["spec"]
-
-
-def test_a_partially_admitted_job_runs_with_the_admitted_count_and_gets_it_back_when_stopped() -> None:
-    started = start_job_patch(job(suspend=True), admitted_workload(count=2), {"gpu-a": GPU_A})
-    assert started["spec"]["parallelism"] == 2
-    running = job(suspend=True, parallelism=2)
-    running.spec.template.spec.node_selector = {"user": "choice", "pool": "a"}
-    restored = restore_job_patch(running, admitted_workload(count=2))
-    assert restored == {"spec": {"template": {"spec": {"nodeSelector": {"user": "choice"}, "tolerations": None}}, "parallelism": 4}}
-    assert suspend_job_patch() == {"spec": {"suspend": True}}
-
-
-def test_a_job_already_as_the_user_wrote_it_needs_no_restore() -> None:
-    assert restore_job_patch(job(suspend=True), admitted_workload()) is None
-
-
-def test_the_pods_of_an_admitted_job_get_kueues_labels_and_annotation_and_lose_them_when_stopped() -> None:
-    wl = admitted_workload()
-    patch = start_job_patch(job(suspend=True), wl, {"gpu-a": GPU_A})
-    assert patch["spec"]["template"]["metadata"] == {
-        "labels": {c.PODSET_LABEL: "main", c.LOCAL_QUEUE_LABEL: "q", c.CLUSTER_QUEUE_LABEL: "cq"},
-        "annotations": {c.WORKLOAD_ANNOTATION: "job-j-abcde"},
-    }
-    running = job(suspend=True)
-    running.spec.template.metadata = Job.model_validate(
-        {"spec": {"template": {"metadata": {"labels": {c.PODSET_LABEL: "main", "controller-uid": "u"}}}}}
-    ).spec.template.metadata
-    restored = restore_job_patch(running, wl)
-    assert restored == {"spec": {"template": {"metadata": {"labels": {c.PODSET_LABEL: None}}}}}  # the Job controller's label stays
-
-
-@pytest.mark.parametrize(
-    ("labels", "cluster_queue", "checks", "want_labels", "want_annotations"),
-    [
-        # a worker's copy of a MultiKueue workload marks its pods as such
-        ({c.MULTIKUEUE_ORIGIN_LABEL: "mk"}, "cq", [], {c.MULTIKUEUE_WORKER_POD_LABEL: "true", c.CLUSTER_QUEUE_LABEL: "cq"}, {}),
-        # a ClusterQueue name that is no valid label value is left out
-        ({}, "Team.CQ", [], {}, {}),
-        # an admission check's podSetUpdates add their labels and annotations
-        (
-            {},
-            "cq",
-            [{"name": "prov", "state": "Ready", "podSetUpdates": [{"name": "main", "labels": {"l": "v"}, "annotations": {"a": "b"}}]}],
-            {"l": "v", c.CLUSTER_QUEUE_LABEL: "cq"},
-            {"a": "b"},
-        ),
-    ],
-)
-def test_admitted_pod_metadata_is_kueues_pod_set_info(
-    labels: dict[str, str], cluster_queue: str, checks: list[Any], want_labels: dict[str, str], want_annotations: dict[str, str]
-) -> None:
-    wl = admitted_workload()
-    wl.metadata.labels = labels
-    assert wl.status is not None and wl.status.admission is not None
-    wl.status.admission.cluster_queue = cluster_queue
-    wl.status.admission_checks = [kueue.AdmissionCheckState.model_validate(check) for check in checks] or None
-    got_labels, got_annotations = admitted_pod_metadata(wl)
-    assert got_labels == {c.PODSET_LABEL: "main", c.LOCAL_QUEUE_LABEL: "q", **want_labels}
-    assert got_annotations == {c.WORKLOAD_ANNOTATION: "job-j-abcde", **want_annotations}
-
-
-@pytest.mark.parametrize(
-    ("labels", "annotations", "expected"),
-    [
-        ({}, {c.PREBUILT_WORKLOAD_ANNOTATION: "from-annotation"}, "from-annotation"),  # Kueue v0.18+ writes only this
-        ({c.PREBUILT_WORKLOAD_LABEL: "from-label"}, {}, "from-label"),  # older Kueue, and the gate off
-        ({c.PREBUILT_WORKLOAD_LABEL: "label"}, {c.PREBUILT_WORKLOAD_ANNOTATION: "annotation"}, "annotation"),  # the annotation first
-        ({}, {}, ""),
-    ],
-)
-def test_the_prebuilt_workload_name_is_read_from_the_annotation_then_the_label(
-    labels: dict[str, str], annotations: dict[str, str], expected: str
-) -> None:
-    meta = {"name": "j", "labels": labels, "annotations": annotations}
-    assert prebuilt_workload_name(meta) == expected
-    assert prebuilt_workload_name(Job.model_validate({"metadata": meta}).metadata) == expected
-
-
-@pytest.mark.parametrize(
-    ("length", "has_label"),
-    [(63, True), (64, False), (73, False)],
-)
-def test_the_prebuilt_name_is_an_annotation_and_a_label_only_where_it_fits(length: int, has_label: bool) -> None:
-    name = "w" * length
-    labels, annotations = prebuilt_workload_metadata(name)
-    assert annotations == {c.PREBUILT_WORKLOAD_ANNOTATION: name}
-    assert labels == ({c.PREBUILT_WORKLOAD_LABEL: name} if has_label else {})
-
-
-LONG_OWNER = (
-    "marketing-campaign-autumn-2024-region-north-america-department-digital-strategy-sub-department-social-media-engagement-"
-    "tracker-and-analytics-dashboard-v2-final-revision-by-engineering-team-lead-senior-architect-validation-checked-approved-by-"
-    "legal-and-ops-dept"
-)
-
-
-@pytest.mark.parametrize(
-    ("job_name", "expected"),
-    [
-        # the values Kueue's own tests expect of GetWorkloadNameForOwnerWithGVK (ShortWorkloadNames off, its default)
-        ("name", "job-name-ef3a1"),
-        (LONG_OWNER, f"{('job-' + LONG_OWNER)[:247]}-218b8"),
-    ],
-)
-def test_workload_names_are_kueues(job_name: str, expected: str) -> None:
-    assert workload_name(job_name, "uid") == expected
-    assert len(workload_name(job_name, "uid")) <= 253
-
-
-def test_a_workloads_pod_template_drops_the_job_controllers_uid_labels() -> None:
-    labelled = Job.model_validate(
-        {
-            "metadata": {"name": "j", "namespace": "ns", "uid": "u", "labels": {c.QUEUE_NAME_LABEL: "q"}},
-            "spec": {
-                "template": {
-                    "metadata": {
-                        "labels": {
-                            "app": "x",
-                            "controller-uid": "u",
-                            "job-name": "j",
-                            "batch.kubernetes.io/controller-uid": "u",
-                            "batch.kubernetes.io/job-name": "j",
-                        }
-                    },
-                    "spec": {"containers": [{"name": "c"}]},
-                }
-            },
-        }
-    )
-    wl = workload_for_job(labelled, job_uid="u", workload_priority_classes={}, priority_classes={})
-    assert wl.spec.pod_sets[0].template["metadata"]["labels"] == {"app": "x", "batch.kubernetes.io/job-name": "j"}
-
-
-@pytest.mark.parametrize(
-    ("reason", "requeued"),
-    [
-        ("Preempted", True),
-        ("NodeFailures", True),
-        ("AdmissionCheck", False),
-        ("PodsReadyTimeout", False),
-        ("Deactivated", False),
-        ("DeactivatedDueToEvictedOnManagerCluster", False),
-        ("InactiveWorkload", False),
-    ],
-)
-def test_requeued_on_release_is_true_only_after_preemption_or_node_failures(reason: str, requeued: bool) -> None:
-    assert requeued_on_release(reason) is requeued
-
-
-@pytest.mark.parametrize(
-    ("reason", "active", "requeue_at", "expected"),
-    [
-        ("AdmissionCheck", True, None, ("BackoffFinished", "The workload backoff was finished")),
-        ("PodsReadyTimeout", True, "2026-11-21T11:00:00Z", ("BackoffFinished", "The workload backoff was finished")),
-        ("PodsReadyTimeout", True, "2099-01-01T00:00:00Z", None),  # the backoff has not run out
-        ("Deactivated", True, None, ("Reactivated", "The workload was reactivated")),
-        ("Deactivated", False, None, None),  # still deactivated
-        ("DeactivatedDueToAdmissionCheck", True, None, None),  # Kueue matches the bare reason only
-    ],
-)
-def test_requeued_false_turns_true_as_kueues_workload_controller_does(
-    reason: str, active: bool, requeue_at: str | None, expected: Any
-) -> None:
-    wl = admitted_workload()
-    status: dict[str, Any] = {
-        "conditions": [
-            {"type": c.REQUEUED, "status": "False", "reason": reason, "message": "m", "lastTransitionTime": "2026-11-21T11:00:00Z"}
-        ]
-    }
-    if requeue_at:
-        status["requeueState"] = {"requeueAt": requeue_at}
-    wl.status = kueue.WorkloadStatus.model_validate(status)
-    wl.spec.active = active
-    assert requeued_follow_up(wl, datetime(2026, 11, 21, 12, tzinfo=UTC)) == expected
-
-
-@pytest.mark.parametrize(
-    ("completions", "status", "releases"),
-    [
-        (1, {}, True),  # never ran, or stopped before any pod finished
-        (4, {"succeeded": 2, "failed": 1}, True),  # stopped half way: it runs again from its Workload
-        (1, {"active": 1}, False),  # its pods are still going
-        (1, {"terminating": 1}, False),  # a terminating pod may yet succeed
-        (1, {"succeeded": 1}, False),  # done, its Complete condition not written yet
-        (None, {"succeeded": 1}, False),  # without completions, one success is done
-        (2, {"succeeded": 1, "uncountedTerminatedPods": {"succeeded": ["u"]}}, False),  # done, not counted yet
-        (4, {"conditions": [{"type": "SuccessCriteriaMet", "status": "True"}]}, False),
-        (4, {"conditions": [{"type": "FailureTarget", "status": "True"}]}, False),  # its failure is decided
-    ],
-)
-def test_an_evicted_job_gives_its_quota_back_only_when_stopped_unfinished(
-    completions: int | None, status: dict[str, Any], releases: bool
-) -> None:
-    evicted = job(suspend=True, completions=completions, parallelism=1)
-    evicted.status = Job.model_validate({"status": status}).status
-    assert eviction_can_release(evicted) is releases
-
-
-@pytest.mark.parametrize(
-    ("suspend", "status", "stopped"),
-    [
-        (True, {}, True),
-        (False, {}, False),  # unsuspended: about to run, or running
-        (True, {"active": 1}, False),  # suspended, its pod not gone yet
-        (True, {"succeeded": 1}, False),  # finishing
-        (True, {"conditions": [{"type": "Complete", "status": "True"}], "succeeded": 1}, False),  # finished: it ends Finished
-        # Resumed, and the Job controller has not seen the suspension yet: its counts are old.
-        (True, {"conditions": [{"type": "Suspended", "status": "False", "reason": "JobResumed"}]}, False),
-        (True, {"conditions": [{"type": "Suspended", "status": "True", "reason": "JobSuspended"}]}, True),
-    ],
-)
-def test_a_worker_job_is_stopped_only_when_suspended_with_no_pod_and_unfinished(
-    suspend: bool, status: dict[str, Any], stopped: bool
-) -> None:
-    remote = job(suspend=suspend, completions=1, parallelism=1)
-    remote.status = Job.model_validate({"status": status}).status
-    assert job_stopped(remote) is stopped
-
-
-def test_admitted_without_reservation_names_unready_checks() -> None:
-    wl = admitted_workload()
-    assert admitted_without_reservation(wl) == ("NoReservation", "The workload has no reservation")
-    assert wl.status is not None
-    wl.status.admission_checks = [kueue.AdmissionCheckState(name="mk", state="Pending")]
-    assert admitted_without_reservation(wl) == (
-        "NoReservationUnsatisfiedChecks",
-        "The workload has no reservation and not all checks ready",
-    )
 
 
 def review(obj: dict[str, Any], operation: str = "CREATE") -> dict[str, Any]:
@@ -330,6 +57,33 @@ def test_the_job_webhook_suspends_queued_jobs_and_marks_multikueue_ones() -> Non
     assert {"op": "add", "path": "/spec/managedBy", "value": c.MULTIKUEUE_MANAGED_BY} in patch_of(federated)
     unqueued = default_job(review({"metadata": {"name": "j"}, "spec": {}}), uses_multikueue=lambda ns, q: True)
     assert patch_of(unqueued) == []
+
+
+@pytest.mark.parametrize(
+    ("managed_by", "handed_over"),
+    [
+        (None, True),
+        ("jobset.sigs.k8s.io/jobset-controller", True),  # its own controller: Kueue's CanDefaultManagedBy
+        ("example.com/other-controller", False),  # someone else runs it: left alone
+    ],
+)
+def test_the_jobset_webhook_suspends_queued_jobsets_and_hands_multikueue_ones_over(managed_by: str | None, handed_over: bool) -> None:
+    spec = {"managedBy": managed_by} if managed_by else {}
+    queued = {"metadata": {"name": "js", "namespace": "ns", "labels": {c.QUEUE_NAME_LABEL: "q"}}, "spec": spec}
+    patch = patch_of(default_job(review(queued), uses_multikueue=lambda ns, q: True, adapter=JOBSET))
+    assert {"op": "add", "path": "/spec/suspend", "value": True} in patch
+    assert ({"op": "add", "path": "/spec/managedBy", "value": c.MULTIKUEUE_MANAGED_BY} in patch) is handed_over
+
+
+def test_each_enabled_job_kind_gets_kueues_defaulting_webhook() -> None:
+    endpoint = WebhookEndpoint(b"ca", url="https://127.0.0.1:9443")
+    mutating, _ = webhook_configurations(endpoint, [BATCH_JOB, JOBSET])
+    paths = [webhook["clientConfig"]["url"] for webhook in mutating["webhooks"]]
+    assert paths == ["https://127.0.0.1:9443/mutate-batch-v1-job", "https://127.0.0.1:9443/mutate-jobset-x-k8s-io-v1alpha2-jobset"]
+    assert mutating["webhooks"][1]["rules"] == [
+        {"apiGroups": ["jobset.x-k8s.io"], "apiVersions": ["v1alpha2"], "operations": ["CREATE"], "resources": ["jobsets"]}
+    ]
+    assert mutate_path(BATCH_JOB) == MUTATE_JOB_PATH
 
 
 def test_the_validating_webhook_names_each_field_path() -> None:

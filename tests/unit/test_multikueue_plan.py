@@ -10,6 +10,7 @@ import pytest
 from manager.api import constants as c
 from manager.api.core import Job
 from manager.api.kueue import Workload
+from manager.engine.integrations.registry import BATCH_JOB, enabled
 from manager.multikueue.plan import (
     DISPATCH_ROUND_ANNOTATION,
     ClusterHealth,
@@ -25,7 +26,6 @@ from manager.multikueue.plan import (
     plan_workload,
     remote_copy,
 )
-from manager.multikueue.workload import remote_job
 
 NOW = datetime(2026, 11, 21, 12, 0, 0, tzinfo=UTC)
 T0 = "2026-11-21T11:00:00Z"
@@ -326,6 +326,14 @@ def test_an_owner_kind_without_an_adapter_is_rejected() -> None:
     assert plan.check.message == 'No multikueue adapter found for owner kind "kubeflow.org/v2beta1, Kind=MPIJob", Previously: "Pending"'
 
 
+@pytest.mark.parametrize(("frameworks", "dispatched"), [(["batch/job"], False), (["batch/job", "jobset.x-k8s.io/jobset"], True)])
+def test_a_jobset_is_dispatched_only_when_its_integration_is_enabled(frameworks: list[str], dispatched: bool) -> None:
+    kinds = enabled(frameworks).multikueue_kinds
+    plan = plan_workload(inputs(local(), up("w1"), owner_kind="jobset.x-k8s.io/v1alpha2, Kind=JobSet", multikueue_kinds=kinds))
+    assert (plan.create == ["w1"]) is dispatched
+    assert (plan.check is not None and plan.check.state == "Rejected") is not dispatched
+
+
 def test_a_job_not_managed_by_multikueue_is_rejected() -> None:
     plan = plan_workload(inputs(local(), up("w1"), owner_managed_by="kubernetes.io/job-controller"))
     assert plan.check is not None and plan.check.message == (
@@ -414,7 +422,7 @@ def test_the_job_for_a_worker_is_kueues_copy(workload_name: str, label: bool) ->
             },
         }
     )
-    copy = remote_job(job, workload_name=workload_name, origin="east")
+    copy = BATCH_JOB.remote_object(job, workload_name=workload_name, origin="east")
     assert copy["metadata"]["annotations"] == {c.PREBUILT_WORKLOAD_ANNOTATION: workload_name}
     want = {c.QUEUE_NAME_LABEL: "q", c.MULTIKUEUE_ORIGIN_LABEL: "east"} | ({c.PREBUILT_WORKLOAD_LABEL: workload_name} if label else {})
     assert copy["metadata"]["labels"] == want

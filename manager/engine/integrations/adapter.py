@@ -1,0 +1,195 @@
+"""The interface every job kind implements for the job integration (Kueue's GenericJob and
+its MultiKueue adapter, as pure functions of the object).
+
+An adapter says what Kueue needs to know about one kind: the PodSets its Workload asks for,
+the patches that suspend, start and restore it, whether it is finished and how, whether its
+pods still run, and, for MultiKueue, the object to create on a worker and the status to copy
+back. `plan_job` (`manager.engine.integrations.plan`) decides every step from these answers,
+so adding a kind is one adapter module and its entry in the registry.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Generic, TypeVar
+
+from manager.api import constants as c
+from manager.api.core import PriorityClass
+from manager.api.kueue import PodSet, Workload, WorkloadPriorityClass, WorkloadSpec
+from manager.api.meta import ObjectMeta, OwnerReference, Resource
+from manager.engine.jobs import JobConversionError, PodSetInfo, job_queue_name, resolve_priority, workload_name
+
+J = TypeVar("J", bound=Resource)
+
+
+def gvk_of(api_version: str, kind: str) -> str:
+    """Kueue's GVK string (schema.GroupVersionKind.String()), e.g. `batch/v1, Kind=Job`."""
+    return f"{api_version}, Kind={kind}"
+
+
+def group_of(api_version: str) -> str:
+    return api_version.rpartition("/")[0] if "/" in api_version else ""
+
+
+def owner_index_values(wl: Workload) -> list[str]:
+    """`group/Kind/namespace/name` of the Workload's controller owner: how a job of any kind
+    finds the Workloads it owns by its key alone (after it is gone, there is no UID to go by)."""
+    return [
+        f"{group_of(ref.api_version)}/{ref.kind}/{wl.namespace}/{ref.name}" for ref in wl.metadata.owner_references or [] if ref.controller
+    ]
+
+
+@dataclass(frozen=True)
+class Finished:
+    """How a job ended: Kueue's Finished condition takes its reason and message from here."""
+
+    succeeded: bool
+    message: str
+
+
+class JobAdapter(ABC, Generic[J]):
+    """One job kind. Every method is a pure function of the objects it is given."""
+
+    framework: ClassVar[str]  # the name in the Configuration's integrations.frameworks
+    model: type[J]
+    multikueue: ClassVar[bool] = True  # whether MultiKueue can dispatch it to a worker
+    # spec.managedBy of an object the kind's own controller runs (a webhook may replace it).
+    default_managed_by: ClassVar[str] = ""
+
+    # --- naming ---------------------------------------------------------------------------------
+    @property
+    def api_version(self) -> str:
+        return f"{self.model.GROUP}/{self.model.VERSION}" if self.model.GROUP else self.model.VERSION
+
+    @property
+    def kind(self) -> str:
+        return self.model.KIND
+
+    @property
+    def gvk(self) -> str:
+        return gvk_of(self.api_version, self.kind)
+
+    def owns(self, ref: OwnerReference) -> bool:
+        """Whether an owner reference names an object of this kind (any version of its group)."""
+        return ref.kind == self.kind and group_of(ref.api_version) == self.model.GROUP
+
+    def owner_index_value(self, key: str) -> str:
+        """What `owner_index_values` gives the Workloads a job of this kind (`namespace/name`) owns."""
+        return f"{self.model.GROUP}/{self.kind}/{key}"
+
+    def owner_reference(self, job: J) -> OwnerReference:
+        return OwnerReference(
+            api_version=self.api_version,
+            kind=self.kind,
+            name=job.name,
+            uid=job.metadata.uid or "",
+            controller=True,
+            block_owner_deletion=True,
+        )
+
+    # --- the Workload ---------------------------------------------------------------------------
+    @abstractmethod
+    def pod_sets(self, job: J) -> list[PodSet]:
+        """The PodSets of the job's Workload (Kueue's PodSets); raises JobConversionError."""
+
+    @abstractmethod
+    def template_path(self, index: int) -> str:
+        """Where the object holds PodSet `index`'s pod template, for error messages."""
+
+    # --- running and stopping ---------------------------------------------------------------------
+    @abstractmethod
+    def is_suspended(self, job: J) -> bool: ...
+
+    def suspend_patch(self, job: J) -> dict[str, Any]:
+        """A merge patch that suspends the job (Kueue's Suspend)."""
+        return {"spec": {"suspend": True}}
+
+    @abstractmethod
+    def start_patch(self, job: J, wl: Workload, pod_sets: Sequence[PodSetInfo]) -> dict[str, Any]:
+        """A merge patch that unsuspends the job with each admitted PodSet's nodeSelector,
+        tolerations, labels and annotations injected (Kueue's RunWithPodSetsInfo)."""
+
+    @abstractmethod
+    def restore_patch(self, job: J, wl: Workload) -> dict[str, Any] | None:
+        """A merge patch giving a suspended job back the pod templates its Workload recorded
+        (Kueue's RestorePodSetsInfo); None when it has them already."""
+
+    def stop_status_patch(self, job: J) -> dict[str, Any] | None:
+        """A status patch a stopped job needs before its template may change; None for none."""
+        return None
+
+    @abstractmethod
+    def finished(self, job: J) -> Finished | None:
+        """Whether the job finished, and how (Kueue's Finished); None while it has not."""
+
+    @abstractmethod
+    def active_count(self, job: J) -> int:
+        """How many of its pods (or child jobs) run; Kueue's IsActive is `active_count > 0`."""
+
+    def releasable(self, job: J) -> bool:
+        """Whether an evicted job's quota may be given back: none of its pods runs. A kind may
+        also wait for pods that are still terminating, or for a finish that is under way."""
+        return self.active_count(job) == 0
+
+    @abstractmethod
+    def pods_ready(self, job: J) -> bool:
+        """Whether all its pods are ready or succeeded (Kueue's PodsReady)."""
+
+    @abstractmethod
+    def managed_by(self, job: J) -> str | None: ...
+
+    def can_default_managed_by(self, managed_by: str | None) -> bool:
+        """Kueue's CanDefaultManagedBy: a webhook may hand the job to MultiKueue only while
+        its own controller (or nobody) is named."""
+        return not managed_by or managed_by == self.default_managed_by
+
+    # --- MultiKueue ------------------------------------------------------------------------------
+    @abstractmethod
+    def remote_object(self, job: J, *, workload_name: str, origin: str) -> dict[str, Any]:
+        """The job to create on the worker that admitted its Workload (Kueue's SyncJob, create)."""
+
+    @abstractmethod
+    def status_update(self, local: J, remote: J) -> tuple[dict[str, Any] | None, bool]:
+        """(the status to give the manager's job, or None to keep it; deferred: try again soon)."""
+
+    @abstractmethod
+    def lost_pods_status(self, job: J) -> dict[str, Any]:
+        """A status merge patch saying none of the manager job's pods runs (its worker is lost)."""
+
+    def stopped(self, job: J) -> bool:
+        """Suspended with no pod left running, and neither finished nor finishing: what a job
+        handed to a worker must be there before the manager gives its quota back."""
+        return self.is_suspended(job) and self.releasable(job) and self.finished(job) is None
+
+
+def construct_workload(
+    adapter: JobAdapter[Any],
+    job: Resource,
+    *,
+    workload_priority_classes: Mapping[str, WorkloadPriorityClass],
+    priority_classes: Mapping[str, PriorityClass],
+) -> Workload:
+    """The Workload for a queued job, as Kueue's ConstructWorkload builds it: the adapter's
+    PodSets, the queue, the priority, the job's UID label, and the job as controller owner."""
+    queue_name = job_queue_name(job)
+    if not queue_name:
+        raise JobConversionError(f"metadata.labels[{c.QUEUE_NAME_LABEL}]", f"Required value: the {adapter.kind} is not queued")
+    uid = job.metadata.uid or ""
+    pod_sets = adapter.pod_sets(job)
+    priority, ref = resolve_priority(
+        job.metadata.labels,
+        pod_sets,
+        template_paths=[adapter.template_path(i) for i in range(len(pod_sets))],
+        workload_priority_classes=workload_priority_classes,
+        priority_classes=priority_classes,
+    )
+    meta = ObjectMeta(
+        name=workload_name(job.name, uid, kind=adapter.kind, group=adapter.model.GROUP),
+        namespace=job.namespace,
+        labels={c.JOB_UID_LABEL: uid},
+        creation_timestamp=job.metadata.creation_timestamp,
+        owner_references=[adapter.owner_reference(job)],
+    )
+    return Workload(metadata=meta, spec=WorkloadSpec(pod_sets=pod_sets, queue_name=queue_name, priority=priority, priority_class_ref=ref))

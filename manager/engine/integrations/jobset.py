@@ -1,0 +1,187 @@
+"""The JobSet adapter (jobset.x-k8s.io/v1alpha2; Kueue's pkg/controller/jobs/jobset and its
+MultiKueue adapter).
+
+One PodSet per replicatedJob, named after it, of replicas x min(parallelism, completions)
+pods. Starting unsuspends the JobSet and merges each admitted PodSet's nodeSelector,
+tolerations, labels and annotations into its replicatedJob's pod template (the JobSet
+controller passes them on to the Jobs it creates); stopping suspends it and gives each
+template back what the Workload recorded, in one write (JobSet lets the pod template change
+while the JobSet is, or is being, suspended). It finishes with its Completed or Failed
+condition. A worker gets the whole JobSet with managedBy cleared, and its status comes back
+whole on every sync.
+
+`spec.replicatedJobs` is a list, which a merge patch replaces whole: the start and restore
+patches carry the whole list as read, with a resourceVersion precondition.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from manager.api import constants as c
+from manager.api import jobset as api
+from manager.api.jobset import JobSet, ReplicatedJob
+from manager.api.kueue import PodSet, Workload
+from manager.engine.integrations.adapter import Finished, JobAdapter
+from manager.engine.jobs import JobConversionError, PodSetInfo, multikueue_remote_metadata, original_template
+
+
+def pods_per_replica(rjob: ReplicatedJob) -> int:
+    """Kueue's PodsCountPerReplica: min(parallelism, completions), parallelism defaulting to 1."""
+    spec = rjob.template.spec
+    parallelism = spec.parallelism if spec.parallelism is not None else 1
+    completions = spec.completions if spec.completions is not None else parallelism
+    return min(parallelism, completions)
+
+
+def _condition_true(job: JobSet, kind: str) -> Any:
+    for cond in (job.status.conditions if job.status else None) or []:
+        if cond.type == kind and cond.status == "True":
+            return cond
+    return None
+
+
+def _pod_template(raw_rjob: dict[str, Any]) -> dict[str, Any]:
+    """The pod template inside one replicatedJob as written (created on the way if absent)."""
+    job_template = raw_rjob.setdefault("template", {})
+    job_spec = job_template.setdefault("spec", {})
+    template: dict[str, Any] = job_spec.setdefault("template", {})
+    return template
+
+
+def _merge(have: Mapping[str, str], add: Mapping[str, str], *, what: str, path: str) -> dict[str, str]:
+    """Kueue's podset.Merge for one map: a key may be added, never given another value."""
+    for key, value in add.items():
+        if key in have and have[key] != value:
+            raise JobConversionError(path, f'conflict for {what}: "{key}" is "{have[key]}", the admission sets "{value}"')
+    return {**have, **add}
+
+
+def _set_or_drop(target: dict[str, Any], key: str, value: Any) -> None:
+    if value:
+        target[key] = value
+    else:
+        target.pop(key, None)
+
+
+class JobSetAdapter(JobAdapter[JobSet]):
+    framework = "jobset.x-k8s.io/jobset"
+    model = JobSet
+    default_managed_by = api.CONTROLLER_NAME
+
+    # --- the Workload ---------------------------------------------------------------------------
+    def template_path(self, index: int) -> str:
+        return f"spec.replicatedJobs[{index}].template.spec.template"
+
+    def pod_sets(self, job: JobSet) -> list[PodSet]:
+        rjobs = job.spec.replicated_jobs
+        if not rjobs:
+            raise JobConversionError("spec.replicatedJobs", "Required value: a JobSet needs at least one replicatedJob")
+        if len(rjobs) > c.MAX_POD_SETS:
+            raise JobConversionError("spec.replicatedJobs", f"Too many: {len(rjobs)}: a Workload has at most {c.MAX_POD_SETS} PodSets")
+        return [
+            PodSet(
+                name=rjob.name,
+                template=copy.deepcopy(rjob.template.spec.template.model_dump(by_alias=True, exclude_none=True, mode="json")),
+                count=rjob.effective_replicas * pods_per_replica(rjob),
+            )
+            for rjob in rjobs
+        ]
+
+    # --- running and stopping ---------------------------------------------------------------------
+    def is_suspended(self, job: JobSet) -> bool:
+        return job.spec.suspend is True
+
+    def _raw_replicated_jobs(self, job: JobSet) -> list[dict[str, Any]]:
+        return copy.deepcopy(list(job.to_dict().get("spec", {}).get("replicatedJobs") or []))
+
+    def start_patch(self, job: JobSet, wl: Workload, pod_sets: Sequence[PodSetInfo]) -> dict[str, Any]:
+        """Kueue's RunWithPodSetsInfo: one admitted PodSet per replicatedJob, merged into its
+        pod template; a value the template already has differently is a conflict
+        (JobConversionError: Kueue finishes such a Workload as FailedToStart)."""
+        rjobs = self._raw_replicated_jobs(job)
+        if len(pod_sets) != len(rjobs):
+            raise JobConversionError("spec.replicatedJobs", f"expecting {len(rjobs)} admitted PodSets, got {len(pod_sets)}")
+        for index, (raw, info) in enumerate(zip(rjobs, pod_sets, strict=True)):
+            path = self.template_path(index)
+            template = _pod_template(raw)
+            meta = template.setdefault("metadata", {})
+            spec = template.setdefault("spec", {})
+            for target, key, add, where in (
+                (meta, "labels", info.labels, "metadata.labels"),
+                (meta, "annotations", info.annotations, "metadata.annotations"),
+                (spec, "nodeSelector", info.node_selector, "spec.nodeSelector"),
+            ):
+                _set_or_drop(target, key, _merge(target.get(key) or {}, add, what=key, path=f"{path}.{where}"))
+            tolerations = list(spec.get("tolerations") or [])
+            tolerations += [toleration for toleration in info.tolerations if toleration not in tolerations]
+            _set_or_drop(spec, "tolerations", tolerations)
+        return {"metadata": {"resourceVersion": job.metadata.resource_version}, "spec": {"suspend": False, "replicatedJobs": rjobs}}
+
+    def restore_patch(self, job: JobSet, wl: Workload) -> dict[str, Any] | None:
+        """Kueue's RestorePodSpec for each replicatedJob: its pod template's labels,
+        annotations, nodeSelector and tolerations become what the Workload recorded for its
+        PodSet. A Workload whose PodSets do not match the replicatedJobs restores nothing."""
+        rjobs = self._raw_replicated_jobs(job)
+        if [rjob.get("name") for rjob in rjobs] != [pod_set.name for pod_set in wl.spec.pod_sets]:
+            return None
+        changed = False
+        for raw in rjobs:
+            recorded = original_template(wl, str(raw.get("name")))
+            want_meta = recorded.get("metadata") or {}
+            want_spec = recorded.get("spec") or {}
+            template = _pod_template(raw)
+            meta = template.setdefault("metadata", {})
+            spec = template.setdefault("spec", {})
+            for target, key, want in (
+                (meta, "labels", want_meta.get("labels")),
+                (meta, "annotations", want_meta.get("annotations")),
+                (spec, "nodeSelector", want_spec.get("nodeSelector")),
+                (spec, "tolerations", want_spec.get("tolerations")),
+            ):
+                if (target.get(key) or None) != (want or None):
+                    changed = True
+                    _set_or_drop(target, key, copy.deepcopy(want))
+        if not changed:
+            return None
+        return {"metadata": {"resourceVersion": job.metadata.resource_version}, "spec": {"replicatedJobs": rjobs}}
+
+    def finished(self, job: JobSet) -> Finished | None:
+        done = _condition_true(job, api.COMPLETED)
+        if done is not None:
+            return Finished(True, done.message or "JobSet finished successfully")
+        failed = _condition_true(job, api.FAILED)
+        if failed is not None:
+            return Finished(False, failed.message or "JobSet failed")
+        return None
+
+    def active_count(self, job: JobSet) -> int:
+        """Its child Jobs with a pod running or pending (JobSet counts Jobs, not pods)."""
+        return sum(status.active or 0 for status in (job.status.replicated_jobs_status if job.status else None) or [])
+
+    def pods_ready(self, job: JobSet) -> bool:
+        """Kueue's PodsReady for a JobSet: its ready and succeeded child Jobs add up to its replicas."""
+        replicas = sum(rjob.effective_replicas for rjob in job.spec.replicated_jobs)
+        statuses = (job.status.replicated_jobs_status if job.status else None) or []
+        return replicas == sum((status.ready or 0) + (status.succeeded or 0) for status in statuses)
+
+    def managed_by(self, job: JobSet) -> str | None:
+        return job.spec.managed_by
+
+    # --- MultiKueue ------------------------------------------------------------------------------
+    def remote_object(self, job: JobSet, *, workload_name: str, origin: str) -> dict[str, Any]:
+        """The whole spec, managedBy cleared so the worker's JobSet controller runs it."""
+        spec = copy.deepcopy(job.to_dict().get("spec") or {})
+        spec.pop("managedBy", None)
+        metadata = multikueue_remote_metadata(job, workload_name=workload_name, origin=origin)
+        return {"apiVersion": self.api_version, "kind": self.kind, "metadata": metadata, "spec": spec}
+
+    def status_update(self, local: JobSet, remote: JobSet) -> tuple[dict[str, Any] | None, bool]:
+        """The worker's status, whole, on every sync (Kueue's JobSet adapter)."""
+        return (remote.status.to_dict() if remote.status else {}), False
+
+    def lost_pods_status(self, job: JobSet) -> dict[str, Any]:
+        statuses = [status.to_dict() for status in (job.status.replicated_jobs_status if job.status else None) or []]
+        return {"status": {"replicatedJobsStatus": [{**status, "active": 0, "ready": 0} for status in statuses]}}

@@ -1,0 +1,66 @@
+"""The job kinds kfed integrates, by Kueue's framework name, and the ones a Configuration
+enables (`integrations.frameworks`). Adding a kind: write its adapter, list it here."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from manager.api.meta import OwnerReference
+from manager.engine.integrations.adapter import JobAdapter
+from manager.engine.integrations.batchjob import BatchJobAdapter
+from manager.engine.integrations.jobset import JobSetAdapter
+
+ADAPTERS: tuple[JobAdapter[Any], ...] = (BatchJobAdapter(), JobSetAdapter())
+BY_FRAMEWORK = {adapter.framework: adapter for adapter in ADAPTERS}
+BATCH_JOB = BY_FRAMEWORK["batch/job"]
+JOBSET = BY_FRAMEWORK["jobset.x-k8s.io/jobset"]
+
+
+class UnsupportedFrameworkError(ValueError):
+    """A framework name kfed has no adapter for; the message names the field."""
+
+
+@dataclass(frozen=True)
+class Registry:
+    """The enabled adapters, in the Configuration's order."""
+
+    adapters: tuple[JobAdapter[Any], ...]
+
+    def by_gvk(self, gvk: str) -> JobAdapter[Any] | None:
+        return next((adapter for adapter in self.adapters if adapter.gvk == gvk), None)
+
+    def for_owner(self, ref: OwnerReference) -> JobAdapter[Any] | None:
+        """The adapter of the kind an owner reference names (any version of its group)."""
+        return next((adapter for adapter in self.adapters if adapter.owns(ref)), None)
+
+    def owns_any(self, refs: Iterable[OwnerReference] | None) -> bool:
+        """Whether a controller owner is a kind Kueue manages: then the object is part of that
+        job, never a job of its own (Kueue's top-level job rule)."""
+        return any(ref.controller and self.for_owner(ref) is not None for ref in refs or [])
+
+    @property
+    def multikueue(self) -> tuple[JobAdapter[Any], ...]:
+        """The enabled adapters MultiKueue can dispatch (Kueue registers only those)."""
+        return tuple(adapter for adapter in self.adapters if adapter.multikueue)
+
+    @property
+    def multikueue_kinds(self) -> frozenset[str]:
+        return frozenset(adapter.gvk for adapter in self.multikueue)
+
+
+def enabled(frameworks: Sequence[str]) -> Registry:
+    """The registry for a Configuration's `integrations.frameworks`."""
+    chosen: list[JobAdapter[Any]] = []
+    for index, name in enumerate(frameworks):
+        adapter = BY_FRAMEWORK.get(name)
+        if adapter is None:
+            supported = ", ".join(f'"{known}"' for known in BY_FRAMEWORK)
+            raise UnsupportedFrameworkError(f'integrations.frameworks[{index}]: Unsupported value: "{name}": supported values: {supported}')
+        if adapter not in chosen:
+            chosen.append(adapter)
+    return Registry(tuple(chosen))
+
+
+DEFAULT = enabled(["batch/job"])
