@@ -125,7 +125,13 @@ class JobSetController:
             health_port=self.health_port, metrics_port=self.metrics_port, webhook_port=self.webhook_port, cert_dir=cert_dir
         )
         config_file.write_text(yaml.safe_dump(config))
-        argv = [str(self.bin_dir / "jobset-controller"), f"--config={config_file}", f"--kubeconfig={self.cluster.kubeconfig_path}"]
+        # Info, not the development default of Debug, which logs every reconcile.
+        argv = [
+            str(self.bin_dir / "jobset-controller"),
+            f"--config={config_file}",
+            f"--kubeconfig={self.cluster.kubeconfig_path}",
+            "--zap-log-level=info",
+        ]
         process = Component(COMPONENT, supervise.command(COMPONENT, argv), self.cluster.directory / "logs" / f"{COMPONENT}.log")
         process.start()
         self.cluster.components[COMPONENT] = process
