@@ -246,8 +246,9 @@ def wait_established(cluster: LocalCluster, crds: list[dict[str, Any]], *, timeo
         return True
 
     wait_for(established, timeout=timeout, what=f"{cluster.name} CRDs Established")
-    # Discovery lags Established by a moment; wait until every group is served.
-    for path in sorted(served_group_versions(crds)):
+    # Discovery lags Established by a moment, and a new resource answers 429 "storage is
+    # (re)initializing" until its watch cache is filled: wait until every one is served.
+    for path in served_paths(crds):
         wait_for(functools.partial(_served, cluster, path), timeout=timeout, what=f"{cluster.name} serving {path}")
 
 
@@ -255,14 +256,17 @@ def _served(cluster: LocalCluster, path: str) -> bool:
     return cluster.request("GET", path)[0] == 200
 
 
-def served_group_versions(crds: list[dict[str, Any]]) -> set[str]:
-    """The discovery paths (`/apis/GROUP/VERSION`) of the CRDs' served versions."""
-    return {
-        f"/apis/{crd['spec']['group']}/{version['name']}"
-        for crd in crds
-        for version in crd["spec"]["versions"]
-        if version.get("served", True)
-    }
+def served_paths(crds: list[dict[str, Any]]) -> list[str]:
+    """For each served version of the CRDs: its discovery path (`/apis/GROUP/VERSION`), then a
+    one-item list of its resource."""
+    paths: list[str] = []
+    for crd in crds:
+        spec = crd["spec"]
+        for version in spec["versions"]:
+            if version.get("served", True):
+                group_version = f"/apis/{spec['group']}/{version['name']}"
+                paths += [group_version, f"{group_version}/{spec['names']['plural']}?limit=1"]
+    return list(dict.fromkeys(paths))
 
 
 def least_privilege_kubeconfig(worker: LocalCluster) -> dict[str, Any]:

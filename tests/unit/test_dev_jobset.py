@@ -98,12 +98,25 @@ def test_webhooks_call_the_controller_by_url_and_intercept_only_jobset_pods() ->
     assert all(w["failurePolicy"] == "Fail" for w in webhooks.values())
 
 
-def test_served_group_versions_name_each_crds_discovery_path() -> None:
+def test_a_crd_counts_as_served_when_its_discovery_path_and_a_list_of_its_resource_answer() -> None:
     crds = [
-        {"spec": {"group": "jobset.x-k8s.io", "versions": [{"name": "v1alpha2", "served": True}]}},
-        {"spec": {"group": "kueue.x-k8s.io", "versions": [{"name": "v1beta1", "served": False}, {"name": "v1beta2", "served": True}]}},
+        {"spec": {"group": "jobset.x-k8s.io", "names": {"plural": "jobsets"}, "versions": [{"name": "v1alpha2", "served": True}]}},
+        {
+            "spec": {
+                "group": "kueue.x-k8s.io",
+                "names": {"plural": "workloads"},
+                "versions": [{"name": "v1beta1", "served": False}, {"name": "v1beta2", "served": True}],
+            }
+        },
+        {"spec": {"group": "kueue.x-k8s.io", "names": {"plural": "clusterqueues"}, "versions": [{"name": "v1beta2"}]}},
     ]
-    assert federation.served_group_versions(crds) == {"/apis/jobset.x-k8s.io/v1alpha2", "/apis/kueue.x-k8s.io/v1beta2"}
+    assert federation.served_paths(crds) == [
+        "/apis/jobset.x-k8s.io/v1alpha2",
+        "/apis/jobset.x-k8s.io/v1alpha2/jobsets?limit=1",
+        "/apis/kueue.x-k8s.io/v1beta2",
+        "/apis/kueue.x-k8s.io/v1beta2/workloads?limit=1",
+        "/apis/kueue.x-k8s.io/v1beta2/clusterqueues?limit=1",
+    ]
 
 
 def test_next_steps_name_the_job_kinds(tmp_path: Path) -> None:
