@@ -27,6 +27,9 @@ export KFED_HELM
 echo "==> upstream Kueue for the interoperability tests (built once per version, cached in ~/.cache/kfed)" >&2
 KFED_KUEUE_BIN=$(bash hack/kueue/build.sh)
 export KFED_KUEUE_BIN
+echo "==> the JobSet controller for \`kfed dev up --integrations jobset\` (built once per version, cached in ~/.cache/kfed)" >&2
+KFED_JOBSET_BIN_DIR=$(bash hack/jobset/build.sh)
+export KFED_JOBSET_BIN_DIR
 echo "==> helm lint" >&2
 "$KFED_HELM" lint --strict deploy/helm/kfed >&2
 echo "==> pytest" >&2

@@ -19,12 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from manager.dev import federation
 from manager.dev.local import ClusterError, Component, LocalCluster, free_port, wait_for
 from manager.runtime import pki
+from tests.harness import missing_prerequisite
 
 KUEUE_NAMESPACE = "kueue-system"
 # Only the Job integration is on, so only the webhooks for Jobs and Kueue's own kinds are
@@ -44,10 +44,7 @@ def require_upstream_kueue() -> Path:
     value = os.environ.get("KFED_KUEUE_BIN", "")
     if value and (Path(value) / "kueue").is_file():
         return Path(value)
-    reason = "upstream Kueue not built: export KFED_KUEUE_BIN=$(bash hack/kueue/build.sh) (hack/test.sh does)"
-    if os.environ.get("CI") == "true":
-        pytest.fail(reason)
-    pytest.skip(reason)
+    missing_prerequisite("upstream Kueue not built: export KFED_KUEUE_BIN=$(bash hack/kueue/build.sh) (hack/test.sh does)")
 
 
 def configuration(
@@ -106,10 +103,7 @@ def ensure_metrics_certificate() -> None:
         METRICS_CERT_DIR.mkdir(parents=True, exist_ok=True)
         pki.write(METRICS_CERT_DIR, "tls", pair)
     except OSError as err:
-        reason = f"upstream Kueue needs a metrics certificate in {METRICS_CERT_DIR}, which cannot be written: {err.strerror}"
-        if os.environ.get("CI") == "true":
-            pytest.fail(reason)
-        pytest.skip(reason)
+        missing_prerequisite(f"upstream Kueue needs a metrics certificate in {METRICS_CERT_DIR}, which cannot be written: {err.strerror}")
 
 
 @dataclass

@@ -17,7 +17,7 @@ cached_build "kueue-${KUEUE_VERSION}" "build upstream Kueue ${KUEUE_VERSION}" \
 mkdir -p "$out/module" "$out/crds"
 # Writes the wrapper go.mod (with Kueue's own replace directives) and prints the module's
 # directory and commit.
-{ read -r source_dir; read -r commit; } < <(python3 "$here/gen_gomod.py" "$KUEUE_VERSION" "$out/module")
+{ read -r source_dir; read -r commit; } < <(python3 "$here/../gen_wrapper_gomod.py" sigs.k8s.io/kueue "$KUEUE_VERSION" "$out/module")
 # Kueue's own go.sum (part of its module, which the checksum database vouches for) pins every
 # dependency's hash, so the build needs no further checksum look-ups.
 cp "$source_dir/go.sum" "$out/module/go.sum"

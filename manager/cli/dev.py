@@ -13,9 +13,11 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from manager.cli.files import checkout_crds_dir
-from manager.dev import federation
-from manager.dev.binaries import REPO_ROOT, BinariesError, binary_dir
+from manager.dev import federation, jobset, supervise
+from manager.dev.binaries import REPO_ROOT, BinariesError, binary_dir, jobset_dir
 from manager.dev.local import ClusterError, Component, LocalCluster, LocalProvider, free_port, pid_alive, wait_for
 
 DEFAULT_DIR = Path(os.environ.get("KFED_DEV_DIR", Path.home() / ".kfed" / "dev"))
@@ -46,10 +48,19 @@ def cmd_up(args: argparse.Namespace) -> int:
     if args.workers < 1:
         print("--workers must be at least 1", file=sys.stderr)
         return 1
+    try:
+        integrations = federation.parse_integrations(args.integrations)
+    except ValueError as err:
+        print(f"kfed dev up: {err}", file=sys.stderr)
+        return 1
     started = time.monotonic()
     _progress("locating or building the control-plane binaries (the first build takes several minutes)")
     try:
         bin_dir = binary_dir()
+        jobset_bin: Path | None = None
+        if "jobset" in integrations:
+            _progress("locating or building the JobSet controller (the first build takes a few minutes)")
+            jobset_bin = jobset_dir()
     except BinariesError as err:
         print(f"kfed dev up: {err}", file=sys.stderr)
         return 1
@@ -64,14 +75,22 @@ def cmd_up(args: argparse.Namespace) -> int:
         manager, workers = clusters[0], clusters[1:]
         _progress("installing CRDs and the federation's queues")
         federation.install(manager, workers, federation.crd_manifests(checkout_crds_dir()))
+        if jobset_bin is not None:
+            _progress("installing JobSet: its CRD on every cluster, its controller on each worker")
+            for cluster in clusters:
+                jobset.install_crd(cluster, jobset_bin)
+            for worker in workers:
+                jobset.start_controller(worker, jobset_bin)
     except ClusterError as err:
         provider.delete_all()
         print(f"kfed dev up: {err}", file=sys.stderr)
         return 1
     try:
         _progress("starting kfed's controllers: python -m manager on the manager, python -m worker_agent on each worker")
+        config_file = directory / "kfed-configuration.yaml"
+        config_file.write_text(yaml.safe_dump(federation.kfed_configuration(integrations), sort_keys=False))
         for cluster in clusters:
-            start_controller(cluster, "manager" if cluster is manager else "worker_agent")
+            start_controller(cluster, "manager" if cluster is manager else "worker_agent", config_file=config_file)
     except ClusterError as err:
         provider.delete_all()
         print(f"kfed dev up: {err}", file=sys.stderr)
@@ -89,6 +108,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             repo_root=REPO_ROOT if (REPO_ROOT / "examples").is_dir() else None,
             cwd=Path.cwd(),
             path_dirs=_path_dirs(bin_dir),
+            integrations=integrations,
         )
     )
     return 0
@@ -102,17 +122,22 @@ def _path_dirs(bin_dir: Path) -> list[Path]:
     return dirs
 
 
-def start_controller(cluster: LocalCluster, component: str) -> Component:
-    """Run kfed's controller process for one cluster, with its log beside the cluster's others."""
+def start_controller(cluster: LocalCluster, component: str, *, config_file: Path) -> Component:
+    """Run kfed's controller process for one cluster, with its log beside the cluster's others
+    and `config_file` as its Configuration."""
     federation.create(cluster, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": federation.SYSTEM_NAMESPACE}})
     health, webhook = free_port(), free_port()
     argv = federation.controller_argv(
-        cluster, component, health_port=health, webhook_port=webhook, cert_dir=cluster.directory / "webhook-certs"
+        cluster,
+        component,
+        health_port=health,
+        webhook_port=webhook,
+        cert_dir=cluster.directory / "webhook-certs",
+        extra=(f"--config={config_file}",),
     )
     # Supervised, as a Deployment would be: a controller that exits (a lost lease after its
     # apiserver froze) is started again with backoff, and each restart is logged.
-    supervised = [sys.executable, "-m", "manager.dev.supervise", f"--name={component}", "--", *argv]
-    process = Component(component, supervised, cluster.directory / "logs" / f"{component}.log")
+    process = Component(component, supervise.command(component, argv), cluster.directory / "logs" / f"{component}.log")
     process.start()
     cluster.components[component] = process
 
@@ -190,6 +215,13 @@ def add_commands(commands: Any) -> None:
     up = sub.add_parser("up", help="start a manager and N worker clusters, ready to take Jobs")
     up.add_argument("--workers", type=int, default=2)
     up.add_argument("--jobs", action="store_true", help="also run Job controllers, a scheduler and kwok nodes")
+    up.add_argument(
+        "--integrations",
+        default=federation.JOB_INTEGRATION,
+        metavar="NAME[,NAME]",
+        help=f"job kinds besides batch/v1 Job (always on): {', '.join(federation.INTEGRATIONS)}; "
+        "jobset installs JobSet's CRD everywhere and runs its controller on each worker",
+    )
     up.add_argument("--dir", default=str(DEFAULT_DIR))
     up.set_defaults(func=cmd_up)
     down = sub.add_parser("down", help="stop every process of the federation")

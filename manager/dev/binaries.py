@@ -1,4 +1,5 @@
-"""Find or build the control-plane binaries (hack/kube/build.sh caches them by version)."""
+"""Find or build the binaries of local clusters: the control plane (hack/kube/build.sh) and the
+JobSet controller (hack/jobset/build.sh), each cached by version by its script."""
 
 from __future__ import annotations
 
@@ -10,29 +11,44 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO_ROOT / "hack" / "kube" / "build.sh"
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kwok")
+JOBSET_BUILD_SCRIPT = REPO_ROOT / "hack" / "jobset" / "build.sh"
+# What hack/jobset/build.sh leaves in its directory.
+JOBSET_FILES = ("jobset-controller", "crds/jobset.x-k8s.io_jobsets.yaml", "webhook-manifests.yaml")
 
 
 class BinariesError(RuntimeError):
     """The binaries are missing and cannot be built here."""
 
 
-def binary_dir() -> Path:
-    """The directory that holds every component, building it first if needed.
-
-    `KFED_KUBE_BIN_DIR` points at a prepared directory instead (for packagers and CI caches).
-    """
-    override = os.environ.get("KFED_KUBE_BIN_DIR")
+def _built(*, override_variable: str, script: Path, required: tuple[str, ...], what: str) -> Path:
+    """The directory `script` prints (building on first use), or `$override_variable` when set;
+    either must hold every path in `required`."""
+    override = os.environ.get(override_variable)
     if override:
         directory = Path(override)
     else:
-        if not BUILD_SCRIPT.exists():
-            raise BinariesError(f"{BUILD_SCRIPT} not found: run from a kfed checkout or set KFED_KUBE_BIN_DIR")
+        if not script.exists():
+            raise BinariesError(f"{script} not found: run from a kfed checkout or set {override_variable}")
         try:
-            out = subprocess.run(["bash", str(BUILD_SCRIPT)], check=True, stdout=subprocess.PIPE, stderr=sys.stderr, text=True)
+            out = subprocess.run(["bash", str(script)], check=True, stdout=subprocess.PIPE, stderr=sys.stderr, text=True)
         except subprocess.CalledProcessError as err:
-            raise BinariesError(f"building the control plane failed (exit {err.returncode}); see the output above") from None
+            raise BinariesError(f"building {what} failed (exit {err.returncode}); see the output above") from None
         directory = Path(out.stdout.strip().splitlines()[-1])
-    missing = [name for name in COMPONENTS if not (directory / name).exists()]
+    missing = [name for name in required if not (directory / name).exists()]
     if missing:
         raise BinariesError(f"{directory} lacks {', '.join(missing)}")
     return directory
+
+
+def binary_dir() -> Path:
+    """The directory that holds every control-plane component, building it first if needed.
+
+    `KFED_KUBE_BIN_DIR` points at a prepared directory instead (for packagers and CI caches).
+    """
+    return _built(override_variable="KFED_KUBE_BIN_DIR", script=BUILD_SCRIPT, required=COMPONENTS, what="the control plane")
+
+
+def jobset_dir() -> Path:
+    """The directory with the JobSet controller, its CRD and its webhook manifests, building it
+    first if needed. `KFED_JOBSET_BIN_DIR` points at a prepared directory instead."""
+    return _built(override_variable="KFED_JOBSET_BIN_DIR", script=JOBSET_BUILD_SCRIPT, required=JOBSET_FILES, what="the JobSet controller")

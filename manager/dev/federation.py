@@ -8,8 +8,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import concurrent.futures
+import functools
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +22,7 @@ from manager.api import crdgen, kueue
 from manager.api.quantity import Quantity
 from manager.cli import register
 from manager.cli.fleet import CommandError
-from manager.dev.local import ClusterError, LocalCluster, wait_for
+from manager.dev.local import APPLY_PATCH, ClusterError, LocalCluster, wait_for
 from manager.kube.client import KubeClient, KubeconfigError
 from manager.kube.errors import KubeError
 
@@ -32,6 +34,40 @@ CLUSTER_QUEUE = "cluster-queue"
 LOCAL_QUEUE = "user-queue"
 ADMISSION_CHECK = "multikueue"
 MULTIKUEUE_CONFIG = "multikueue"
+# `kfed dev up --integrations NAME,...`: the job kinds kfed manages besides batch/v1 Job (always
+# on, and nameable as `job`), each with its framework name in a Kueue Configuration.
+JOB_INTEGRATION = "job"
+JOB_FRAMEWORK = "batch/job"
+
+
+@dataclass(frozen=True)
+class Integration:
+    framework: str  # its name in a Kueue Configuration's integrations.frameworks
+    shown: str  # how `kfed dev up` names it when the federation is ready
+
+
+INTEGRATIONS = {"jobset": Integration("jobset.x-k8s.io/jobset", "JobSet (its controller runs on each worker)")}
+
+
+def parse_integrations(text: str) -> tuple[str, ...]:
+    """The integrations a `--integrations` comma list asks for besides Job, in a stable order;
+    an unknown name is a one-line ValueError."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name != JOB_INTEGRATION and name not in INTEGRATIONS]
+    if unknown:
+        known = ", ".join([JOB_INTEGRATION, *INTEGRATIONS])
+        raise ValueError(f"--integrations: unknown {', '.join(unknown)} (known: {known})")
+    return tuple(name for name in INTEGRATIONS if name in names)
+
+
+def kfed_configuration(integrations: tuple[str, ...]) -> dict[str, Any]:
+    """The Configuration file of kfed's processes (`--config`): the job kinds they manage, in
+    Kueue's `integrations.frameworks` list."""
+    return {
+        "apiVersion": f"{c.CONFIG_GROUP}/v1beta2",
+        "kind": "Configuration",
+        "integrations": {"frameworks": [JOB_FRAMEWORK, *(INTEGRATIONS[name].framework for name in integrations)]},
+    }
 
 
 def _cluster_queue(cpu: int, memory_gi: int, *, admission_check: str | None = None) -> dict[str, Any]:
@@ -140,18 +176,23 @@ def manager_objects(workers: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     return objects
 
 
-_CORE_PATHS = {
+_ADMISSION = "/apis/admissionregistration.k8s.io/v1"
+_BUILTIN_PATHS = {
     ("v1", "Namespace"): "/api/v1/namespaces",
     ("v1", "Secret"): "/api/v1/namespaces/{namespace}/secrets",
+    ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration"): f"{_ADMISSION}/mutatingwebhookconfigurations",
+    ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"): f"{_ADMISSION}/validatingwebhookconfigurations",
 }
+# The field manager of what `kfed dev up` applies server-side.
+FIELD_MANAGER = "kfed-dev"
 
 
 def collection_path(obj: dict[str, Any]) -> str:
     """The REST collection an object is created in."""
     api_version, kind = obj["apiVersion"], obj["kind"]
     namespace = obj.get("metadata", {}).get("namespace", "default")
-    if (api_version, kind) in _CORE_PATHS:
-        return _CORE_PATHS[(api_version, kind)].format(namespace=namespace)
+    if (api_version, kind) in _BUILTIN_PATHS:
+        return _BUILTIN_PATHS[(api_version, kind)].format(namespace=namespace)
     if api_version == "apiextensions.k8s.io/v1":
         return "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
     model = kueue.KIND_BY_NAME[kind]
@@ -166,6 +207,16 @@ def create(cluster: LocalCluster, obj: dict[str, Any]) -> None:
     if status not in (200, 201, 409):
         message = body.get("message") if isinstance(body, dict) else body
         raise ClusterError(f"{cluster.name}: creating {obj['kind']}/{obj['metadata']['name']} failed: {message}")
+
+
+def apply(cluster: LocalCluster, obj: dict[str, Any]) -> None:
+    """Apply an object server-side (create or update), as `kubectl apply --server-side --force-conflicts`
+    would: a CRD too large for a client-side apply's last-applied annotation still fits."""
+    path = f"{collection_path(obj)}/{obj['metadata']['name']}?fieldManager={FIELD_MANAGER}&force=true"
+    status, body = cluster.request("PATCH", path, obj, timeout=60.0, content_type=APPLY_PATCH)
+    if status not in (200, 201):
+        message = body.get("message") if isinstance(body, dict) else body
+        raise ClusterError(f"{cluster.name}: applying {obj['kind']}/{obj['metadata']['name']} failed: {message}")
 
 
 def crd_manifests(crds_dir: Path | None = None) -> list[dict[str, Any]]:
@@ -184,7 +235,7 @@ def install_crds(cluster: LocalCluster, crds: list[dict[str, Any]], *, timeout: 
 
 
 def wait_established(cluster: LocalCluster, crds: list[dict[str, Any]], *, timeout: float = 60.0) -> None:
-    """Every CRD Established and the kueue.x-k8s.io API served."""
+    """Every CRD Established and its API group served."""
 
     def established() -> bool:
         for crd in crds:
@@ -195,8 +246,27 @@ def wait_established(cluster: LocalCluster, crds: list[dict[str, Any]], *, timeo
         return True
 
     wait_for(established, timeout=timeout, what=f"{cluster.name} CRDs Established")
-    # Discovery lags Established by a moment; wait until the group is served.
-    wait_for(lambda: cluster.request("GET", "/apis/kueue.x-k8s.io/v1beta2")[0] == 200, timeout=timeout, what="kueue API served")
+    # Discovery lags Established by a moment, and a new resource answers 429 "storage is
+    # (re)initializing" until its watch cache is filled: wait until every one is served.
+    for path in served_paths(crds):
+        wait_for(functools.partial(_served, cluster, path), timeout=timeout, what=f"{cluster.name} serving {path}")
+
+
+def _served(cluster: LocalCluster, path: str) -> bool:
+    return cluster.request("GET", path)[0] == 200
+
+
+def served_paths(crds: list[dict[str, Any]]) -> list[str]:
+    """For each served version of the CRDs: its discovery path (`/apis/GROUP/VERSION`), then a
+    one-item list of its resource."""
+    paths: list[str] = []
+    for crd in crds:
+        spec = crd["spec"]
+        for version in spec["versions"]:
+            if version.get("served", True):
+                group_version = f"/apis/{spec['group']}/{version['name']}"
+                paths += [group_version, f"{group_version}/{spec['names']['plural']}?limit=1"]
+    return list(dict.fromkeys(paths))
 
 
 def least_privilege_kubeconfig(worker: LocalCluster) -> dict[str, Any]:
@@ -255,6 +325,7 @@ def next_steps(
     repo_root: Path | None,
     cwd: Path,
     path_dirs: list[Path],
+    integrations: tuple[str, ...] = (),
 ) -> str:
     """What `kfed dev up` prints when the federation is ready: commands that run as printed.
 
@@ -280,6 +351,7 @@ def next_steps(
     commands.append((f"kfed dev down --dir {directory}", "stops every process"))
     width = max(len(command) for command, _ in commands)
     more = [] if repo_root is None else ["", "More setups to try (cohorts, preemption, fair sharing, MultiKueue): examples/README.md"]
+    kinds = ["batch/v1 Job", *(INTEGRATIONS[name].shown for name in integrations)]
     lines = [f"  {command:<{width}}  # {comment}" if comment else f"  {command}" for command, comment in commands]
     return "\n".join(
         [
@@ -287,6 +359,7 @@ def next_steps(
             f"kfed dev federation is up in {elapsed:.0f}s: manager + {workers} worker(s), files in {directory}",
             f"The manager's ClusterQueue \"{CLUSTER_QUEUE}\" holds {quota_summary(workers)}; each worker's holds "
             f"{WORKER_CPU} cpu and {WORKER_MEMORY_GI}Gi. Worker kubeconfigs: {directory}/worker<i>.kubeconfig.",
+            f"Job kinds: {', '.join(kinds)}.",
             "",
             "Next:",
             *lines,

@@ -39,6 +39,9 @@ FAKE_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 # annotation (0 without it), so a playground Job can hold its quota for as long as it says.
 KWOK_POD_STAGES = Path(__file__).with_name("kwok-pod-stages.yaml")
 POD_RUN_TIME_ANNOTATION = "pod-complete.stage.kwok.x-k8s.io/delay"
+MERGE_PATCH = "application/merge-patch+json"
+# A server-side apply body; JSON is YAML, so `request` sends it as it sends any other body.
+APPLY_PATCH = "application/apply-patch+yaml"
 
 
 class ClusterError(RuntimeError):
@@ -392,12 +395,12 @@ class LocalCluster:
         return context
 
     def request(
-        self, method: str, path: str, body: dict[str, Any] | None = None, *, timeout: float = 5.0, merge_patch: bool = False
+        self, method: str, path: str, body: dict[str, Any] | None = None, *, timeout: float = 5.0, content_type: str = "application/json"
     ) -> tuple[int, Any]:
         """A small admin-authenticated HTTP call to the apiserver, for the harness's own needs."""
         data = json.dumps(body).encode() if body is not None else None
         request = urllib.request.Request(self.server + path, data=data, method=method)
-        request.add_header("Content-Type", "application/merge-patch+json" if merge_patch else "application/json")
+        request.add_header("Content-Type", content_type)
         try:
             with urllib.request.urlopen(request, context=self._ssl_context, timeout=timeout) as response:
                 raw = response.read()
@@ -430,7 +433,7 @@ class LocalCluster:
                 raise ClusterError(f"{self.name}: creating fake node {name} failed: {status} {body}")
             # Admission taints every new node not-ready; the node lifecycle controller would lift
             # it, but it is off here (kwok nodes have no kubelet to evict), so lift it ourselves.
-            status, body = self.request("PATCH", f"/api/v1/nodes/{name}", {"spec": {"taints": None}}, merge_patch=True)
+            status, body = self.request("PATCH", f"/api/v1/nodes/{name}", {"spec": {"taints": None}}, content_type=MERGE_PATCH)
             if status != 200:
                 raise ClusterError(f"{self.name}: untainting fake node {name} failed: {status} {body}")
 

@@ -31,6 +31,11 @@ MAX_DELAY_SECONDS = 30.0
 HEALTHY_RUN_SECONDS = 60.0
 
 
+def command(name: str, argv: Sequence[str]) -> list[str]:
+    """The command line that runs `argv` under this supervisor, its restarts logged as `name`."""
+    return [sys.executable, "-m", "manager.dev.supervise", f"--name={name}", "--", *argv]
+
+
 def restart_delay(*, consecutive_crashes: int, ran_for: float) -> float:
     """Seconds to wait before the next start after a crash: 1 s doubling per consecutive crash,
     capped at 30 s; a run of `HEALTHY_RUN_SECONDS` or more starts over at 1 s."""

@@ -1,4 +1,4 @@
-"""How upstream Kueue is built (hack/kueue/gen_gomod.py) and wired to a harness cluster
+"""How upstream Kueue is built (hack/gen_wrapper_gomod.py) and wired to a harness cluster
 (tests/kueue_upstream.py): pure pieces, table-tested."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from tests.kueue_upstream import CONFIGURATION_NAMES, configuration, webhook_con
 
 
 def gen_gomod() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gen_gomod", REPO_ROOT / "hack" / "kueue" / "gen_gomod.py")
+    spec = importlib.util.spec_from_file_location("gen_wrapper_gomod", REPO_ROOT / "hack" / "gen_wrapper_gomod.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -42,11 +42,12 @@ def test_replace_directives_are_found_in_lines_and_blocks(gomod: str, replaces: 
 
 
 def test_the_wrapper_requires_the_release_and_keeps_its_go_version_and_replaces() -> None:
-    text = gen_gomod().wrapper_gomod("module sigs.k8s.io/kueue\ngo 1.26.0\nreplace a.io/x => b.io/x v2\n", "v0.19.2")
+    text = gen_gomod().wrapper_gomod("sigs.k8s.io/kueue", "module sigs.k8s.io/kueue\ngo 1.26.0\nreplace a.io/x => b.io/x v2\n", "v0.19.2")
+    assert "module kfed.local/hack/kueue\n" in text
     assert "\ngo 1.26.0\n" in text
     assert "require sigs.k8s.io/kueue v0.19.2\n" in text
     assert "replace (\n\ta.io/x => b.io/x v2\n)\n" in text
-    assert "replace" not in gen_gomod().wrapper_gomod("module m\ngo 1.26.0\n", "v0.19.2")
+    assert "replace" not in gen_gomod().wrapper_gomod("sigs.k8s.io/jobset", "module m\ngo 1.26.0\n", "v0.12.0")
 
 
 MANIFESTS = """
