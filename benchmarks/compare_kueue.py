@@ -134,8 +134,11 @@ def write_kubeconfig(path: Path, kubeconfig: dict[str, Any]) -> Path:
 
 
 def requests_by_user(cluster: LocalCluster, start: float, end: float) -> Counter[str]:
-    """Completed requests other than watches, by user, received within [start, end] (epoch seconds)."""
+    """Completed requests other than watches, by user, received within [start, end] (epoch
+    seconds). Each user's requests by verb and resource go to requests-<cluster>.json beside the
+    audit log, to see what a sender spends its requests on."""
     counts: Counter[str] = Counter()
+    detail: Counter[str] = Counter()
     path = audit_path(cluster)
     if not path.exists():
         return counts
@@ -149,7 +152,13 @@ def requests_by_user(cluster: LocalCluster, start: float, end: float) -> Counter
                 continue
             received = datetime.fromisoformat(event["requestReceivedTimestamp"]).timestamp()
             if start <= received <= end:
-                counts[event.get("user", {}).get("username", "?")] += 1
+                user = event.get("user", {}).get("username", "?")
+                counts[user] += 1
+                ref = event.get("objectRef", {})
+                what = "/".join(x for x in (ref.get("resource"), ref.get("subresource")) if x) or event.get("requestURI", "?")
+                detail[f"{user} {event['verb']} {what} {event.get('responseStatus', {}).get('code', '?')}"] += 1
+    report = {key: n for key, n in sorted(detail.items(), key=lambda kv: -kv[1])}
+    (path.parent / f"requests-{cluster.name}.json").write_text(json.dumps(report, indent=1))
     return counts
 
 
