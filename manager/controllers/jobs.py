@@ -72,6 +72,10 @@ class JobController:
         # Set by MultiKueue on the manager: whether a worker still runs this Workload's Job
         # (its quota is kept until the worker has stopped it).
         self.runs_elsewhere: Callable[[kueue.Workload], Awaitable[bool]] | None = None
+        # The resourceVersion each write was made from, by object key: until the cache shows a
+        # newer object, a reconcile (woken by another event) would only write the same again.
+        self._started: dict[str, str | None] = {}
+        self._adopted: dict[str, str | None] = {}
         caches.jobs.add_handler(self._on_job)
         caches.workloads.add_handler(self._on_workload)
 
@@ -85,6 +89,8 @@ class JobController:
         wl = new or old
         if wl is None:
             return
+        if new is None:
+            self._adopted.pop(wl.key, None)
         for ref in wl.metadata.owner_references or []:
             if ref.kind == "Job" and ref.controller:
                 key = f"{wl.namespace}/{ref.name}"
@@ -155,7 +161,7 @@ class JobController:
         if not reserved and await self._requeue(wl):
             return None  # the update wakes us with the new Workload
         if admitted:
-            if suspended:
+            if suspended and self._started.get(job.key) != job.metadata.resource_version:
                 await self._start(job, wl)
             return None
         if not suspended:
@@ -216,7 +222,7 @@ class JobController:
     async def _adopt(self, job: Job, wl: kueue.Workload) -> None:
         """A prebuilt Workload becomes the Job's: owned by it, so it goes when the Job goes."""
         refs = wl.metadata.owner_references or []
-        if any(ref.uid == job.metadata.uid for ref in refs):
+        if any(ref.uid == job.metadata.uid for ref in refs) or self._adopted.get(wl.key) == wl.metadata.resource_version:
             return
         owner = OwnerReference(
             api_version="batch/v1", kind="Job", name=job.name, uid=job.metadata.uid or "", controller=True, block_owner_deletion=True
@@ -229,10 +235,12 @@ class JobController:
             }
         }
         await self.client.patch(kueue.Workload, wl.name, patch, namespace=wl.namespace)
+        self._adopted[wl.key] = wl.metadata.resource_version
 
     async def _start(self, job: Job, wl: kueue.Workload) -> None:
         flavors = {f.name: f for f in self.caches.flavors.items()}
         await self.client.patch(Job, job.name, start_job_patch(job, wl, flavors), namespace=job.namespace)
+        self._started[job.key] = job.metadata.resource_version
         cq = wl.status.admission.cluster_queue if wl.status and wl.status.admission else ""
         self._event(job, "Normal", "Started", f"Admitted by clusterQueue {cq}")
 
@@ -297,6 +305,7 @@ class JobController:
     async def _cleanup(self, key: str) -> None:
         """The Job is gone: delete the Workloads it owned (the garbage collector would, where one runs)."""
         self.expectations.forget(key)
+        self._started.pop(key, None)
         for wl in self.caches.workloads.by_index("ownerJob", key):
             with contextlib.suppress(NotFoundError):
                 await self.client.delete(kueue.Workload, wl.name, namespace=wl.namespace, uid=wl.metadata.uid)
