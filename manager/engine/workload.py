@@ -10,7 +10,7 @@ import hashlib
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal, cast
 
 from manager.api import constants as c
 from manager.api.config import Configuration
@@ -267,4 +267,8 @@ def usage_of(admission: list[AssignedPodSet]) -> dict[FlavorResource, int]:
 
 
 def to_condition(kind: str, cond: Cond) -> Condition:
-    return Condition(type=kind, status=cond.status, reason=cond.reason, message=cond.message, last_transition_time=cond.time)
+    # Not validated again: every field comes from a Cond, which holds only validated values
+    # (read from the cluster, or the engine's own, messages cut by set_condition), and this ran
+    # for each condition of each status built, a tenth of the manager's CPU.
+    status = cast(Literal["True", "False", "Unknown"], cond.status)
+    return Condition.model_construct(type=kind, status=status, reason=cond.reason, message=cond.message, last_transition_time=cond.time)
