@@ -343,6 +343,9 @@ def baseline_kueue(base: Path, args: argparse.Namespace, perf_dir: Path) -> Figu
             f"--burst={RUNNER_QPS}",
             "--zap-log-level=error",
         ]
+        # The runner's test utilities look for Kueue's checkout at start-up (PROJECT_DIR, else a
+        # Makefile upward); it reads nothing from there in this mode.
+        runner_env = {**os.environ, "KUBECONFIG": str(runner_kubeconfig), "PROJECT_DIR": str(perf_dir / "module")}
         with (base / "runner.log").open("wb") as log:
             runner = subprocess.Popen(
                 runner_argv, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "KUBECONFIG": str(runner_kubeconfig)}
