@@ -44,7 +44,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -347,9 +347,7 @@ def baseline_kueue(base: Path, args: argparse.Namespace, perf_dir: Path) -> Figu
         # Makefile upward); it reads nothing from there in this mode.
         runner_env = {**os.environ, "KUBECONFIG": str(runner_kubeconfig), "PROJECT_DIR": str(perf_dir / "module")}
         with (base / "runner.log").open("wb") as log:
-            runner = subprocess.Popen(
-                runner_argv, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "KUBECONFIG": str(runner_kubeconfig)}
-            )
+            runner = subprocess.Popen(runner_argv, stdout=log, stderr=subprocess.STDOUT, env=runner_env)
         summary = out / "summary.yaml"
         # The runner writes its summary as soon as the recorder is done (every ClusterQueue
         # empty), before it cleans up; that is the end of the run.
@@ -546,8 +544,17 @@ def build(target: str, env: str) -> Path:
     argv = ["bash", str(REPO / "hack" / "kueue" / "build.sh"), *([target] if target != "manager" else [])]
     result = subprocess.run(argv, stdout=subprocess.PIPE, text=True, check=False)
     if result.returncode != 0:
-        raise SystemExit(f"building upstream Kueue ({' '.join(argv)}) failed with exit code {result.returncode}")
+        raise RuntimeError(f"building upstream Kueue ({' '.join(argv)}) failed with exit code {result.returncode}")
     return Path(result.stdout.strip().splitlines()[-1])
+
+
+async def attempt(what: str, run: Callable[[], Awaitable[Figures]]) -> Figures | None:
+    """One system's run of one part; a failure is reported and the other runs go on."""
+    try:
+        return await run()
+    except Exception as err:  # noqa: BLE001 - any failure of one run is reported, not fatal to the others
+        print(f"{what} could not run: {type(err).__name__}: {err}")
+        return None
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -558,20 +565,26 @@ async def main(args: argparse.Namespace) -> None:
     if "baseline" in parts:
         kfed_figures = kueue_figures = None
         if "kueue" in systems:
-            perf_dir = build("perf", "KFED_KUEUE_PERF_BIN")
-            kueue_figures = baseline_kueue(base / "kueue-baseline", args, perf_dir)
+
+            async def kueue_baseline() -> Figures:
+                return baseline_kueue(base / "kueue-baseline", args, build("perf", "KFED_KUEUE_PERF_BIN"))
+
+            kueue_figures = await attempt("Kueue's scheduler performance baseline", kueue_baseline)
         if "kfed" in systems:
-            kfed_figures = await baseline_kfed(base / "kfed-baseline", args)
+            kfed_figures = await attempt("kfed's baseline", lambda: baseline_kfed(base / "kfed-baseline", args))
         either = kfed_figures or kueue_figures
         workloads = either.workloads if either is not None else 0
         print_table(f"Scheduler performance baseline: {workloads} Workloads (scale {args.scale:g})", kfed_figures, kueue_figures)
     if "multikueue" in parts:
         kfed_figures = kueue_figures = None
         if "kueue" in systems:
-            bin_dir = build("manager", "KFED_KUEUE_BIN")
-            kueue_figures = await multikueue_kueue(base / "kueue-multikueue", args, bin_dir)
+
+            async def kueue_multikueue() -> Figures:
+                return await multikueue_kueue(base / "kueue-multikueue", args, build("manager", "KFED_KUEUE_BIN"))
+
+            kueue_figures = await attempt("Kueue's MultiKueue burst", kueue_multikueue)
         if "kfed" in systems:
-            kfed_figures = await multikueue_kfed(base / "kfed-multikueue", args)
+            kfed_figures = await attempt("kfed's MultiKueue burst", lambda: multikueue_kfed(base / "kfed-multikueue", args))
         print_table(f"MultiKueue burst: {args.jobs} suspended Jobs, 1 manager and 3 workers", kfed_figures, kueue_figures)
 
 
