@@ -66,7 +66,6 @@ class ClusterQueueQueue:
     name: str
     strategy: str = "BestEffortFIFO"
     lq_usage: Callable[[WorkloadInfo], float] | None = None
-    active: dict[str, WorkloadInfo] = field(default_factory=dict)
     bulk_hashes: dict[str, str] = field(default_factory=dict)
     sticky: str | None = None
     pop_cycle: int = -1
@@ -76,6 +75,7 @@ class ClusterQueueQueue:
     _live_by_hash: dict[str, set[GroupKey]] = field(default_factory=dict)
     _parked: dict[GroupKey, _Group] = field(default_factory=dict)
     _parked_count: int = 0
+    _active_count: int = 0
     _group_of: dict[str, _Group] = field(default_factory=dict)
     _heaps: dict[str, list[tuple[tuple[int, float, str], int, GroupKey]]] = field(default_factory=dict)
     _version: dict[str, int] = field(default_factory=dict)
@@ -86,6 +86,18 @@ class ClusterQueueQueue:
     def best_effort(self) -> bool:
         return self.strategy != "StrictFIFO"
 
+    def is_active(self, key: str) -> bool:
+        group = self._group_of.get(key)
+        return group is not None and self._live.get(group.key) is group
+
+    @property
+    def active(self) -> dict[str, WorkloadInfo]:
+        """Every active workload (a new dict: for metrics, not for the scheduling path)."""
+        out: dict[str, WorkloadInfo] = {}
+        for group in self._live.values():
+            out.update(group.members)
+        return out
+
     @property
     def inadmissible(self) -> dict[str, WorkloadInfo]:
         """Every inadmissible workload (a new dict: for metrics, not for the scheduling path)."""
@@ -95,7 +107,7 @@ class ClusterQueueQueue:
         return out
 
     def pending(self) -> int:
-        return len(self.active) + len(self._singles) + self._parked_count
+        return self._active_count + len(self._singles) + self._parked_count
 
     def _lq(self, wl: WorkloadInfo) -> str:
         return wl.queue_name if self.lq_usage is not None else ""
@@ -105,7 +117,7 @@ class ClusterQueueQueue:
 
     def push(self, wl: WorkloadInfo) -> None:
         """Put a workload in the heap (or straight into inadmissible if its shape already failed)."""
-        was_active = wl.key in self.active
+        was_active = self.is_active(wl.key)
         self._remove(wl.key)
         self._order.pop(wl.key, None)  # a new or changed workload: its order is computed afresh
         if self.best_effort and wl.scheduling_hash in self.bulk_hashes and not was_active:
@@ -140,7 +152,7 @@ class ClusterQueueQueue:
             group = self._live[key] = _Group(key)
             self._live_by_hash.setdefault(key[2], set()).add(key)
         entry = self._add(group, wl)
-        self.active[wl.key] = wl
+        self._active_count += 1
         if group.heap[0] is entry:  # its new best: it stands for the group from now on
             self._advertise(group, entry)
 
@@ -154,7 +166,6 @@ class ClusterQueueQueue:
     def _remove(self, key: str) -> None:
         """Out of the queue, wherever it is (its heap entries go stale)."""
         self._singles.pop(key, None)
-        self.active.pop(key, None)
         group = self._group_of.pop(key, None)
         if group is not None:
             del group.members[key]
@@ -162,6 +173,8 @@ class ClusterQueueQueue:
             del self._version[key]
             if self._parked.get(group.key) is group:
                 self._parked_count -= 1
+            elif self._live.get(group.key) is group:
+                self._active_count -= 1
 
     def _order_key(self, wl: WorkloadInfo) -> tuple[int, float, str]:
         """order_key, kept while the workload stays queued: its priority and queue time change
@@ -196,8 +209,8 @@ class ClusterQueueQueue:
     def pop(self, cycle: int) -> WorkloadInfo | None:
         """The head, removed from the queue ("inflight") until it is requeued or admitted."""
         self.pop_cycle = cycle
-        if self.best_effort and self.sticky is not None and self.sticky in self.active:
-            wl = self.active[self.sticky]
+        if self.best_effort and self.sticky is not None and self.is_active(self.sticky):
+            wl = self._group_of[self.sticky].members[self.sticky]
             self._remove(wl.key)
             return wl
         best: tuple[float, tuple[int, float, str]] | None = None
@@ -238,8 +251,7 @@ class ClusterQueueQueue:
             for key in sorted(self._live_by_hash.pop(wl.scheduling_hash, ())):
                 group = self._live.pop(key)
                 group.version = -1
-                for member in group.members:
-                    del self.active[member]
+                self._active_count -= len(group.members)
                 moved.extend((group.fresh if group.stamp == status_reason else group.members).values())
                 group.stamp, group.fresh = status_reason, {}
                 self._park(group)
@@ -276,7 +288,7 @@ class ClusterQueueQueue:
             if live is None:
                 self._live[key] = group
                 self._live_by_hash.setdefault(key[2], set()).add(key)
-                self.active.update(group.members)
+                self._active_count += len(group.members)
                 self._advertise(group, group.top(self._version))
             else:
                 for member in group.members.values():

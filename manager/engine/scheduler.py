@@ -228,7 +228,7 @@ class Scheduler:
         # A cycle changes something when it admits, preempts, parks a head as inadmissible, or
         # changes what a head's status or flavor scan says; a blocked StrictFIFO head does none.
         result.changed = bool(result.admitted or result.preemptions) or any(
-            entry.wl.key not in self.queues[entry.cq.name].active or self._observed(entry.wl) != before[entry.wl.key] for entry in heads
+            not self.queues[entry.cq.name].is_active(entry.wl.key) or self._observed(entry.wl) != before[entry.wl.key] for entry in heads
         )
         return result
 
