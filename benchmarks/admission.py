@@ -13,8 +13,10 @@ admission, as Kueue's benchmark does; a preempted one is re-run from scratch whe
 Prints: wall time and the quota bound, average time to admission per class, the
 ClusterQueues' average usage, the API QPS the manager used, and the manager's CPU and RSS.
 
-Run: python benchmarks/admission.py [--scale 1.0] [--qps 300] [--burst 500]
-(`--scale 0.2` runs a fifth of each class: a quick look.)
+Run: python benchmarks/admission.py [--scale 1.0] [--qps 300] [--burst 500] [--profile FILE]
+(`--scale 0.2` runs a fifth of each class: a quick look; `--profile` samples the manager with
+py-spy for the whole run and writes collapsed stacks.) `run_baseline` is also what
+benchmarks/compare_kueue.py runs for kfed's side.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -40,7 +43,7 @@ from manager.api import constants as c
 from manager.api import kueue
 from manager.api.meta import is_condition_true
 from manager.dev import federation
-from manager.dev.local import LocalProvider, free_port, wait_for
+from manager.dev.local import LocalCluster, LocalProvider, free_port, wait_for
 from manager.kube.client import KubeClient
 from manager.kube.errors import KubeError
 from manager.kube.informer import Informer
@@ -122,15 +125,54 @@ def manager_requests(port: int) -> float:
     return metric_sum(port, "kfed_kube_requests_total{")
 
 
-async def main(args: argparse.Namespace) -> None:
-    base = Path(tempfile.mkdtemp(prefix="kfed-bench-"))
-    provider = LocalProvider(base)
-    cluster = provider.create(["bench"])[0]
+def p95(values: list[float]) -> float:
+    return statistics.quantiles(values, n=20)[-1] if len(values) >= 2 else (values[0] if values else 0.0)
+
+
+@dataclass
+class Baseline:
+    """What one run measured; `report` prints it."""
+
+    scale: float
+    total: int
+    wall: float
+    runs: dict[str, Run]
+    qps: float
+    burst: int
+    manager_cpu: float
+    manager_peak_rss: int
+    manager_requests: float
+    spent: dict[str, float]  # CPU seconds by process kind, the runner included
+    busy: float  # share of the machine's CPU busy
+
+    def waits(self, cls: str | None = None) -> list[float]:
+        """Seconds from creation to first admission (no admission checks: reservation is admission)."""
+        return [run.admitted_at[0] - run.created for run in self.runs.values() if run.admitted_at and cls in (None, run.cls)]
+
+    @property
+    def preemptions(self) -> int:
+        return sum(len(run.admitted_at) - 1 for run in self.runs.values())
+
+
+async def run_baseline(
+    cluster: LocalCluster,
+    base: Path,
+    *,
+    scale: float,
+    qps: float,
+    burst: int,
+    timeout: float,
+    runner_kubeconfig: dict[str, Any] | None = None,
+    profile: Path | None = None,
+) -> Baseline:
+    """Run the scenario on a cluster already up; `runner_kubeconfig` (default: the admin's) is
+    what this script's own client uses, so that an audit log can tell its requests apart."""
+    federation.install_crds(cluster, federation.crd_manifests(REPO / "crds"))
+    federation.create(cluster, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kfed-system"}})
+    client = await KubeClient.from_kubeconfig(runner_kubeconfig or cluster.kubeconfig(), name="runner", qps=5000, burst=5000)
     manager: subprocess.Popen[bytes] | None = None
+    profiler: subprocess.Popen[bytes] | None = None
     try:
-        federation.install_crds(cluster, federation.crd_manifests(REPO / "crds"))
-        federation.create(cluster, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kfed-system"}})
-        client = await KubeClient.from_kubeconfig(cluster.kubeconfig(), name="runner", qps=5000, burst=5000)
         for model, obj in objects():
             if model is kueue.LocalQueue:
                 await client.request("POST", "/api/v1/namespaces", body={"metadata": {"name": obj["metadata"]["namespace"]}})
@@ -143,7 +185,7 @@ async def main(args: argparse.Namespace) -> None:
             health_port=port,
             webhook_port=None,
             cert_dir=base,
-            extra=(f"--kube-api-qps={args.qps}", f"--kube-api-burst={args.burst}", "--log-level=warning"),
+            extra=(f"--kube-api-qps={qps}", f"--kube-api-burst={burst}", "--log-level=warning"),
         )
         with log.open("wb") as out:
             manager = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
@@ -153,6 +195,24 @@ async def main(args: argparse.Namespace) -> None:
                 return bool(response.status == 200)
 
         wait_for(ready, timeout=60, what="manager ready")
+        if profile is not None:
+            # py-spy samples the manager from outside (100 samples a second), as collapsed stacks.
+            # py-spy is a dev extra (pyproject.toml), installed beside this interpreter.
+            profiler = subprocess.Popen(
+                [
+                    str(Path(sys.executable).with_name("py-spy")),
+                    "record",
+                    "--pid",
+                    str(manager.pid),
+                    "--format",
+                    "raw",
+                    "--output",
+                    str(profile),
+                    "--nonblocking",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=(base / "py-spy.log").open("wb"),
+            )
         cpu_before, _ = proc_stats(manager.pid)
         requests_before = manager_requests(port)
         kinds_before, busy_before, runner_before = cpu_by_kind(base), machine_busy(), sum(os.times()[:2])
@@ -160,7 +220,7 @@ async def main(args: argparse.Namespace) -> None:
         informer: Informer[kueue.Workload] = Informer(client, kueue.Workload)
         finishing: set[str] = set()
         done = asyncio.Event()
-        total = sum(round(count * args.scale) for _, _, count, _, _, _ in CLASSES) * COHORTS * QUEUES_PER_COHORT
+        total = sum(round(count * scale) for _, _, count, _, _, _ in CLASSES) * COHORTS * QUEUES_PER_COHORT
         finished = 0
         start = time.monotonic()
 
@@ -230,56 +290,81 @@ async def main(args: argparse.Namespace) -> None:
                 await client.create(kueue.Workload, workload(name, cq, cpu, priority))
 
         generators = [
-            generate(f"cq-{co}-{q}", cls, cpu, round(count * args.scale), interval, runtime, priority)
+            generate(f"cq-{co}-{q}", cls, cpu, round(count * scale), interval, runtime, priority)
             for co in range(COHORTS)
             for q in range(QUEUES_PER_COHORT)
             for cls, cpu, count, interval, runtime, priority in CLASSES
         ]
         await asyncio.gather(*generators)
-        await asyncio.wait_for(done.wait(), timeout=args.timeout)
+        await asyncio.wait_for(done.wait(), timeout=timeout)
         wall = time.monotonic() - start
         cpu_after, peak = proc_stats(manager.pid)
         requests = manager_requests(port) - requests_before
         kinds_after, busy_after, runner_after = cpu_by_kind(base), machine_busy(), sum(os.times()[:2])
         watch.cancel()
-        await client.close()
-
-        bound = quota_bound(args.scale)
-        capacity = NOMINAL * COHORTS * QUEUES_PER_COHORT
-        used = sum(run.cpu * (end - begin) for run in runs.values() for begin, end in run.intervals)
-        print(f"workloads                      {total} ({COHORTS} cohorts x {QUEUES_PER_COHORT} ClusterQueues, scale {args.scale})")
-        print(f"wall time                      {wall:.1f} s")
-        print(f"quota bound                    {bound:.1f} s  (wall / bound = {wall / bound:.2f}; target <= 1.30)")
-        for cls, *_ in CLASSES:
-            waits = [run.admitted_at[0] - run.created for run in runs.values() if run.cls == cls and run.admitted_at]
-            if not waits:  # a small --scale rounds this class to no Workloads
-                print(f"time to admission, {cls:<7}     (none at this scale)")
-                continue
-            print(f"time to admission, {cls:<7}     avg {statistics.fmean(waits):.2f} s, max {max(waits):.2f} s")
-        print(f"average ClusterQueue usage     {100 * used / (capacity * wall):.1f} %  (target >= 85 %)")
-        limit = f"client limit {args.qps:.0f} QPS, burst {args.burst}"
-        print(f"manager API requests           {requests:.0f} ({requests / wall:.0f} QPS; {limit})")
-        print(f"manager CPU                    {cpu_after - cpu_before:.1f} s ({100 * (cpu_after - cpu_before) / wall:.0f} % of one core)")
-        print(f"manager peak RSS               {peak / 2**20:.0f} MiB")
-        print(f"preempted and re-run           {sum(len(run.admitted_at) - 1 for run in runs.values())}")
-        # What limits the run: the CPU each Workload costs, by process, against the machine's cores.
+        await asyncio.gather(watch, return_exceptions=True)
         spent = {k: kinds_after.get(k, 0.0) - kinds_before.get(k, 0.0) for k in kinds_after}
         spent["runner (this script)"] = runner_after - runner_before
         busy = (busy_after[0] - busy_before[0]) / max(busy_after[1] - busy_before[1], 1)
-        cores = os.cpu_count() or 1
-        print(f"machine CPU busy               {100 * busy:.0f} % of {cores} cores")
-        per_workload = {k: 1000 * v / total for k, v in spent.items()}
-        print("CPU per Workload (ms)          " + ", ".join(f"{k} {v:.1f}" for k, v in sorted(per_workload.items(), key=lambda kv: -kv[1])))
-        cost = sum(per_workload.values()) / 1000
-        needed = total / (1.3 * bound)
-        print(
-            f"rate the cores allow           {cores / cost:.0f} Workloads/s at that cost; the 1.3x target needs {needed:.0f}/s"
-            f" ({needed * cost:.1f} cores)"
-        )
+        return Baseline(scale, total, wall, runs, qps, burst, cpu_after - cpu_before, peak, requests, spent, busy)
     finally:
+        await client.close()
+        if profiler is not None:
+            profiler.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
+            profiler.wait(timeout=60)
         if manager is not None:
             manager.terminate()
             manager.wait(timeout=30)
+
+
+def report(result: Baseline) -> None:
+    total, wall = result.total, result.wall
+    bound = quota_bound(result.scale)
+    capacity = NOMINAL * COHORTS * QUEUES_PER_COHORT
+    used = sum(run.cpu * (end - begin) for run in result.runs.values() for begin, end in run.intervals)
+    print(f"workloads                      {total} ({COHORTS} cohorts x {QUEUES_PER_COHORT} ClusterQueues, scale {result.scale})")
+    print(f"wall time                      {wall:.1f} s")
+    print(f"quota bound                    {bound:.1f} s  (wall / bound = {wall / bound:.2f}; target <= 1.30)")
+    for cls, *_ in CLASSES:
+        waits = result.waits(cls)
+        if not waits:  # a small --scale rounds this class to no Workloads
+            print(f"time to admission, {cls:<7}     (none at this scale)")
+            continue
+        print(f"time to admission, {cls:<7}     avg {statistics.fmean(waits):.2f} s, max {max(waits):.2f} s")
+    print(f"P95 time to admission          {p95(result.waits()):.2f} s")
+    print(f"average ClusterQueue usage     {100 * used / (capacity * wall):.1f} %  (target >= 85 %)")
+    limit = f"client limit {result.qps:.0f} QPS, burst {result.burst}"
+    requests = result.manager_requests
+    print(f"manager API requests           {requests:.0f} ({requests / wall:.0f} QPS; {limit})")
+    cpu = result.manager_cpu
+    print(f"manager CPU                    {cpu:.1f} s ({100 * cpu / wall:.0f} % of one core; {1000 * cpu / total:.1f} ms per Workload)")
+    print(f"manager peak RSS               {result.manager_peak_rss / 2**20:.0f} MiB")
+    print(f"preempted and re-run           {result.preemptions}")
+    # What limits the run: the CPU each Workload costs, by process, against the machine's cores.
+    cores = os.cpu_count() or 1
+    print(f"machine CPU busy               {100 * result.busy:.0f} % of {cores} cores")
+    per_workload = {k: 1000 * v / total for k, v in result.spent.items()}
+    print("CPU per Workload (ms)          " + ", ".join(f"{k} {v:.1f}" for k, v in sorted(per_workload.items(), key=lambda kv: -kv[1])))
+    cost = sum(per_workload.values()) / 1000
+    needed = total / (1.3 * bound)
+    print(
+        f"rate the cores allow           {cores / cost:.0f} Workloads/s at that cost; the 1.3x target needs {needed:.0f}/s"
+        f" ({needed * cost:.1f} cores)"
+    )
+
+
+async def main(args: argparse.Namespace) -> None:
+    base = Path(tempfile.mkdtemp(prefix="kfed-bench-"))
+    provider = LocalProvider(base)
+    cluster = provider.create(["bench"])[0]
+    try:
+        result = await run_baseline(
+            cluster, base, scale=args.scale, qps=args.qps, burst=args.burst, timeout=args.timeout, profile=args.profile
+        )
+        report(result)
+        if args.profile is not None:
+            print(f"py-spy profile (collapsed stacks)  {args.profile}")
+    finally:
         provider.delete_all()
 
 
@@ -289,4 +374,5 @@ if __name__ == "__main__":
     parser.add_argument("--qps", type=float, default=300)
     parser.add_argument("--burst", type=int, default=500)
     parser.add_argument("--timeout", type=float, default=1800)
+    parser.add_argument("--profile", type=Path, help="record the manager with py-spy into this file (collapsed stacks)")
     asyncio.run(main(parser.parse_args()))

@@ -12,7 +12,7 @@ manager's Workload becomes Admitted. Prints:
   and the worker agents);
 - the manager's CPU (seconds, and share of one core) and peak RSS.
 
-    .venv/bin/python benchmarks/multikueue.py [--jobs 1000] [--qps 300 --burst 500]
+    .venv/bin/python benchmarks/multikueue.py [--jobs 1000] [--qps 300 --burst 500] [--dispatcher all-at-once]
 
 The Jobs are created as the manager's webhook would leave them (suspended, managedBy
 MultiKueue); the webhooks themselves are not part of the measured path.
@@ -27,6 +27,7 @@ import subprocess
 import tempfile
 import time
 import urllib.request
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,8 @@ from manager.kube.informer import Informer
 REPO = Path(__file__).resolve().parents[1]
 NAMESPACE = "bench"
 WORKERS = ("worker1", "worker2", "worker3")
+# The manager's dispatcher (Configuration multiKueue.dispatcherName), by the name --dispatcher takes.
+DISPATCHERS = {"all-at-once": c.DISPATCHER_ALL_AT_ONCE, "incremental": c.DISPATCHER_INCREMENTAL}
 
 
 def queue_objects(check: str | None) -> list[tuple[Any, dict[str, Any]]]:
@@ -125,35 +128,142 @@ def start(
     return process, port
 
 
-async def main(args: argparse.Namespace) -> None:
-    base = Path(tempfile.mkdtemp(prefix="kfed-mk-bench-"))
-    provider = LocalProvider(base)
-    clusters = provider.create(["manager", *WORKERS])
-    manager_cluster, workers = clusters[0], clusters[1:]
-    processes: list[subprocess.Popen[bytes]] = []
+@dataclass
+class Burst:
+    """When each Job was submitted, and when its Workload on the manager reserved quota and was admitted."""
+
+    jobs: int
+    started: float
+    submit_seconds: float
+    submitted: dict[str, float] = field(default_factory=dict)
+    reserved: dict[str, float] = field(default_factory=dict)
+    admitted: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def count(self) -> int:
+        return len(self.admitted)
+
+    @property
+    def wall(self) -> float:
+        """From the first submission to the last admission."""
+        return (max(self.admitted.values()) - self.started) if self.admitted else float("nan")
+
+    def reservation(self) -> list[float]:
+        return [self.reserved[n] - self.submitted[n] for n in self.reserved if n in self.submitted]
+
+    def admission(self) -> list[float]:
+        return [self.admitted[n] - self.submitted[n] for n in self.admitted if n in self.submitted]
+
+
+async def burst(client: KubeClient, *, jobs: int, submitters: int, timeout: float) -> Burst:
+    """Submit `jobs` suspended Jobs at once and wait until every one's Workload is Admitted on
+    the manager (whoever the manager is: kfed's or upstream Kueue's; both own their Workloads by
+    the Job)."""
+    result = Burst(jobs, 0.0, 0.0)
+    done = asyncio.Event()
+    informer: Informer[kueue.Workload] = Informer(client, kueue.Workload, namespace=NAMESPACE)
+
+    def on_workload(kind: str, old: kueue.Workload | None, new: kueue.Workload | None) -> None:
+        if new is None:
+            return
+        owner = next((ref.name for ref in new.metadata.owner_references or []), None)
+        if owner is None:
+            return
+        conditions = new.status.conditions if new.status else None
+        now = time.monotonic()
+        qr, ad = find_condition(conditions, c.QUOTA_RESERVED), find_condition(conditions, c.ADMITTED)
+        if qr is not None and qr.status == "True":
+            result.reserved.setdefault(owner, now)
+        if ad is not None and ad.status == "True" and owner not in result.admitted:
+            result.admitted[owner] = now
+            if len(result.admitted) == jobs:
+                done.set()
+
+    informer.add_handler(on_workload)
+    watch = asyncio.create_task(informer.run())
+    await informer.synced.wait()
+    gate = asyncio.Semaphore(submitters)
+
+    async def submit(name: str) -> None:
+        async with gate:
+            result.submitted[name] = time.monotonic()
+            await client.create(Job, job(name), namespace=NAMESPACE)
+
+    result.started = time.monotonic()
+    await asyncio.gather(*(submit(f"job-{i:05d}") for i in range(jobs)))
+    result.submit_seconds = time.monotonic() - result.started
     try:
-        crds = federation.crd_manifests(REPO / "crds")
-        for cluster in clusters:
-            federation.install_crds(cluster, crds)
-            federation.create(cluster, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kfed-system"}})
-        client = await KubeClient.from_kubeconfig(manager_cluster.kubeconfig(), name="runner", qps=5000, burst=5000)
+        await asyncio.wait_for(done.wait(), timeout=timeout)
+    except TimeoutError:
+        print(f"timed out: {len(result.admitted)} of {jobs} admitted after {timeout}s")
+    watch.cancel()
+    await asyncio.gather(watch, return_exceptions=True)
+    return result
+
+
+@dataclass
+class KfedBurst:
+    burst: Burst
+    qps: float
+    client_burst: int
+    manager_cpu: float
+    manager_peak_rss: int
+    manager_requests: float  # to its own apiserver
+    remote_requests: float  # to the workers
+    agent_requests: float
+    agent_cpu: float
+    agent_peak_rss: int  # the largest of the agents
+    busy: float
+    spent: dict[str, float]
+
+
+def configuration(dispatcher: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+        "kind": "Configuration",
+        "multiKueue": {"dispatcherName": DISPATCHERS[dispatcher]},
+    }
+
+
+async def run_kfed(
+    manager_cluster: LocalCluster,
+    workers: list[LocalCluster],
+    base: Path,
+    args: argparse.Namespace,
+    *,
+    runner_kubeconfig: dict[str, Any] | None = None,
+    worker_kubeconfigs: dict[str, dict[str, Any]] | None = None,
+) -> KfedBurst:
+    """kfed's manager and agents on clusters already up, and one burst. `worker_kubeconfigs`
+    (default: each worker's admin kubeconfig) are what the manager gets for its workers;
+    `runner_kubeconfig` what this script's client uses."""
+    processes: list[subprocess.Popen[bytes]] = []
+    crds = federation.crd_manifests(REPO / "crds")
+    for cluster in [manager_cluster, *workers]:
+        federation.install_crds(cluster, crds)
+        federation.create(cluster, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kfed-system"}})
+    client = await KubeClient.from_kubeconfig(runner_kubeconfig or manager_cluster.kubeconfig(), name="runner", qps=5000, burst=5000)
+    try:
         await setup(client, queue_objects("mk"))
         for worker in workers:
             worker_client = await KubeClient.from_kubeconfig(worker.kubeconfig(), name="runner", qps=5000, burst=5000)
             await setup(worker_client, queue_objects(None))
             await worker_client.close()
-        mk_objects = federation.manager_objects({name: worker.kubeconfig() for name, worker in zip(WORKERS, workers, strict=True)})
+        kubeconfigs = worker_kubeconfigs or {worker.name: worker.kubeconfig() for worker in workers}
+        mk_objects = federation.manager_objects({name: kubeconfigs[worker.name] for name, worker in zip(WORKERS, workers, strict=True)})
         for obj in mk_objects:
             if obj["kind"] in ("Secret", "MultiKueueCluster", "MultiKueueConfig", "AdmissionCheck"):
                 if obj["kind"] == "AdmissionCheck":
                     obj["metadata"]["name"] = "mk"
                 federation.create(manager_cluster, obj)
         config = base / "config.yaml"
-        config.write_text(yaml.safe_dump({"apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration"}))
+        config.write_text(yaml.safe_dump(configuration(args.dispatcher)))
         agent_ports = []
+        agents = []
         for worker in workers:
             process, port = start(worker, "worker_agent", base, args)
             processes.append(process)
+            agents.append(process)
             agent_ports.append(port)
         manager, manager_port = start(manager_cluster, "manager", base, args, (f"--config={config}",))
         processes.append(manager)
@@ -165,85 +275,33 @@ async def main(args: argparse.Namespace) -> None:
 
         wait_for(connected, timeout=60, what="the MultiKueue check Active with every worker connected")
         cpu_before, _ = proc_stats(manager.pid)
+        agents_before = sum(proc_stats(agent.pid)[0] for agent in agents)
         busy_before = machine_busy()
         kinds_before = cpu_by_kind(base)
         manager_requests_before = metric_sum(manager_port, "kfed_kube_requests_total{")
         remote_requests_before = metric_sum(manager_port, "kfed_multikueue_remote_request_seconds_count{")
         agent_before = sum(metric_sum(port, "kfed_kube_requests_total{") for port in agent_ports)
-
-        submitted: dict[str, float] = {}
-        reserved: dict[str, float] = {}
-        admitted: dict[str, float] = {}
-        done = asyncio.Event()
-        informer: Informer[kueue.Workload] = Informer(client, kueue.Workload, namespace=NAMESPACE)
-
-        def on_workload(kind: str, old: kueue.Workload | None, new: kueue.Workload | None) -> None:
-            if new is None:
-                return
-            owner = next((ref.name for ref in new.metadata.owner_references or []), None)
-            if owner is None:
-                return
-            conditions = new.status.conditions if new.status else None
-            now = time.monotonic()
-            qr, ad = find_condition(conditions, c.QUOTA_RESERVED), find_condition(conditions, c.ADMITTED)
-            if qr is not None and qr.status == "True":
-                reserved.setdefault(owner, now)
-            if ad is not None and ad.status == "True" and owner not in admitted:
-                admitted[owner] = now
-                if len(admitted) == args.jobs:
-                    done.set()
-
-        informer.add_handler(on_workload)
-        watch = asyncio.create_task(informer.run())
-        await informer.synced.wait()
-        gate = asyncio.Semaphore(args.submitters)
-
-        async def submit(name: str) -> None:
-            async with gate:
-                submitted[name] = time.monotonic()
-                await client.create(Job, job(name), namespace=NAMESPACE)
-
-        started = time.monotonic()
-        await asyncio.gather(*(submit(f"job-{i:05d}") for i in range(args.jobs)))
-        submit_seconds = time.monotonic() - started
-        try:
-            await asyncio.wait_for(done.wait(), timeout=args.timeout)
-        except TimeoutError:
-            print(f"timed out: {len(admitted)} of {args.jobs} admitted after {args.timeout}s")
-        wall = (max(admitted.values()) - started) if admitted else float("nan")
+        result = await burst(client, jobs=args.jobs, submitters=args.submitters, timeout=args.timeout)
         cpu_after, peak = proc_stats(manager.pid)
+        agent_stats = [proc_stats(agent.pid) for agent in agents]
         busy_after = machine_busy()
         kinds_after = cpu_by_kind(base)
-        machine = (busy_after[0] - busy_before[0]) / max(busy_after[1] - busy_before[1], 1)
-        manager_requests = metric_sum(manager_port, "kfed_kube_requests_total{") - manager_requests_before
-        remote_requests = metric_sum(manager_port, "kfed_multikueue_remote_request_seconds_count{") - remote_requests_before
-        agent_requests = sum(metric_sum(port, "kfed_kube_requests_total{") for port in agent_ports) - agent_before
-        watch.cancel()
-        await asyncio.gather(watch, return_exceptions=True)
-        await client.close()
-        count = len(admitted)
-        reservation = [reserved[n] - submitted[n] for n in reserved if n in submitted]
-        admission = [admitted[n] - submitted[n] for n in admitted if n in submitted]
-        print(f"kfed MultiKueue benchmark: 1 manager, {len(workers)} workers, {args.jobs} suspended Jobs in a burst, no pods run")
-        print(f"  client QPS/burst per cluster:    {args.qps:g}/{args.burst}")
-        print(f"  submission took:                 {submit_seconds:.1f} s")
-        print(f"  admitted:                        {count} in {wall:.1f} s -> {count / wall:.1f} workloads/s")
-        print(f"  P95 quota reservation (manager): {p95(reservation):.2f} s")
-        print(f"  P95 submission to admission:     {p95(admission):.2f} s")
-        per = max(count, 1)
-        print(
-            f"  API requests per workload:       {(manager_requests + remote_requests + agent_requests) / per:.1f} "
-            f"(manager->manager {manager_requests / per:.1f}, manager->workers {remote_requests / per:.1f}, "
-            f"worker agents {agent_requests / per:.1f})"
+        return KfedBurst(
+            burst=result,
+            qps=args.qps,
+            client_burst=args.burst,
+            manager_cpu=cpu_after - cpu_before,
+            manager_peak_rss=peak,
+            manager_requests=metric_sum(manager_port, "kfed_kube_requests_total{") - manager_requests_before,
+            remote_requests=metric_sum(manager_port, "kfed_multikueue_remote_request_seconds_count{") - remote_requests_before,
+            agent_requests=sum(metric_sum(port, "kfed_kube_requests_total{") for port in agent_ports) - agent_before,
+            agent_cpu=sum(cpu for cpu, _ in agent_stats) - agents_before,
+            agent_peak_rss=max(rss for _, rss in agent_stats),
+            busy=(busy_after[0] - busy_before[0]) / max(busy_after[1] - busy_before[1], 1),
+            spent={k: kinds_after.get(k, 0.0) - kinds_before.get(k, 0.0) for k in kinds_after},
         )
-        print(
-            f"  manager CPU:                     {cpu_after - cpu_before:.1f} s ({(cpu_after - cpu_before) / wall * 100:.0f}% of one core)"
-        )
-        print(f"  manager peak RSS:                {peak / 2**20:.0f} MiB")
-        print(f"  machine CPU busy (all cores):    {machine * 100:.0f}% (4 apiservers, 4 etcds, the manager, 3 agents, this script)")
-        spent = {k: kinds_after.get(k, 0.0) - kinds_before.get(k, 0.0) for k in kinds_after}
-        print("  CPU seconds by process kind:     " + ", ".join(f"{k} {v:.1f}" for k, v in sorted(spent.items(), key=lambda kv: -kv[1])))
     finally:
+        await client.close()
         for process in processes:
             process.terminate()
         for process in processes:
@@ -251,6 +309,39 @@ async def main(args: argparse.Namespace) -> None:
                 process.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 process.kill()
+
+
+def report(result: KfedBurst, dispatcher: str) -> None:
+    b = result.burst
+    count, wall = b.count, b.wall
+    print(f"kfed MultiKueue benchmark: 1 manager, {len(WORKERS)} workers, {b.jobs} suspended Jobs in a burst, no pods run")
+    print(f"  dispatcher:                      {dispatcher}")
+    print(f"  client QPS/burst per cluster:    {result.qps:g}/{result.client_burst}")
+    print(f"  submission took:                 {b.submit_seconds:.1f} s")
+    print(f"  admitted:                        {count} in {wall:.1f} s -> {count / wall:.1f} workloads/s")
+    print(f"  P95 quota reservation (manager): {p95(b.reservation()):.2f} s")
+    print(f"  P95 submission to admission:     {p95(b.admission()):.2f} s")
+    per = max(count, 1)
+    total = result.manager_requests + result.remote_requests + result.agent_requests
+    print(
+        f"  API requests per workload:       {total / per:.1f} "
+        f"(manager->manager {result.manager_requests / per:.1f}, manager->workers {result.remote_requests / per:.1f}, "
+        f"worker agents {result.agent_requests / per:.1f})"
+    )
+    cpu = result.manager_cpu
+    print(f"  manager CPU:                     {cpu:.1f} s ({cpu / wall * 100:.0f}% of one core)")
+    print(f"  manager peak RSS:                {result.manager_peak_rss / 2**20:.0f} MiB")
+    print(f"  machine CPU busy (all cores):    {result.busy * 100:.0f}% (4 apiservers, 4 etcds, the manager, 3 agents, this script)")
+    print("  CPU seconds by process kind:     " + ", ".join(f"{k} {v:.1f}" for k, v in sorted(result.spent.items(), key=lambda kv: -kv[1])))
+
+
+async def main(args: argparse.Namespace) -> None:
+    base = Path(tempfile.mkdtemp(prefix="kfed-mk-bench-"))
+    provider = LocalProvider(base)
+    clusters = provider.create(["manager", *WORKERS])
+    try:
+        report(await run_kfed(clusters[0], clusters[1:], base, args), args.dispatcher)
+    finally:
         provider.delete_all()
 
 
@@ -261,4 +352,5 @@ if __name__ == "__main__":
     parser.add_argument("--burst", type=int, default=500)
     parser.add_argument("--submitters", type=int, default=50, help="concurrent creates while submitting")
     parser.add_argument("--timeout", type=float, default=600)
+    parser.add_argument("--dispatcher", choices=sorted(DISPATCHERS), default="all-at-once", help="the manager's MultiKueue dispatcher")
     asyncio.run(main(parser.parse_args()))

@@ -1,19 +1,29 @@
 #!/usr/bin/env bash
-# Build (or reuse) upstream Kueue for the interoperability tests (tests/e2e/test_upstream_kueue.py).
+# Build (or reuse) upstream Kueue for the interoperability tests (tests/e2e/test_upstream_kueue.py)
+# and for the side-by-side benchmark (benchmarks/compare_kueue.py).
 #
 #   hack/kueue/build.sh         prints the directory holding kueue, crds/ and webhook-manifests.yaml
+#   hack/kueue/build.sh perf    prints the directory holding Kueue's scheduler performance harness:
+#                               runner and minimalkueue (test/performance/scheduler), crds/ and
+#                               configs/ (the harness's generator configurations)
 #
-# The manager binary is built from the pinned sigs.k8s.io/kueue module (cmd/kueue) through a
-# generated wrapper module, and cached by version under ${KFED_CACHE_DIR:-~/.cache/kfed}, with
-# the release's CRDs and webhook manifests beside it. Nothing built here is ever committed.
+# Each is built from the pinned sigs.k8s.io/kueue module (the manager from cmd/kueue, the harness
+# from test/performance/scheduler, both inside the module's zip) through a generated wrapper
+# module, and cached by version under ${KFED_CACHE_DIR:-~/.cache/kfed}, with the release's CRDs
+# beside it. Nothing built here is ever committed.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=versions.env
 source "$here/versions.env"
 # shellcheck source=../lib/cache.sh
 source "$here/../lib/cache.sh"
-cached_build "kueue-${KUEUE_VERSION}" "build upstream Kueue ${KUEUE_VERSION}" \
-  "building Kueue ${KUEUE_VERSION} from its Go module"
+target=${1:-manager}
+case "$target" in
+  manager) out_name="kueue-${KUEUE_VERSION}"; what="Kueue ${KUEUE_VERSION}'s manager" ;;
+  perf) out_name="kueue-perf-${KUEUE_VERSION}"; what="Kueue ${KUEUE_VERSION}'s scheduler performance runner and minimalkueue" ;;
+  *) echo "usage: $0 [manager|perf]" >&2; exit 2 ;;
+esac
+cached_build "$out_name" "build upstream Kueue ${KUEUE_VERSION}" "building $what from its Go module"
 mkdir -p "$out/module" "$out/crds"
 # Writes the wrapper go.mod (with Kueue's own replace directives) and prints the module's
 # directory and commit.
@@ -29,8 +39,22 @@ ldflags+=" -X sigs.k8s.io/kueue/pkg/version.GitCommit=${commit}"
 ldflags+=" -X sigs.k8s.io/kueue/pkg/version.BuildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
 # -mod=mod lets the wrapper's go.mod stay one line: the versions are exactly those Kueue's
 # go.mod selects.
-CGO_ENABLED=0 go build -mod=mod -trimpath -ldflags "$ldflags" -o "$out/kueue" sigs.k8s.io/kueue/cmd/kueue >&2
+build() { CGO_ENABLED=0 go build -mod=mod -trimpath -ldflags "$ldflags" -o "$1" "$2" >&2; }
+if [[ "$target" == manager ]]; then
+  build "$out/kueue" sigs.k8s.io/kueue/cmd/kueue
+  cp "$source_dir/config/components/webhook/manifests.yaml" "$out/webhook-manifests.yaml"
+  chmod u+w "$out/webhook-manifests.yaml"
+else
+  harness=sigs.k8s.io/kueue/test/performance/scheduler
+  if [[ ! -d "$source_dir/test/performance/scheduler/runner" ]]; then
+    echo "Kueue ${KUEUE_VERSION}'s module has no test/performance/scheduler/runner" >&2
+    exit 1
+  fi
+  build "$out/runner" "$harness/runner"
+  build "$out/minimalkueue" "$harness/minimalkueue"
+  cp -r "$source_dir/test/performance/scheduler/configs" "$out/configs"
+  chmod -R u+w "$out/configs"
+fi
 cp "$source_dir"/config/components/crd/bases/*.yaml "$out/crds/"
-cp "$source_dir/config/components/webhook/manifests.yaml" "$out/webhook-manifests.yaml"
-chmod -R u+w "$out/crds" "$out/webhook-manifests.yaml"
-finish_build "$out" "$out" "$out/kueue"
+chmod -R u+w "$out/crds"
+finish_build "$out"

@@ -78,6 +78,10 @@ class AdmissionController:
         self.is_leader = False
         self._wake = asyncio.Event()
         self._inflight: set[str] = set()
+        # Flushed while a write of theirs was in flight: flushed again once that write is done.
+        # (Re-flushing them every round until then rebuilt their status once per event, for as
+        # many workloads as had writes queued behind the client's rate limit.)
+        self._held: set[str] = set()
         self._writes = asyncio.Semaphore(write_concurrency)
         self._tasks: set[asyncio.Task[None]] = set()
         self._queue_status: dict[str, dict[str, Any]] = {}
@@ -243,7 +247,7 @@ class AdmissionController:
     def _issue(self, writes: list[StatusWrite]) -> None:
         for write in writes:
             if write.key in self._inflight:
-                self.state.redo(write.key)  # one write per workload at a time; redo after it
+                self._held.add(write.key)  # one write per workload at a time; redo after it
                 continue
             self._inflight.add(write.key)
             task = asyncio.create_task(self._write(write))
@@ -276,6 +280,9 @@ class AdmissionController:
             self.state.write_failed(write, self.clock(), self.caches.workloads.get(write.key))
         finally:
             self._inflight.discard(write.key)
+            if write.key in self._held:
+                self._held.discard(write.key)
+                self.state.redo(write.key)
             self._wake.set()
 
     async def _write_queue_status(self, now: datetime) -> None:

@@ -54,6 +54,7 @@ from manager.engine.workload import (
 NO_LONGER_FITS = "Workload no longer fits after processing another workload"
 OVERLAPPING_TARGETS = "Workload has overlapping preemption targets with another workload"
 BYPASSED = "Bypassed scheduling evaluation because an equivalent workload recently failed"
+NO_RESERVATION_MESSAGE = "The workload has no reservation"
 
 
 @dataclass(frozen=True)
@@ -242,7 +243,7 @@ class Scheduler:
 
     def _not_admitted(self, wl: WorkloadInfo, reason: str, message: str, now: datetime) -> None:
         wl.set_condition(c.QUOTA_RESERVED, "False", reason, message, now)
-        wl.set_condition(c.ADMITTED, "False", REASON_NO_RESERVATION, "The workload has no reservation", now)
+        wl.set_condition(c.ADMITTED, "False", REASON_NO_RESERVATION, NO_RESERVATION_MESSAGE, now)
 
     def pending_count(self, cq: str) -> int:
         queue = self.queues.get(cq)
@@ -297,7 +298,7 @@ class Scheduler:
         # A cycle changes something when it admits, preempts, parks a head as inadmissible, or
         # changes what a head's status or flavor scan says; a blocked StrictFIFO head does none.
         result.changed = bool(result.admitted or result.preemptions) or any(
-            entry.wl.key not in self.queues[entry.cq.name].active or self._observed(entry.wl) != before[entry.wl.key] for entry in heads
+            not self.queues[entry.cq.name].is_active(entry.wl.key) or self._observed(entry.wl) != before[entry.wl.key] for entry in heads
         )
         return result
 
@@ -612,7 +613,7 @@ class Scheduler:
     def sync_admitted(self, wl: WorkloadInfo, now: datetime) -> None:
         """Kueue's SyncAdmittedCondition: Admitted once quota is reserved and every check is Ready."""
         if not wl.reserved:
-            wl.set_condition(c.ADMITTED, "False", REASON_NO_RESERVATION, "The workload has no reservation", now)
+            wl.set_condition(c.ADMITTED, "False", REASON_NO_RESERVATION, NO_RESERVATION_MESSAGE, now)
         elif all(state == "Ready" for state in wl.checks.values()):
             wl.set_condition(c.ADMITTED, "True", REASON_ADMITTED, "The workload is admitted", now)
         else:
@@ -632,10 +633,26 @@ class Scheduler:
         moved = queue.requeue(wl, entry.requeue_reason, pending_flavors=pending, status_reason=entry.skip_reason)
         if entry.skip_reason:
             wl.resource_requests = [(ps.name, ps.total()) for ps in wl.pod_sets]
-        result.touched.extend(other.key for other in moved)
+        reason = entry.skip_reason or REASON_PENDING_EVALUATION
         for other in moved:
             # Same as Kueue's workload controller for an equivalence class that just failed.
-            self._not_admitted(other, entry.skip_reason or REASON_PENDING_EVALUATION, BYPASSED, now)
+            # Most of the class already says so (parked the same way before the last requeue):
+            # those change nothing and are not touched, so a flush does not look at them again.
+            if self._says_not_admitted(other, reason, BYPASSED):
+                continue
+            self._not_admitted(other, reason, BYPASSED, now)
+            result.touched.append(other.key)
+
+    @staticmethod
+    def _says_not_admitted(wl: WorkloadInfo, reason: str, message: str) -> bool:
+        """Whether `_not_admitted(wl, reason, message)` would leave its conditions as they are."""
+        reserved, admitted = wl.conditions.get(c.QUOTA_RESERVED), wl.conditions.get(c.ADMITTED)
+        return (
+            reserved is not None
+            and admitted is not None
+            and (reserved.status, reserved.reason, reserved.message) == ("False", reason, message)
+            and (admitted.status, admitted.reason, admitted.message) == ("False", REASON_NO_RESERVATION, NO_RESERVATION_MESSAGE)
+        )
 
     def _complete_preemptions(self, result: CycleResult, now: datetime) -> None:
         """Evictions issued in this cycle complete at its end: the victims release their quota."""
