@@ -66,6 +66,7 @@ class SimulationResult:
     workloads: list[Workload]
     cluster_queues: list[ClusterQueue]
     infos: list[WorkloadInfo] = field(default_factory=list)
+    untracked: list[Workload] = field(default_factory=list)  # finished or being deleted: as given
     admitted: int = 0
     preemptions: int = 0
     decisions: int = 0
@@ -123,6 +124,9 @@ class Simulation:
         for wl, source in sorted(built, key=lambda item: item[0].key):
             self.state.upsert_workload(wl, self.start)
             self._raise_if_unreadable(wl, source)
+        # Finished Workloads (and ones being deleted without quota) are no business of the
+        # admission side, as on a cluster: they hold nothing and come out as they went in.
+        self.untracked = sorted((wl for wl, _ in built if wl.key not in self.state.infos), key=lambda wl: wl.key)
         # Stop policies and deactivations evict running workloads as they come in.
         for info in self.workloads:
             if info.evicted:
@@ -284,7 +288,8 @@ class Simulation:
         return SimulationResult(
             cycles=self.cycles,
             converged=converged,
-            workloads=[self._workload_out(info) for info in infos],
+            workloads=sorted([*(self._workload_out(info) for info in infos), *map(_stored, self.untracked)], key=lambda wl: wl.key),
+            untracked=self.untracked,
             cluster_queues=cluster_queues,
             infos=infos,
             admitted=self.admitted,
@@ -298,9 +303,14 @@ class Simulation:
         metadata = info.obj.metadata
         if metadata.uid is None:
             metadata = metadata.model_copy(update={"uid": info.uid})
-        return info.obj.model_copy(update={"api_version": f"{c.GROUP}/{c.STORAGE_VERSION}", "metadata": metadata})
+        return _stored(info.obj.model_copy(update={"metadata": metadata}))
 
     def _cluster_queue_out(self, name: str) -> ClusterQueue:
         status = self.state.cluster_queue_status(name, self.start)
         obj = self.state.cluster_queue_objects[name]
         return obj.model_copy(update={"api_version": f"{c.GROUP}/{c.STORAGE_VERSION}", "status": status})
+
+
+def _stored(wl: Workload) -> Workload:
+    """A Workload as the apiserver returns it: in the storage version."""
+    return wl.model_copy(update={"api_version": f"{c.GROUP}/{c.STORAGE_VERSION}"})

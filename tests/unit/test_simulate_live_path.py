@@ -57,3 +57,15 @@ def test_the_output_is_what_the_admission_controller_wrote() -> None:
     by_name = {wl.name: wl for wl in outcome.result.workloads}
     for info in outcome.result.infos:
         assert by_name[info.name].status == info.obj.status
+
+
+def test_a_finished_workload_holds_no_quota_and_comes_out_as_given() -> None:
+    done = workload("done", "q", {"cpu": "2"}, admitted=RUNNING, created=0)
+    done["status"]["conditions"].append(
+        {"type": c.FINISHED, "status": "True", "reason": "Succeeded", "message": "done", "lastTransitionTime": "2026-01-01T00:00:01Z"}
+    )
+    outcome = run(setup() + [done, workload("next", "q", {"cpu": "2"})])
+    assert outcome.admitted() == ["next"]
+    (finished,) = [wl for wl in outcome.result.workloads if wl.name == "done"]
+    assert finished.status is not None and finished.status.admission is not None, "its status is left as it was"
+    assert [wl.name for wl in outcome.result.untracked] == ["done"]
