@@ -197,14 +197,10 @@ def main() -> int:
     heads_per_cycle: list[int] = []
     start = time.perf_counter()
     while simulation.cycles < args.max_cycles:
-        simulation.cycles += 1
         t = time.perf_counter()
-        outcome = simulation.scheduler.cycle(simulation.now())
+        outcome = simulation.step()
         cycle_times.append(time.perf_counter() - t)
         heads_per_cycle.append(outcome.heads)
-        simulation.decisions += outcome.heads
-        simulation.admitted += len(outcome.admitted)
-        simulation.preemptions += len(outcome.preemptions)
         if not outcome.changed:
             break
     ran = time.perf_counter() - start

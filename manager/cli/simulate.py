@@ -12,7 +12,7 @@ import yaml
 from manager.api import constants as c
 from manager.cli.files import load_paths
 from manager.engine.simulate import SIMULATED_KINDS, Simulation, SimulationError, SimulationResult, Source, group_of
-from manager.engine.workload import WorkloadInfo
+from manager.engine.workload import WorkloadInfo, is_finished
 
 
 def add_command(commands: Any) -> None:
@@ -113,6 +113,9 @@ def render_table(result: SimulationResult) -> str:
     for info in result.infos:
         cq_name = info.admission_cq or info.cluster_queue or "-"
         rows.append([info.namespace, info.name, info.queue_name or "-", cq_name, _state(info), _flavors(info), _reason(info)])
+    for wl in result.untracked:
+        state = "Finished" if is_finished(wl) else "Deleting"
+        rows.append([wl.namespace, wl.name, wl.spec.queue_name or "-", "-", state, "-", ""])
     out = _table(rows) if len(rows) > 1 else "No workloads.\n"
     cq_rows = [["CLUSTERQUEUE", "COHORT", "PENDING", "RESERVING", "ADMITTED", "USAGE"]]
     for cq in result.cluster_queues:

@@ -170,12 +170,8 @@ class Scheduler:
         *,
         config: Configuration | None = None,
         namespaces: dict[str, dict[str, str]] | None = None,
-        evict_immediately: bool = True,
     ) -> None:
         self.cache = cache
-        # The simulator completes an eviction at once; on a cluster the victim keeps its quota
-        # until its job has stopped (the job integration then releases it).
-        self.evict_immediately = evict_immediately
         self.config = config or Configuration()
         self.namespaces = namespaces if namespaces is not None else {}
         fair = self.config.fair_sharing
@@ -294,7 +290,7 @@ class Scheduler:
             cq.node.remove_usages(usage)
         for entry in heads:
             self._finish(entry, result, now)
-        self._complete_preemptions(result, now)
+        self._mark_preemptions(result, now)
         # A cycle changes something when it admits, preempts, parks a head as inadmissible, or
         # changes what a head's status or flavor scan says; a blocked StrictFIFO head does none.
         result.changed = bool(result.admitted or result.preemptions) or any(
@@ -654,10 +650,9 @@ class Scheduler:
             and (admitted.status, admitted.reason, admitted.message) == ("False", REASON_NO_RESERVATION, NO_RESERVATION_MESSAGE)
         )
 
-    def _complete_preemptions(self, result: CycleResult, now: datetime) -> None:
-        """Evictions issued in this cycle complete at its end: the victims release their quota."""
-        touched_roots: set[int] = set()
-        roots = []
+    def _mark_preemptions(self, result: CycleResult, now: datetime) -> None:
+        """Evictions issued in this cycle: the victims get Evicted and Preempted, and keep their
+        quota until their job has stopped (the caller then calls `AdmissionState.finish_eviction`)."""
         for preemption in result.preemptions:
             victim, preemptor = preemption.victim, preemption.preemptor
             if not victim.reserved:
@@ -673,16 +668,6 @@ class Scheduler:
             )
             victim.set_condition(c.EVICTED, "True", REASON_PREEMPTED, message, now)
             victim.set_condition(c.PREEMPTED, "True", preemption.reason, message, now)
-            if not self.evict_immediately:
-                continue
-            self.release(victim, now, reason=REASON_PENDING_EVALUATION, message=message)
-            victim.set_condition(c.REQUEUED, "True", REASON_PREEMPTED, message, now)
-            root = preemption.victim_cq.node.root()
-            if id(root) not in touched_roots:
-                touched_roots.add(id(root))
-                roots.append(root)
-        for root in roots:
-            self.requeue_inadmissible_in_tree(root)
 
     def release(self, wl: WorkloadInfo, now: datetime, *, reason: str, message: str) -> None:
         """Give back a workload's quota and make it pending again (after an eviction)."""

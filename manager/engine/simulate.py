@@ -1,7 +1,8 @@
 """`kfed simulate`: Kueue's scheduling cycles over a set of manifests, with no cluster.
 
-Pure: takes typed objects (as the manifest loader returns them), returns the final
-Workloads and ClusterQueues with the status Kueue would write.
+Pure: takes typed objects (as the manifest loader returns them), runs the live admission
+path's `AdmissionState` over them, and returns the final Workloads and ClusterQueues with
+the status the admission controller would have written.
 """
 
 from __future__ import annotations
@@ -23,21 +24,13 @@ from manager.api.kueue import (
     ClusterQueue,
     Workload,
 )
-from manager.engine.cache import Cache, ClusterQueueInfo
+from manager.engine.cache import Cache
 from manager.engine.integrations.adapter import construct_workload
 from manager.engine.integrations.registry import BATCH_JOB
 from manager.engine.jobs import JobConversionError, job_queue_name
-from manager.engine.requests import RequestError, limit_range_defaults
-from manager.engine.scheduler import Scheduler
-from manager.engine.status import cluster_queue_status, workload_status
-from manager.engine.workload import (
-    REASON_PENDING_EVALUATION,
-    WorkloadInfo,
-    build_info,
-    stable_uid,
-    stop_policy_eviction,
-    workload_priority,
-)
+from manager.engine.scheduler import CycleResult, Scheduler
+from manager.engine.state import AdmissionState, StatusWrite
+from manager.engine.workload import WorkloadInfo, stable_uid
 
 DEFAULT_MAX_CYCLES = 10_000
 DEFAULT_EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
@@ -75,6 +68,7 @@ class SimulationResult:
     workloads: list[Workload]
     cluster_queues: list[ClusterQueue]
     infos: list[WorkloadInfo] = field(default_factory=list)
+    untracked: list[Workload] = field(default_factory=list)  # finished or being deleted: as given
     admitted: int = 0
     preemptions: int = 0
     decisions: int = 0
@@ -102,59 +96,64 @@ def _document_hash(obj: BaseModel) -> str:
 
 
 class Simulation:
-    """Builds the engine from objects and runs cycles."""
+    """`kfed simulate` as a driver over the live path's `AdmissionState`: it feeds the objects in,
+    runs cycles, applies the status writes to its in-memory objects, and stands in for the Job
+    controller, which gives an evicted workload's quota back once its job has stopped (at once
+    here, since nothing runs)."""
 
     def __init__(self, sources: Sequence[Source]) -> None:
         self.notes: list[str] = []
         sources = self._deduplicate(sources)
-        flavors, cohorts, cqs, lqs = [], [], [], []
-        self.wpcs: dict[str, kueue.WorkloadPriorityClass] = {}
-        self.pcs: dict[str, PriorityClass] = {}
-        self.namespaces: dict[str, dict[str, str]] = {}
-        limit_ranges: dict[str, list[LimitRange]] = {}
-        config: Configuration | None = None
+        configs = [source.obj for source in sources if isinstance(source.obj, Configuration)]
+        self.state = AdmissionState(configs[-1] if configs else None, admission_checks_known=False)
         workload_sources: list[Source] = []
         for source in sources:
-            obj = source.obj
-            if isinstance(obj, kueue.ResourceFlavor):
-                flavors.append(obj)
-            elif isinstance(obj, kueue.Cohort):
-                cohorts.append(obj)
-            elif isinstance(obj, kueue.ClusterQueue):
-                cqs.append(obj)
-            elif isinstance(obj, kueue.LocalQueue):
-                lqs.append(obj)
-            elif isinstance(obj, kueue.WorkloadPriorityClass):
-                self.wpcs[obj.name] = obj
-            elif isinstance(obj, PriorityClass):
-                self.pcs[obj.name] = obj
-            elif isinstance(obj, Namespace):
-                labels = dict(obj.metadata.labels or {})
-                labels["kubernetes.io/metadata.name"] = obj.name
-                self.namespaces[obj.name] = labels
-            elif isinstance(obj, LimitRange):
-                limit_ranges.setdefault(obj.namespace or "default", []).append(obj)
-            elif isinstance(obj, Configuration):
-                config = obj
-            elif isinstance(obj, (Workload, Job)):
+            if isinstance(source.obj, (Workload, Job)):
                 workload_sources.append(source)
-        self.config = config or Configuration()
-        self.cache = Cache(flavors=flavors, cluster_queues=cqs, cohorts=cohorts, local_queues=lqs)
-        self.workloads = self._workloads(workload_sources, limit_ranges)
-        for wl in self.workloads:
-            self.namespaces.setdefault(wl.namespace, {"kubernetes.io/metadata.name": wl.namespace})
-        for lq in lqs:
-            self.namespaces.setdefault(lq.namespace, {"kubernetes.io/metadata.name": lq.namespace})
-        self.scheduler = Scheduler(self.cache, config=self.config, namespaces=self.namespaces)
-        latest = max((wl.created for wl in self.workloads), default=DEFAULT_EPOCH)
+            else:
+                self._feed(source.obj)
+        built = self._workloads(workload_sources)
+        for namespace in sorted({wl.namespace for wl, _ in built} | {lq.namespace for lq in self.state.local_queues.values()}):
+            if namespace not in self.state.namespaces:
+                self.state.upsert_namespace(namespace, {})
+        latest = max((wl.metadata.creation_timestamp or DEFAULT_EPOCH for wl, _ in built), default=DEFAULT_EPOCH)
         self.start = latest.replace(microsecond=0) + timedelta(seconds=1)
         self.cycles = 0
         self.admitted = 0
         self.preemptions = 0
         self.decisions = 0
-        self._place(self.start)
+        self.state.rebuild_if_needed(self.start)
+        for wl, source in sorted(built, key=lambda item: item[0].key):
+            self.state.upsert_workload(wl, self.start)
+            self._raise_if_unreadable(wl, source)
+        # Finished Workloads (and ones being deleted without quota) are no business of the
+        # admission side, as on a cluster: they hold nothing and come out as they went in.
+        self.untracked = sorted((wl for wl, _ in built if wl.key not in self.state.infos), key=lambda wl: wl.key)
+        # Stop policies and deactivations evict running workloads as they come in.
+        for info in self.workloads:
+            if info.evicted:
+                self.state.finish_eviction(info.key, self.start)
 
     # --- building ---------------------------------------------------------------------------------
+    def _feed(self, obj: BaseModel) -> None:
+        state = self.state
+        if isinstance(obj, kueue.ResourceFlavor):
+            state.upsert_flavor(obj)
+        elif isinstance(obj, kueue.Cohort):
+            state.upsert_cohort(obj)
+        elif isinstance(obj, kueue.ClusterQueue):
+            state.upsert_cluster_queue(obj)
+        elif isinstance(obj, kueue.LocalQueue):
+            state.upsert_local_queue(obj)
+        elif isinstance(obj, (kueue.WorkloadPriorityClass, PriorityClass)):
+            state.upsert_priority_class(obj)
+        elif isinstance(obj, Namespace):
+            state.upsert_namespace(obj.name, dict(obj.metadata.labels or {}))
+        elif isinstance(obj, LimitRange):
+            if not obj.metadata.namespace:
+                obj.metadata.namespace = "default"
+            state.upsert_limit_range(obj)
+
     def _deduplicate(self, sources: Sequence[Source]) -> list[Source]:
         """Same as `kubectl apply -f`: a later definition of the same object replaces the earlier one."""
         latest: dict[tuple[str, str, str, str], int] = {}
@@ -171,7 +170,9 @@ class Simulation:
         keep = set(latest.values())
         return [s for i, s in enumerate(sources) if i in keep or not getattr(getattr(s.obj, "metadata", None), "name", None)]
 
-    def _workloads(self, sources: list[Source], limit_ranges: dict[str, list[LimitRange]]) -> list[WorkloadInfo]:
+    def _workloads(self, sources: list[Source]) -> list[tuple[Workload, Source]]:
+        """The Workloads to feed in (built from Jobs where needed), each with a namespace and a
+        creation time: workloads without one are created just after the latest given, in input order."""
         explicit = [
             s.obj.metadata.creation_timestamp for s in sources if isinstance(s.obj, (Workload, Job)) and s.obj.metadata.creation_timestamp
         ]
@@ -179,7 +180,7 @@ class Simulation:
         if base.tzinfo is None:
             base = base.replace(tzinfo=UTC)
         untimed = 0
-        out: list[WorkloadInfo] = []
+        out: list[tuple[Workload, Source]] = []
         seen: dict[str, str] = {}
         for source in sources:
             obj = source.obj
@@ -195,24 +196,14 @@ class Simulation:
             created = wl.metadata.creation_timestamp
             if created is None:
                 untimed += 1
-                created = base + timedelta(milliseconds=untimed)
-                wl.metadata.creation_timestamp = created
+                wl.metadata.creation_timestamp = base + timedelta(milliseconds=untimed)
             elif created.tzinfo is None:
-                created = created.replace(tzinfo=UTC)
+                wl.metadata.creation_timestamp = created.replace(tzinfo=UTC)
             key = f"{wl.namespace}/{wl.name}"
             if key in seen:
                 raise SimulationError(f"{source.where}: metadata.name: Duplicate value: Workload {key} is also defined by {seen[key]}")
             seen[key] = source.where
-            defaults = limit_range_defaults(limit_ranges.get(wl.namespace, []))
-            try:
-                info = build_info(wl, priority=self._priority(wl), created=created, config=self.config, defaults=defaults)
-            except RequestError as err:
-                message = str(err)
-                if isinstance(source.obj, Job):
-                    # Name the Job's own field, not the Workload built from it.
-                    message = message.replace("spec.podSets[0].template.", "spec.template.", 1)
-                raise SimulationError(f"{source.where}: {message}") from None
-            out.append(info)
+            out.append((wl, source))
         return out
 
     def _job_workload(self, source: Source, job: Job) -> Workload | None:
@@ -227,43 +218,51 @@ class Simulation:
         queued = job.model_copy(deep=True)
         queued.metadata.uid = job.metadata.uid or stable_uid(f"Job/{job.namespace}/{job.name}")
         try:
-            return construct_workload(BATCH_JOB, queued, workload_priority_classes=self.wpcs, priority_classes=self.pcs)
+            return construct_workload(BATCH_JOB, queued, workload_priority_classes=self.state.wpcs, priority_classes=self.state.pcs)
         except JobConversionError as err:
             raise SimulationError(f"{source.where}: {err}") from None
 
-    def _priority(self, wl: Workload) -> int:
-        return workload_priority(wl, self.wpcs, self.pcs)
+    def _raise_if_unreadable(self, wl: Workload, source: Source) -> None:
+        message = self.state.errors.get(wl.key)
+        if message is None:
+            return
+        if isinstance(source.obj, Job):
+            # Name the Job's own field, not the Workload built from it.
+            message = message.replace("spec.podSets[0].template.", "spec.template.", 1)
+        raise SimulationError(f"{source.where}: {message}")
 
-    def _place(self, now: datetime) -> None:
-        """Running workloads hold quota; the rest are queued (stop policies applied first)."""
-        for wl in sorted(self.workloads, key=lambda w: w.key):
-            if wl.reserved:
-                self.cache.reserve_admitted(wl)
-        for wl in sorted(self.workloads, key=lambda w: w.key):
-            if wl.reserved:
-                self._apply_stop_policies(wl, now)
-            else:
-                self.scheduler.enqueue(wl, now)
+    # --- the state the live path keeps ----------------------------------------------------------------
+    @property
+    def config(self) -> Configuration:
+        return self.state.config
 
-    def _apply_stop_policies(self, wl: WorkloadInfo, now: datetime) -> None:
-        eviction = stop_policy_eviction(wl, self.cache)
-        if eviction is not None:
-            reason, message = eviction
-            wl.set_condition(c.EVICTED, "True", reason, message, now)
-            self.scheduler.release(wl, now, reason=REASON_PENDING_EVALUATION, message=message)
+    @property
+    def cache(self) -> Cache:
+        return self.state.cache
+
+    @property
+    def scheduler(self) -> Scheduler:
+        return self.state.scheduler
+
+    @property
+    def workloads(self) -> list[WorkloadInfo]:
+        return sorted(self.state.infos.values(), key=lambda w: w.key)
 
     # --- running --------------------------------------------------------------------------------------
     def now(self) -> datetime:
         return self.start + timedelta(seconds=self.cycles)
 
-    def step(self) -> bool:
-        """Run one cycle; True if it changed anything."""
+    def step(self) -> CycleResult:
+        """Run one cycle, then stop the victims' jobs (which gives their quota back)."""
         self.cycles += 1
-        outcome = self.scheduler.cycle(self.now())
+        now = self.now()
+        outcome = self.state.cycle(now)
+        for preemption in outcome.preemptions:
+            self.state.finish_eviction(preemption.victim.key, now)
         self.admitted += len(outcome.admitted)
         self.preemptions += len(outcome.preemptions)
         self.decisions += outcome.heads
-        return outcome.changed
+        return outcome
 
     def run(self, cycles: int | None = None, *, max_cycles: int = DEFAULT_MAX_CYCLES) -> SimulationResult:
         converged = False
@@ -273,21 +272,29 @@ class Simulation:
             converged = True
         else:
             while self.cycles < max_cycles:
-                if not self.step():
+                if not self.step().changed:
                     converged = True
                     break
         return self.result(converged)
 
+    def _write(self, write: StatusWrite) -> None:
+        """What the apiserver does with the admission controller's status write."""
+        info = self.state.infos[write.key]
+        self.state.write_succeeded(write, info.obj.model_copy(update={"status": write.status}))
+
     # --- output --------------------------------------------------------------------------------------
     def result(self, converged: bool = True) -> SimulationResult:
-        workloads = [self._workload_out(info) for info in sorted(self.workloads, key=lambda w: w.key)]
-        cluster_queues = [self._cluster_queue_out(cq) for _, cq in sorted(self.cache.cluster_queues.items())]
+        for write in self.state.flush(self.now()):
+            self._write(write)
+        infos = self.workloads
+        cluster_queues = [self._cluster_queue_out(name) for name in sorted(self.cache.cluster_queues)]
         return SimulationResult(
             cycles=self.cycles,
             converged=converged,
-            workloads=workloads,
+            workloads=sorted([*(self._workload_out(info) for info in infos), *map(_stored, self.untracked)], key=lambda wl: wl.key),
+            untracked=self.untracked,
             cluster_queues=cluster_queues,
-            infos=sorted(self.workloads, key=lambda w: w.key),
+            infos=infos,
             admitted=self.admitted,
             preemptions=self.preemptions,
             decisions=self.decisions,
@@ -299,9 +306,14 @@ class Simulation:
         metadata = info.obj.metadata
         if metadata.uid is None:
             metadata = metadata.model_copy(update={"uid": info.uid})
-        update = {"api_version": f"{c.GROUP}/{c.STORAGE_VERSION}", "metadata": metadata, "status": workload_status(info, now=self.now())}
-        return info.obj.model_copy(update=update)
+        return _stored(info.obj.model_copy(update={"metadata": metadata}))
 
-    def _cluster_queue_out(self, cq: ClusterQueueInfo) -> ClusterQueue:
-        status = cluster_queue_status(cq, self.scheduler, now=self.start)
-        return cq.obj.model_copy(update={"api_version": f"{c.GROUP}/{c.STORAGE_VERSION}", "status": status})
+    def _cluster_queue_out(self, name: str) -> ClusterQueue:
+        status = self.state.cluster_queue_status(name, self.start)
+        obj = self.state.cluster_queue_objects[name]
+        return obj.model_copy(update={"api_version": f"{c.GROUP}/{c.STORAGE_VERSION}", "status": status})
+
+
+def _stored(wl: Workload) -> Workload:
+    """A Workload as the apiserver returns it: in the storage version."""
+    return wl.model_copy(update={"api_version": f"{c.GROUP}/{c.STORAGE_VERSION}"})

@@ -66,10 +66,15 @@ class StatusWrite:
 class AdmissionState:
     """Everything the admission side knows, built from a cluster's objects."""
 
-    def __init__(self, config: Configuration | None = None, *, release_bare_evictions: bool = True) -> None:
+    def __init__(
+        self, config: Configuration | None = None, *, release_bare_evictions: bool = True, admission_checks_known: bool = True
+    ) -> None:
         self.config = config or Configuration()
         # An evicted Workload that no Job owns has nothing to stop; its quota goes back at once.
         self.release_bare_evictions = release_bare_evictions
+        # `kfed simulate` reads no AdmissionChecks: every check a ClusterQueue names then counts
+        # as present and active, instead of making the queue inactive.
+        self.admission_checks_known = admission_checks_known
         self.flavors: dict[str, kueue.ResourceFlavor] = {}
         self.cohorts: dict[str, kueue.Cohort] = {}
         self.cluster_queue_objects: dict[str, kueue.ClusterQueue] = {}
@@ -80,11 +85,11 @@ class AdmissionState:
         self.limit_ranges: dict[str, dict[str, LimitRange]] = {}
         self.admission_checks: dict[str, CheckInfo] = {}
         self.infos: dict[str, WorkloadInfo] = {}
-        self.errors: dict[str, str] = {}  # workloads the engine cannot read, and why
+        self.errors: dict[str, str] = {}  # workload key -> why the engine cannot read it
         self.assumed: set[str] = set()
         self.dirty: set[str] = set()
         self.cache = Cache()
-        self.scheduler = Scheduler(self.cache, config=self.config, namespaces=self.namespaces, evict_immediately=False)
+        self.scheduler = Scheduler(self.cache, config=self.config, namespaces=self.namespaces)
         self._needs_rebuild = True
 
     # --- configuration objects ---------------------------------------------------------------------
@@ -181,9 +186,9 @@ class AdmissionState:
             cluster_queues=self.cluster_queue_objects.values(),
             cohorts=self.cohorts.values(),
             local_queues=self.local_queues.values(),
-            admission_checks=self.admission_checks,
+            admission_checks=self.admission_checks if self.admission_checks_known else None,
         )
-        self.scheduler = Scheduler(self.cache, config=self.config, namespaces=self.namespaces, evict_immediately=False)
+        self.scheduler = Scheduler(self.cache, config=self.config, namespaces=self.namespaces)
         for key in sorted(self.infos):
             info = self.infos[key]
             info.last_assignment = None
@@ -208,7 +213,7 @@ class AdmissionState:
                 wl, priority=workload_priority(wl, self.wpcs, self.pcs), created=created, config=self.config, defaults=defaults
             )
         except RequestError as err:
-            self.errors[wl.key] = f"Workload {wl.key}: {err}"
+            self.errors[wl.key] = str(err)
             return None
         self.errors.pop(wl.key, None)
         return info

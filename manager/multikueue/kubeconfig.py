@@ -52,9 +52,11 @@ def _bad(message: str) -> KubeconfigRejectedError:
 
 
 def parse_kubeconfig(raw: bytes, *, allow_http: bool = False) -> dict[str, Any]:
-    """Parse and validate a worker kubeconfig; raises KubeconfigRejectedError (never quoting
+    """The one check of a worker kubeconfig, as the manager reads it from a Secret or a file:
+    parse it, then apply the rules; raises KubeconfigRejectedError (never quoting
     credentials). Content that is not a kubeconfig at all is BadKubeConfig. The reader is the
-    manifests' one, with its limits on size, depth and aliases."""
+    manifests' one, with its limits on size, depth and aliases. The MultiKueueCluster
+    controller, `kfed register` (through `validate_kubeconfig`) and the CLI all call it."""
     if len(raw) > MAX_KUBECONFIG_BYTES:
         raise _bad(f"failed to parse kubeconfig(apiconfig): larger than {MAX_KUBECONFIG_BYTES} bytes")
     try:
@@ -67,8 +69,19 @@ def parse_kubeconfig(raw: bytes, *, allow_http: bool = False) -> dict[str, Any]:
         raise _bad(f"failed to parse kubeconfig(apiconfig): the content is not valid YAML{where}") from None
     if len(documents) != 1 or not isinstance(documents[0], dict):
         raise _bad("failed to parse kubeconfig(apiconfig): expected one mapping")
-    validate_kubeconfig(documents[0], allow_http=allow_http)
+    _check_rules(documents[0], allow_http=allow_http)
     return documents[0]
+
+
+def validate_kubeconfig(data: dict[str, Any], *, allow_http: bool = False) -> None:
+    """`parse_kubeconfig` over a kubeconfig not yet stored: serialised as `kfed register` writes
+    it into the Secret, it passes the same checks (size and reader limits included) as the
+    manager applies when it reads the Secret."""
+    try:
+        raw = yaml.safe_dump(data).encode()
+    except yaml.YAMLError:
+        raise _bad("failed to parse kubeconfig(apiconfig): the content cannot be written as YAML") from None
+    parse_kubeconfig(raw, allow_http=allow_http)
 
 
 def _named(data: dict[str, Any], section: str, inner: str) -> dict[str, dict[str, Any]]:
@@ -134,7 +147,7 @@ def _check_server(name: str, server: str, *, allow_http: bool) -> None:
         raise _insecure(f"{field}: Forbidden: link-local and cloud metadata addresses are not allowed")
 
 
-def validate_kubeconfig(data: dict[str, Any], *, allow_http: bool = False) -> None:
+def _check_rules(data: dict[str, Any], *, allow_http: bool = False) -> None:
     """Kueue's validateKubeconfig (its messages), then kfed's own rules, which name the field:
     an https:// server that is not link-local or a metadata address and has no credentials in
     it, no proxy-url, no client certificate or key file. `allow_http` (the manager's
