@@ -14,12 +14,12 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from manager.api import constants as c
 from manager.api import kueue
-from manager.api.meta import Condition, OwnerReference, Resource
+from manager.api.meta import MAX_CONDITION_MESSAGE, Condition, OwnerReference, Resource, utcnow
 from manager.controllers.caches import Caches
 from manager.controllers.events import EventRecorder, InvolvedObject
 from manager.engine.integrations.adapter import JobAdapter
@@ -54,10 +54,6 @@ log = logging.getLogger("kfed.multikueue.workload")
 PROBLEM_RETRY = 5.0  # seconds before a copy that could not be made is tried again
 
 
-def _utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
 def owner_kind(ref: Any) -> str:
     """Kueue's GVK string, e.g. `batch/v1, Kind=Job`."""
     return f"{ref.api_version}, Kind={ref.kind}"
@@ -73,7 +69,7 @@ class WorkloadController:
         clusters: ClusterController,
         configs: Informer[kueue.MultiKueueConfig],
         recorder: EventRecorder | None = None,
-        clock: Callable[[], datetime] = _utcnow,
+        clock: Callable[[], datetime] = utcnow,
         workers: int = 16,
     ) -> None:
         self.client = client
@@ -504,7 +500,9 @@ class WorkloadController:
     async def _finish(self, local: kueue.Workload, reason: str, message: str) -> None:
         """Kueue's workloadfinish.Finish with the worker's reason and message."""
         old = local.status.conditions if local.status else None
-        cond = Condition(type=c.FINISHED, status="True", reason=reason, message=message[:32768], last_transition_time=self.clock())
+        cond = Condition(
+            type=c.FINISHED, status="True", reason=reason, message=message[:MAX_CONDITION_MESSAGE], last_transition_time=self.clock()
+        )
         conditions = [x.to_dict() for x in old or [] if x.type != c.FINISHED] + [cond.to_dict()]
         await self._patch_local(local, {"conditions": conditions})
 
