@@ -23,6 +23,7 @@ from manager.api.kueue import AdmissionCheckState, Workload
 from manager.api.meta import DNS_LABEL_PATTERN, MAX_CONDITION_MESSAGE, Condition, Resource, find_condition, is_condition_true
 from manager.engine.integrations.adapter import JobAdapter
 from manager.engine.integrations.registry import BATCH_JOB
+from manager.engine.workload import DEACTIVATION_TARGET, has_quota_reservation
 
 REASON_MULTIKUEUE = "MultiKueue"
 # kfed's own mark on a copy: which reservation of the manager's Workload it was made for. A
@@ -34,7 +35,6 @@ DISPATCH_ROUND_ANNOTATION = "kfed.dev/dispatch-round"
 # there only). The manager then watches and writes in those namespaces alone; without it,
 # the whole cluster, as in Kueue.
 WORKER_NAMESPACES_ANNOTATION = "kfed.dev/worker-namespaces"
-DEACTIVATION_TARGET = "DeactivationTarget"
 REASON_EVICTED_ON_MANAGER = "EvictedOnManagerCluster"
 JOB_ADAPTER_KIND = "batch/v1, Kind=Job"  # Kueue's GVK string of the batch Job, the adapter enabled by default
 SYNC_DEFERRED_REQUEUE = 2.0  # seconds: the manager Job is still suspended, try the status copy again
@@ -115,10 +115,6 @@ def multikueue_check(wl: Workload, name: str) -> AdmissionCheckState | None:
 
 def _conditions(wl: Workload) -> list[Condition] | None:
     return wl.status.conditions if wl.status else None
-
-
-def has_quota(wl: Workload) -> bool:
-    return wl.status is not None and wl.status.admission is not None and is_condition_true(wl.status.conditions, c.QUOTA_RESERVED)
 
 
 def _earliest(remotes: Mapping[str, Workload], kind: str) -> tuple[str, Condition] | None:
@@ -243,7 +239,7 @@ def plan_workload(inputs: WorkloadInputs) -> Plan:
             return plan
 
     # 3c. Finished here, or no quota here: no copy may stay anywhere.
-    if finished_here or not has_quota(local):
+    if finished_here or not has_quota_reservation(local):
         plan.delete = sorted(remotes)
         if unavailable:
             # Copies on unreachable workers are retried later (and the GC is the backstop).

@@ -24,12 +24,12 @@ from manager.controllers.caches import Caches
 from manager.controllers.events import EventRecorder, InvolvedObject
 from manager.engine.integrations.adapter import JobAdapter
 from manager.engine.integrations.registry import BATCH_JOB
+from manager.engine.workload import DEACTIVATION_TARGET, has_quota_reservation
 from manager.kube.client import JSON_PATCH, KubeClient
 from manager.kube.errors import AlreadyExistsError, ConflictError, KubeError, NotFoundError
 from manager.kube.informer import Informer
 from manager.multikueue.clusters import ClusterController
 from manager.multikueue.plan import (
-    DEACTIVATION_TARGET,
     REASON_EVICTED_ON_MANAGER,
     REASON_MULTIKUEUE,
     SYNC_DEFERRED_REQUEUE,
@@ -37,7 +37,6 @@ from manager.multikueue.plan import (
     ClusterHealth,
     Plan,
     WorkloadInputs,
-    has_quota,
     incremental_nomination,
     may_still_run_on,
     multikueue_check,
@@ -170,7 +169,7 @@ class WorkloadController:
             if not remote.ever_seen:
                 never_seen.add(cluster.name)
             copy = remote.last_known_workload(wl.key)
-            if copy is not None and has_quota(copy):
+            if copy is not None and has_quota_reservation(copy):
                 admitted_copies.add(cluster.name)
             cached = remote.job_for(wl.key, adapter)
             job_name = cached.name if cached is not None else (owner.name if owner is not None else None)
@@ -295,7 +294,7 @@ class WorkloadController:
             return False
         check = multikueue_check(local, check_name)
         status = local.status
-        if check is None or check.state != "Pending" or not has_quota(local) or (status and status.cluster_name):
+        if check is None or check.state != "Pending" or not has_quota_reservation(local) or (status and status.cluster_name):
             self.round_started.pop(local.key, None)
             return False
         nominated = list(status.nominated_cluster_names or []) if status else []
