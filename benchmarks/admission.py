@@ -144,6 +144,7 @@ class Baseline:
     manager_requests: float
     spent: dict[str, float]  # CPU seconds by process kind, the runner included
     busy: float  # share of the machine's CPU busy
+    started_at: float  # epoch seconds when the first Workload was due
 
     def waits(self, cls: str | None = None) -> list[float]:
         """Seconds from creation to first admission (no admission checks: reservation is admission)."""
@@ -222,7 +223,7 @@ async def run_baseline(
         done = asyncio.Event()
         total = sum(round(count * scale) for _, _, count, _, _, _ in CLASSES) * COHORTS * QUEUES_PER_COHORT
         finished = 0
-        start = time.monotonic()
+        start, started_at = time.monotonic(), time.time()
 
         async def finish_after(key: str, wl: kueue.Workload, runtime: float) -> None:
             nonlocal finished
@@ -306,7 +307,7 @@ async def run_baseline(
         spent = {k: kinds_after.get(k, 0.0) - kinds_before.get(k, 0.0) for k in kinds_after}
         spent["runner (this script)"] = runner_after - runner_before
         busy = (busy_after[0] - busy_before[0]) / max(busy_after[1] - busy_before[1], 1)
-        return Baseline(scale, total, wall, runs, qps, burst, cpu_after - cpu_before, peak, requests, spent, busy)
+        return Baseline(scale, total, wall, runs, qps, burst, cpu_after - cpu_before, peak, requests, spent, busy, started_at)
     finally:
         await client.close()
         if profiler is not None:

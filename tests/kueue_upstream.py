@@ -126,7 +126,7 @@ class UpstreamKueue:
     # Without webhooks (a benchmark whose objects arrive as the webhooks would leave them), the
     # apiserver never calls Kueue on the measured path.
     webhooks: bool = True
-    log_level: int = 2
+    log_level: str = "2"  # zap: a level name (info, error) or a verbosity above 0
     client_connection: dict[str, Any] | None = None
     health_port: int = field(default_factory=free_port)
     metrics_port: int = field(default_factory=free_port)
