@@ -393,12 +393,17 @@ def may_still_run_on(
     has passed since it was lost (Kueue's promise: after that its pods count as gone), when it
     admitted the Workload, when its last known Job was not stopped, when its last known copy
     was admitted there (`admitted_copies`: its agent may have started the Job since), or when
-    this manager has never seen it (`never_seen`: nothing is known)."""
+    this manager has never seen it (`never_seen`: nothing is known).
+
+    A connected worker counts while its Job is not stopped, and while its copy is still
+    admitted there and its admission agent runs: that agent may start a stopped Job at any moment
+    (seen: a Job read suspended, deleted as it was being started, run again elsewhere). The
+    eviction deactivates the copy, and the worker releases it once its Job has stopped."""
     for cluster in clusters:
         job = jobs.get(cluster.name)
         running = job is not None and not adapter.stopped(job)
         if cluster.connected:
-            if running:
+            if running or (cluster.name in admitted_copies and cluster.accepts_new):
                 return cluster.name
             continue
         if now - (cluster.lost_since or now) >= worker_lost_timeout:

@@ -24,7 +24,7 @@ from manager.controllers.caches import Caches
 from manager.controllers.events import EventRecorder, InvolvedObject
 from manager.engine.integrations.adapter import JobAdapter
 from manager.engine.integrations.registry import BATCH_JOB
-from manager.engine.workload import DEACTIVATION_TARGET, has_quota_reservation
+from manager.engine.workload import DEACTIVATION_TARGET, has_quota_reservation, is_admitted
 from manager.kube.client import JSON_PATCH, KubeClient
 from manager.kube.errors import AlreadyExistsError, ConflictError, KubeError, NotFoundError
 from manager.kube.informer import Informer
@@ -169,7 +169,7 @@ class WorkloadController:
             if not remote.ever_seen:
                 never_seen.add(cluster.name)
             copy = remote.last_known_workload(wl.key)
-            if copy is not None and has_quota_reservation(copy):
+            if copy is not None and is_admitted(copy):  # only an admitted copy's Job may be started
                 admitted_copies.add(cluster.name)
             cached = remote.job_for(wl.key, adapter)
             job_name = cached.name if cached is not None else (owner.name if owner is not None else None)

@@ -527,9 +527,12 @@ def test_an_evicted_job_may_still_run_where_a_worker_has_it_unstopped_or_the_adm
         (frozenset(), frozenset({"w2"}), "w2"),
         # Known to hold nothing of it.
         (frozenset(), frozenset(), None),
+        # w1 is connected, its Job reads stopped, but its copy still holds quota there: its
+        # agent may start the Job at any moment.
+        (frozenset({"w1"}), frozenset(), "w1"),
     ],
 )
-def test_a_lost_worker_with_an_admitted_copy_or_never_seen_holds_the_quota(
+def test_a_worker_with_an_admitted_copy_or_never_seen_holds_the_quota(
     admitted_copies: frozenset[str], never_seen: frozenset[str], expected: str | None
 ) -> None:
     clusters = [*up("w1"), ClusterHealth("w2", False, LOST_AT)]
@@ -543,3 +546,17 @@ def test_a_lost_worker_with_an_admitted_copy_or_never_seen_holds_the_quota(
         worker_lost_timeout=timedelta(minutes=15),
     )
     assert found == expected
+
+
+def test_an_admitted_copy_on_a_worker_whose_agent_is_down_does_not_hold_the_quota() -> None:
+    """Nothing there will start the Job: the live read of it decides."""
+    clusters = [ClusterHealth("w1", True, accepts_new=False)]
+    found = may_still_run_on(
+        admitted_on=None,
+        clusters=clusters,
+        jobs={"w1": worker_job(True, SUSPENDED)},
+        admitted_copies=frozenset({"w1"}),
+        now=NOW,
+        worker_lost_timeout=timedelta(minutes=15),
+    )
+    assert found is None
