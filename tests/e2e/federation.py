@@ -62,8 +62,11 @@ class Federation:
         return self.directory / "kueue-config.yaml"
 
     def start_manager(self) -> ControllerProcess:
+        """Start the manager and wait until it serves the cluster's webhooks: a restarted
+        manager listens on a new port, and it points the configurations there once it leads."""
         self.process = ControllerProcess(self.manager, self.directory, extra=[f"--config={self.config_file}"]).start()
         self.process.wait_ready()
+        wait_webhooks(self.manager, self.process)
         return self.process
 
     def stop_apiserver(self, worker: str) -> None:
@@ -105,8 +108,7 @@ def build(provider: Any, directory: Path) -> Federation:
         fed.agents[name] = agent
     write_config(fed.config_file, origin=None)
     join(manager, fed.workers)
-    process = fed.start_manager()
-    wait_webhooks(manager, process)
+    fed.start_manager()
     return fed
 
 
@@ -194,8 +196,7 @@ def build_second_manager(fed: Federation, provider: Any, directory: Path, *, ori
     ensure_namespace(manager, SYSTEM_NAMESPACE)
     write_config(second.config_file, origin=origin)
     join(manager, fed.workers)
-    process = second.start_manager()
-    wait_webhooks(manager, process)
+    second.start_manager()
     return second
 
 
