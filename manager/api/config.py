@@ -97,6 +97,75 @@ class MultiKueueConfiguration(KubeModel):
         return config.step_size if config and config.step_size else 3
 
 
+class RequeuingStrategy(KubeModel):
+    """`waitForPodsReady.requeuingStrategy`: how a workload evicted for its pods comes back."""
+
+    timestamp: Literal["Eviction", "Creation"] | None = None
+    backoff_limit_count: int | None = Field(default=None, ge=0)
+    backoff_base_seconds: int | None = Field(default=None, ge=0)
+    backoff_max_seconds: int | None = Field(default=None, ge=0)
+
+
+class WaitForPodsReady(KubeModel):
+    """`waitForPodsReady`: Kueue's all-or-nothing admission. v1beta2 enables it by the section's
+    presence; v1beta1's `enable` is read too (false turns it off)."""
+
+    enable: bool | None = None
+    timeout: str | None = None
+    block_admission: bool | None = None
+    requeuing_strategy: RequeuingStrategy | None = None
+    recovery_timeout: str | None = None
+
+    @field_validator("timeout", "recovery_timeout")
+    @classmethod
+    def _valid_duration(cls, value: str | None) -> str | None:
+        if value is not None and parse_duration(value) < timedelta(0):
+            raise ValueError(f'must not be negative, got "{value}"')
+        return value
+
+    @property
+    def enabled(self) -> bool:
+        return self.enable is not False
+
+    @property
+    def effective_timeout(self) -> timedelta:
+        # Kueue's v1beta2 default (a zero timeout is defaulted too).
+        timeout = parse_duration(self.timeout) if self.timeout else timedelta(0)
+        return timeout if timeout > timedelta(0) else timedelta(minutes=30)
+
+    @property
+    def effective_recovery_timeout(self) -> timedelta | None:
+        """The recovery timeout, None when disabled ("0s"); it defaults to the timeout."""
+        if self.recovery_timeout is None:
+            return self.effective_timeout
+        value = parse_duration(self.recovery_timeout)
+        return value if value > timedelta(0) else None
+
+    @property
+    def effective_block_admission(self) -> bool:
+        return bool(self.block_admission)
+
+    @property
+    def requeue_by_creation(self) -> bool:
+        strategy = self.requeuing_strategy
+        return strategy is not None and strategy.timestamp == "Creation"
+
+    @property
+    def backoff_limit_count(self) -> int | None:
+        return self.requeuing_strategy.backoff_limit_count if self.requeuing_strategy else None
+
+    @property
+    def backoff_base_seconds(self) -> int:
+        # Same as Kueue's defaulting (cmp.Or): an unset or zero base is 60 s.
+        strategy = self.requeuing_strategy
+        return (strategy.backoff_base_seconds if strategy else None) or 60
+
+    @property
+    def backoff_max_seconds(self) -> int:
+        strategy = self.requeuing_strategy
+        return (strategy.backoff_max_seconds if strategy else None) or 3600
+
+
 class ClientConnection(KubeModel):
     qps: float | None = None
     burst: int | None = None
@@ -150,6 +219,7 @@ class Configuration(OpenModel):
     multi_kueue: MultiKueueConfiguration | None = None
     metrics: ControllerMetrics | None = None
     integrations: Integrations | None = None
+    wait_for_pods_ready: WaitForPodsReady | None = None
 
     @property
     def effective_namespace(self) -> str:
@@ -158,3 +228,10 @@ class Configuration(OpenModel):
     @property
     def effective_frameworks(self) -> list[str]:
         return (self.integrations or Integrations()).effective_frameworks
+
+    @property
+    def pods_ready(self) -> WaitForPodsReady | None:
+        """waitForPodsReady when it is on, else None. kfed turns it on only when the section is
+        given (Kueue 0.19's v1beta2 defaults also turn it on with no section at all)."""
+        section = self.wait_for_pods_ready
+        return section if section is not None and section.enabled else None

@@ -52,7 +52,7 @@ STATUS_INTERVAL = 0.5  # queue status writes at most this often
 def status_patch(write: StatusWrite, current: kueue.WorkloadStatus | None) -> dict[str, Any]:
     """A merge patch that sets the owned status fields and clears those the engine dropped."""
     body = write.status.to_dict()
-    for name in ("admission", "resourceRequests", "clusterName", "nominatedClusterNames"):
+    for name in ("admission", "resourceRequests", "clusterName", "nominatedClusterNames", "requeueState"):
         if name not in body and current is not None and current.to_dict().get(name) is not None:
             body[name] = None
     return {"metadata": {"resourceVersion": write.resource_version}, "status": body}

@@ -243,3 +243,16 @@ def requeued_follow_up(wl: Workload, now: datetime) -> tuple[str, str] | None:
             return None
         return _BACKOFF_FINISHED
     return None
+
+
+def backoff_left(wl: Workload, now: datetime) -> float | None:
+    """Seconds until the backoff of a Workload waiting to be requeued (Requeued=False after a
+    check retry or a PodsReady timeout) runs out; None when it waits for none."""
+    if wl.spec.active is False or wl.status is None:
+        return None
+    requeued = next((cond for cond in wl.status.conditions or [] if cond.type == c.REQUEUED), None)
+    state = wl.status.requeue_state
+    if requeued is None or requeued.status != "False" or state is None or state.requeue_at is None:
+        return None
+    left = (state.requeue_at - now).total_seconds()
+    return left if left > 0 else None
