@@ -408,6 +408,8 @@ class AdmissionState:
         for wl in result.admitted:
             self.assumed.add(wl.key)
             self.dirty.add(wl.key)
+            if self.config.pods_ready is not None:
+                self._pods_ready_eviction(wl, now)  # starts its PodsReady timeout (nothing is due yet)
         for preemption in result.preemptions:
             self.dirty.add(preemption.victim.key)
             self.dirty.add(preemption.preemptor.key)
