@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import time
 from collections.abc import Callable
 from datetime import datetime
@@ -72,7 +73,7 @@ class AdmissionController:
     ) -> None:
         self.client = client
         self.caches = caches
-        self.state = AdmissionState(config)
+        self.state = AdmissionState(config, jitter=random.random)  # Kueue's backoff jitter
         self.recorder = recorder
         self.clock = clock
         self.is_leader = False

@@ -13,7 +13,6 @@ the assumption when the write lost a race; the next object seen from the cluster
 
 from __future__ import annotations
 
-import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -96,9 +95,9 @@ class AdmissionState:
         jitter: Callable[[], float] | None = None,
     ) -> None:
         self.config = config or Configuration()
-        # waitForPodsReady: the backoff's random draw (injectable), and when each admitted
-        # workload's PodsReady timeout runs out.
-        self.jitter = jitter or random.Random().random
+        # waitForPodsReady: the backoff's random draw in [0, 1) (the controller passes its
+        # generator; none by default), and when each admitted workload's timeout runs out.
+        self.jitter = jitter or (lambda: 0.0)
         self.pods_ready_deadlines: dict[str, datetime] = {}
         # An evicted Workload that no Job owns has nothing to stop; its quota goes back at once.
         self.release_bare_evictions = release_bare_evictions
