@@ -59,6 +59,12 @@ def pods_ready_condition(*, admitted: bool, pods_ready: bool, current: Condition
     return "False", WAIT_FOR_START, NOT_READY_MESSAGE
 
 
+def timeout_cause(pods_ready: ConditionLike | None) -> str:
+    """The underlying cause Kueue gives a PodsReady timeout (its evicted_workloads_total label):
+    WaitForRecovery after the pods were once ready, else WaitForStart."""
+    return WAIT_FOR_RECOVERY if pods_ready is not None and pods_ready.reason == WAIT_FOR_RECOVERY else WAIT_FOR_START
+
+
 def pods_ready_timeout(
     config: WaitForPodsReady, *, admitted: ConditionLike | None, pods_ready: ConditionLike | None, now: datetime
 ) -> tuple[str, timedelta] | None:
@@ -72,11 +78,11 @@ def pods_ready_timeout(
         return None
     if pods_ready is None or pods_ready.reason in (WAIT_FOR_START, c.PODS_READY):
         since = admitted.last_transition_time or now
-        return WAIT_FOR_START, max(config.effective_timeout - (now - since), timedelta(0))
+        return timeout_cause(pods_ready), max(config.effective_timeout - (now - since), timedelta(0))
     recovery = config.effective_recovery_timeout
     if pods_ready.reason == WAIT_FOR_RECOVERY and recovery is not None:
         since = pods_ready.last_transition_time or now
-        return WAIT_FOR_RECOVERY, max(recovery - (now - since), timedelta(0))
+        return timeout_cause(pods_ready), max(recovery - (now - since), timedelta(0))
     return None
 
 
