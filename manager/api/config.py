@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
-from pydantic import Field, field_validator
+from pydantic import AfterValidator, Field
 
 from manager.api import constants as c
 from manager.api.meta import KubeModel, LabelSelector, OpenModel
@@ -32,6 +32,16 @@ def parse_duration(text: str) -> timedelta:
     if position != len(value) or not value:
         raise ValueError(f'invalid duration "{text}"')
     return timedelta(seconds=sign * seconds)
+
+
+def _non_negative(value: str) -> str:
+    if parse_duration(value) < timedelta(0):
+        raise ValueError(f'must not be negative, got "{value}"')
+    return value
+
+
+# A Go duration field that may not be negative (Kueue's validation).
+Duration = Annotated[str, AfterValidator(_non_negative)]
 
 
 class ResourceTransformation(KubeModel):
@@ -62,18 +72,11 @@ class IncrementalDispatcherConfig(KubeModel):
 
 
 class MultiKueueConfiguration(KubeModel):
-    gc_interval: str | None = None
+    gc_interval: Duration | None = None
     origin: str | None = Field(default=None, max_length=63)
-    worker_lost_timeout: str | None = None
+    worker_lost_timeout: Duration | None = None
     dispatcher_name: str | None = None
     incremental_dispatcher_config: IncrementalDispatcherConfig | None = None
-
-    @field_validator("gc_interval", "worker_lost_timeout")
-    @classmethod
-    def _valid_duration(cls, value: str | None) -> str | None:
-        if value is not None and parse_duration(value) < timedelta(0):
-            raise ValueError(f'must not be negative, got "{value}"')
-        return value
 
     @property
     def effective_origin(self) -> str:
@@ -111,17 +114,10 @@ class WaitForPodsReady(KubeModel):
     presence; v1beta1's `enable` is read too (false turns it off)."""
 
     enable: bool | None = None
-    timeout: str | None = None
+    timeout: Duration | None = None
     block_admission: bool | None = None
     requeuing_strategy: RequeuingStrategy | None = None
-    recovery_timeout: str | None = None
-
-    @field_validator("timeout", "recovery_timeout")
-    @classmethod
-    def _valid_duration(cls, value: str | None) -> str | None:
-        if value is not None and parse_duration(value) < timedelta(0):
-            raise ValueError(f'must not be negative, got "{value}"')
-        return value
+    recovery_timeout: Duration | None = None
 
     @property
     def enabled(self) -> bool:

@@ -6,7 +6,7 @@ the Workload again."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,21 +25,14 @@ TIMEOUT = 3  # seconds, on the workers
 
 @pytest.fixture(scope="module")
 def fed(provider: Provider, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]:
+    """This module's own federation, its workers with waitForPodsReady (the tier's `kube`
+    fixture opens its clients on it)."""
     section = {"timeout": f"{TIMEOUT}s", "requeuingStrategy": {"backoffBaseSeconds": 1}}
     created = build(provider, Path(tmp_path_factory.mktemp("podsready")), worker_config={"waitForPodsReady": section})
     try:
         yield created
     finally:
         stop(created)
-
-
-@pytest.fixture
-async def kube(fed: Federation) -> AsyncIterator[Clients]:
-    clients = await Clients.open(fed)
-    try:
-        yield clients
-    finally:
-        await clients.close()
 
 
 async def test_a_job_whose_pods_never_get_ready_on_its_worker_is_evicted_there_and_dispatched_again(kube: Clients) -> None:
