@@ -207,7 +207,7 @@ def map_patch(have: Mapping[str, str], want: Mapping[str, str]) -> dict[str, str
 # Requeued=False names the eviction until the workload controller lets it back in.
 _REQUEUED_AT_ONCE = ("Preempted", "NodeFailures")
 # Requeued=False reasons the workload controller turns into Requeued=True: (reason, message).
-_BACKOFF_FINISHED = ("BackoffFinished", "The workload backoff was finished")
+BACKOFF_FINISHED = ("BackoffFinished", "The workload backoff was finished")
 _REACTIVATED = ("Reactivated", "The workload was reactivated")
 
 
@@ -241,7 +241,7 @@ def requeued_follow_up(wl: Workload, now: datetime) -> tuple[str, str] | None:
         state = wl.status.requeue_state
         if state is not None and state.requeue_at is not None and state.requeue_at > now:
             return None
-        return _BACKOFF_FINISHED
+        return BACKOFF_FINISHED
     return None
 
 

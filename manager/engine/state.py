@@ -25,7 +25,7 @@ from manager.api.core import LimitRange, PriorityClass
 from manager.api.kueue import ClusterQueueStatus, LocalQueueStatus, Workload, WorkloadStatus
 from manager.api.meta import is_condition_true
 from manager.engine.cache import Cache, CheckInfo
-from manager.engine.jobs import requeued_on_release
+from manager.engine.jobs import BACKOFF_FINISHED, requeued_on_release
 from manager.engine.podsready import (
     REASON_PODS_READY_TIMEOUT,
     REASON_REQUEUING_LIMIT_EXCEEDED,
@@ -99,6 +99,9 @@ class AdmissionState:
         # generator; none by default), and when each admitted workload's timeout runs out.
         self.jitter = jitter or (lambda: 0.0)
         self.pods_ready_deadlines: dict[str, datetime] = {}
+        # Workloads this state released itself (no job owns them) waiting out their backoff:
+        # Kueue's workload controller ends it (Requeued=True, BackoffFinished), and so does this.
+        self.backoff_deadlines: dict[str, datetime] = {}
         # An evicted Workload that no Job owns has nothing to stop; its quota goes back at once.
         self.release_bare_evictions = release_bare_evictions
         # `kfed simulate` reads no AdmissionChecks: every check a ClusterQueue names then counts
@@ -347,6 +350,7 @@ class AdmissionState:
                 self.dirty.add(info.key)
             return None
         info.requeue_state_write = (kueue.RequeueState(count=decision.count, requeue_at=decision.requeue_at),)
+        info.requeue_at = decision.requeue_at
         return REASON_PODS_READY_TIMEOUT, timeout_message(info.key)
 
     def expire_pods_ready(self, now: datetime) -> None:
@@ -357,6 +361,23 @@ class AdmissionState:
             info = self.infos.get(key)
             if info is not None and info.reserved:
                 self._check_reserved(info, now)
+
+    def end_backoffs(self, now: datetime) -> None:
+        """Kueue's workload controller for the workloads released here: once the backoff ran
+        out, Requeued=True (BackoffFinished), requeueAt cleared, and queued again."""
+        due = [key for key, at in self.backoff_deadlines.items() if at <= now]
+        for key in due:
+            del self.backoff_deadlines[key]
+            info = self.infos.get(key)
+            requeued = info.conditions.get(c.REQUEUED) if info is not None else None
+            if info is None or info.reserved or requeued is None or requeued.reason != REASON_PODS_READY_TIMEOUT:
+                continue
+            info.set_condition(c.REQUEUED, "True", *BACKOFF_FINISHED, now)
+            count = info.obj.status.requeue_state.count if info.obj.status and info.obj.status.requeue_state else None
+            info.requeue_state_write = (kueue.RequeueState(count=count),)
+            info.requeue_at = None
+            self.scheduler.enqueue(info, now)
+            self.dirty.add(key)
 
     @staticmethod
     def _owned_by_controller(info: WorkloadInfo) -> bool:
@@ -372,16 +393,20 @@ class AdmissionState:
         message = evicted.message if evicted is not None else "The workload was evicted"
         reason = evicted.reason if evicted is not None else REASON_PENDING_EVALUATION
         cq = self.cache.cluster_queues.get(info.admission_cq)
-        self.scheduler.release(info, now, reason=REASON_PENDING_EVALUATION, message=message)
         # Same rule as for a Job's release: Requeued=True at once only after a preemption or
-        # node failures; otherwise False until the workload controller's follow-up.
+        # node failures; otherwise False until the workload controller's follow-up (set first:
+        # the release queues it, and a PodsReady timeout's backoff holds it back).
         info.set_condition(c.REQUEUED, "True" if requeued_on_release(reason) else "False", reason, message, now)
+        self.scheduler.release(info, now, reason=REASON_PENDING_EVALUATION, message=message)
+        if reason == REASON_PODS_READY_TIMEOUT:
+            self.backoff_deadlines[key] = info.requeue_at or now
         if cq is not None:
             self.scheduler.requeue_inadmissible_in_tree(cq.node.root())
         self.dirty.add(key)
 
     def _remove(self, key: str) -> None:
         self.pods_ready_deadlines.pop(key, None)
+        self.backoff_deadlines.pop(key, None)
         info = self.infos.pop(key, None)
         self.assumed.discard(key)
         if info is None:
@@ -403,6 +428,8 @@ class AdmissionState:
         self.rebuild_if_needed(now)
         if self.pods_ready_deadlines:
             self.expire_pods_ready(now)
+        if self.backoff_deadlines:
+            self.end_backoffs(now)
         result = self.scheduler.cycle(now)
         for wl in result.admitted:
             self.assumed.add(wl.key)

@@ -289,3 +289,25 @@ def test_without_block_admission_two_not_ready_workloads_are_admitted_together()
     admit(state, "a")
     state.upsert_workload(workload("b", owned=True, at=1), T0)
     assert writes_at(state, 1)["ns/b"].admits
+
+
+def test_a_bare_workload_is_released_at_once_and_queued_again_when_its_backoff_ends() -> None:
+    """No job owns it: the admission side releases it and ends its backoff, as Kueue's
+    workload controller does."""
+    state = pods_ready_state(timeout="3s", requeuingStrategy={"backoffBaseSeconds": 5})
+    wl = workload("a")
+    state.upsert_workload(wl, T0)
+    [first] = run(state, T0)
+    state.write_succeeded(first, stored(first, wl, "2"))
+    evicted = writes_at(state, 3)["ns/a"]
+    assert evicted.status.admission is None and not evicted.admits  # released in the same write
+    requeued = find_condition(evicted.status.conditions, c.REQUEUED)
+    assert requeued is not None and (requeued.status, requeued.reason) == ("False", "PodsReadyTimeout")
+    assert evicted.status.requeue_state == kueue.RequeueState(count=1, requeue_at=T0 + timedelta(seconds=8))
+    state.write_succeeded(evicted, stored(evicted, wl, "3"))
+    assert "ns/a" not in writes_at(state, 7)  # still in its backoff
+    readmitted = writes_at(state, 8)["ns/a"]
+    assert readmitted.admits
+    requeued = find_condition(readmitted.status.conditions, c.REQUEUED)
+    assert requeued is not None and (requeued.status, requeued.reason) == ("True", "BackoffFinished")
+    assert readmitted.status.requeue_state == kueue.RequeueState(count=1)
