@@ -228,6 +228,15 @@ class Configuration(OpenModel):
     @property
     def pods_ready(self) -> WaitForPodsReady | None:
         """waitForPodsReady when it is on, else None. kfed turns it on only when the section is
-        given (Kueue 0.19's v1beta2 defaults also turn it on with no section at all)."""
+        given (Kueue 0.19's v1beta2 defaults also turn it on with no section at all). A v1beta1
+        file keeps v1beta1's rules: on only with `enable: true`, a 5m timeout, and
+        blockAdmission on unless set."""
         section = self.wait_for_pods_ready
-        return section if section is not None and section.enabled else None
+        if section is None or not section.enabled:
+            return None
+        if self.api_version.endswith("/v1beta1"):
+            if section.enable is not True:
+                return None
+            block = section.block_admission if section.block_admission is not None else True
+            return section.model_copy(update={"timeout": section.timeout or "5m", "block_admission": block})
+        return section

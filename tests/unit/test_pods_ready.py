@@ -26,6 +26,7 @@ from manager.engine.podsready import (
     requeue_backoff,
 )
 from manager.engine.state import AdmissionState, StatusWrite
+from manager.engine.workload import build_info
 from tests.unit.test_admission_state import T0, cluster_queue, flavor, local_queue, run, stored, workload
 
 pytestmark = pytest.mark.unit
@@ -311,3 +312,26 @@ def test_a_bare_workload_is_released_at_once_and_queued_again_when_its_backoff_e
     requeued = find_condition(readmitted.status.conditions, c.REQUEUED)
     assert requeued is not None and (requeued.status, requeued.reason) == ("True", "BackoffFinished")
     assert readmitted.status.requeue_state == kueue.RequeueState(count=1)
+
+
+def test_a_v1beta1_configuration_keeps_v1beta1_defaults() -> None:
+    def v1beta1(section: dict[str, Any]) -> WaitForPodsReady | None:
+        return Configuration.model_validate({"apiVersion": "config.kueue.x-k8s.io/v1beta1", "waitForPodsReady": section}).pods_ready
+
+    assert v1beta1({"timeout": "1m"}) is None  # v1beta1 needs enable: true
+    on = v1beta1({"enable": True})
+    assert on is not None and (on.effective_timeout, on.effective_block_admission) == (timedelta(minutes=5), True)
+    off = v1beta1({"enable": True, "blockAdmission": False, "timeout": "2m"})
+    assert off is not None and (off.effective_timeout, off.effective_block_admission) == (timedelta(minutes=2), False)
+
+
+@pytest.mark.parametrize(("timestamp", "ordered_by_eviction"), [(None, True), ("Eviction", True), ("Creation", False)])
+def test_a_workload_evicted_for_its_pods_is_queued_by_its_eviction_time_unless_creation_is_asked(
+    timestamp: str | None, ordered_by_eviction: bool
+) -> None:
+    strategy = {"timestamp": timestamp} if timestamp else {}
+    evicted_at = T0 + timedelta(minutes=5)
+    cond = {"type": c.EVICTED, "status": "True", "reason": "PodsReadyTimeout", "message": "m", "lastTransitionTime": evicted_at.isoformat()}
+    config_ = Configuration.model_validate({"waitForPodsReady": {"requeuingStrategy": strategy}})
+    info = build_info(workload("a", conditions=[cond]), priority=0, created=T0, config=config_)
+    assert info.queue_time == (evicted_at if ordered_by_eviction else T0)
