@@ -18,6 +18,7 @@ from manager.kube.client import KubeClient
 from tests.harness import Provider, eventually
 from tests.integration.controllers import ControllerProcess, crd_cluster, running_manager
 from tests.integration.test_controllers import PARKED, condition, job_manifest, make_queues, workload_of
+from tests.integration.test_metrics import scrape, value
 
 TIMEOUT = 3  # seconds
 LIMIT = 2  # requeues before the deactivation
@@ -91,6 +92,14 @@ async def test_a_job_whose_pods_never_get_ready_is_evicted_requeued_with_backoff
     assert (await kube.get(Job, job.name, namespace=ns)).spec.suspend is True
     events = (await kube.request("GET", f"/api/v1/namespaces/{ns}/events"))["items"]
     assert any(e["reason"] == "EvictedDueToPodsReadyTimeout" and e["involvedObject"]["name"] == final.name for e in events)
+    # Kueue's metrics: each timeout, then the deactivation, with their underlying causes.
+    samples = scrape(manager)
+    timeouts = value(samples, "kueue_evicted_workloads_total", cluster_queue=cq, reason="PodsReadyTimeout", underlying_cause="WaitForStart")
+    assert timeouts == LIMIT
+    deactivations = value(
+        samples, "kueue_evicted_workloads_total", cluster_queue=cq, reason="Deactivated", underlying_cause="RequeuingLimitExceeded"
+    )
+    assert deactivations == 1
 
 
 async def test_block_admission_holds_the_next_job_until_the_admitted_one_is_out_of_the_way(
