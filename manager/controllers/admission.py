@@ -42,6 +42,7 @@ from manager.engine.workload import DEACTIVATION_TARGET, conditions_of, is_activ
 from manager.kube.client import KubeClient
 from manager.kube.errors import ConflictError, KubeError, NotFoundError
 from manager.runtime.metrics import Metrics, Sample, current_metrics
+from manager.runtime.runnables import Runnable, leader, while_leading
 
 log = logging.getLogger("kfed.admission")
 
@@ -76,7 +77,6 @@ class AdmissionController:
         self.state = AdmissionState(config, jitter=random.random)  # Kueue's backoff jitter
         self.recorder = recorder
         self.clock = clock
-        self.is_leader = False
         self._wake = asyncio.Event()
         self._inflight: set[str] = set()
         # Flushed while a write of theirs was in flight: flushed again once that write is done.
@@ -130,23 +130,29 @@ class AdmissionController:
             self._deactivate.add(wl.key)
 
     def _observe_workload(self, kind: str, old: kueue.Workload | None, new: kueue.Workload | None) -> None:
-        """Kueue's metrics that follow a Workload's updates, whoever wrote them: finished
-        Workloads (counted while they exist, and each one as it finishes) and the time an
-        eviction took to give the quota back. The leader counts; every replica keeps the gauges."""
+        """Finished Workloads, counted while they exist, whoever finished them: every replica
+        keeps these gauges."""
         if new is None or not is_finished(new):
             gone = new or old
             if gone is not None:
                 self._finished.pop(gone.key, None)
         else:
             lq = self.caches.local_queues.get(f"{new.namespace}/{new.spec.queue_name}")
-            entry = finished_entry(new, lq.spec.cluster_queue or "" if lq is not None else "")
-            self._finished[new.key] = entry
-            if self.is_leader and finished_transition(old, new) and entry.cluster_queue:
+            self._finished[new.key] = finished_entry(new, lq.spec.cluster_queue or "" if lq is not None else "")
+
+    def _count_transitions(self, kind: str, old: kueue.Workload | None, new: kueue.Workload | None) -> None:
+        """Kueue's counters that follow a Workload's updates, whoever wrote them: each Workload
+        as it finishes, and the time an eviction took to give the quota back. Only the leader
+        counts (see `runnables`), as only Kueue's leader runs the reconciler that counts."""
+        if old is None or new is None:
+            return
+        if finished_transition(old, new):
+            entry = self._finished.get(new.key)
+            if entry is not None and entry.cluster_queue:
                 self.metrics.finished(entry.cluster_queue, entry.local_queue, priority_class(new))
-        if self.is_leader and old is not None and new is not None:
-            released = eviction_release(old, new, self.clock())
-            if released is not None:
-                self.metrics.eviction_released(*released)
+        released = eviction_release(old, new, self.clock())
+        if released is not None:
+            self.metrics.eviction_released(*released)
 
     def _kueue_gauges(self) -> list[Sample]:
         now = self.clock()
@@ -167,6 +173,14 @@ class AdmissionController:
         self._wake.set()
 
     # --- the loop ------------------------------------------------------------------------------------
+    def runnables(self) -> list[Runnable]:
+        """Admission writes, so it runs on the lease holder alone; the caches feed every
+        replica's AdmissionState, so a new leader starts from a warm state."""
+        return [
+            leader("admission", self.run),
+            while_leading("admission-counters", self.caches.workloads, self._count_transitions),
+        ]
+
     async def run(self) -> None:
         await self.caches.wait_synced()
         log.info("admission caches synced", extra={"workloads": len(self.caches.workloads.store)})
@@ -181,8 +195,6 @@ class AdmissionController:
         slow apiserver delays status, never admission."""
         while True:
             await asyncio.sleep(STATUS_INTERVAL)  # the status write period, not a sync point
-            if not self.is_leader:
-                continue
             try:
                 await self._write_queue_status(self.clock())
             except asyncio.CancelledError:
@@ -195,8 +207,6 @@ class AdmissionController:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=TICK)
             self._wake.clear()
-            if not self.is_leader:
-                continue
             try:
                 await self._round()
             except asyncio.CancelledError:

@@ -36,6 +36,7 @@ from manager.kube.errors import AlreadyExistsError, NotFoundError
 from manager.kube.informer import Informer
 from manager.runtime.controller import Controller, Result
 from manager.runtime.expectations import Expectations
+from manager.runtime.runnables import Runnable, leader
 
 log = logging.getLogger("kfed.jobs")
 
@@ -61,7 +62,6 @@ class JobController:
         self.clock = clock
         self.expectations = Expectations()
         self.controller = Controller(adapter.kind.lower(), self.reconcile, workers=workers)
-        self.is_leader = False
         # Set by MultiKueue on the manager: whether a worker may still run this Workload's job
         # (its quota is kept until the worker has stopped it); it may read the worker live.
         self.runs_elsewhere: Callable[[kueue.Workload], Awaitable[bool]] | None = None
@@ -71,7 +71,7 @@ class JobController:
     # --- events --------------------------------------------------------------------------------------
     def _on_job(self, kind: str, old: Resource | None, new: Resource | None) -> None:
         job = new or old
-        if job is not None and self.is_leader:
+        if job is not None:
             self.controller.enqueue(job.key)
 
     def _on_workload(self, kind: str, old: kueue.Workload | None, new: kueue.Workload | None) -> None:
@@ -82,16 +82,20 @@ class JobController:
             if ref.controller and self.adapter.owns(ref):
                 key = f"{wl.namespace}/{ref.name}"
                 self.expectations.observe(key, wl.key)
-                if self.is_leader:
-                    self.controller.enqueue(key)
+                self.controller.enqueue(key)
         for job in self.informer.by_index("prebuilt", wl.key):
-            if self.is_leader:
-                self.controller.enqueue(job.key)
-
-    def resync(self) -> None:
-        """Enqueue every job of the kind (on becoming leader)."""
-        for job in self.informer.items():
             self.controller.enqueue(job.key)
+
+    def runnable(self) -> Runnable:
+        """The reconciler writes, so only the lease holder runs it. A standby's queue fills
+        from the events as well (each key once), and the new leader starts with a full resync."""
+
+        async def run() -> None:
+            for job in self.informer.items():
+                self.controller.enqueue(job.key)
+            await self.controller.run()
+
+        return leader(self.controller.name, run)
 
     def _event(self, job: Resource, event: Event) -> None:
         if self.recorder is not None:

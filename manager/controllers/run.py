@@ -11,7 +11,7 @@ import logging
 import signal
 import ssl
 import tempfile
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -35,8 +35,8 @@ from manager.runtime import logs
 from manager.runtime.certs import ServingCert, ensure_serving_cert
 from manager.runtime.metrics import ROLE_FOLLOWER, ROLE_LEADER, ROLE_STANDALONE, LocalQueueRef, Metrics, use
 from manager.runtime.options import Options
+from manager.runtime.runnables import Runnable, RunnableGroups, always, leader
 from manager.runtime.server import make_probe_app, split_address
-from manager.runtime.tasks import cancel_and_wait
 
 log = logging.getLogger("kfed")
 
@@ -87,13 +87,12 @@ async def _client(opts: Options, component: str) -> KubeClient:
 
 class Extension(Protocol):
     """More controllers for one process (the manager's MultiKueue), built once the client and
-    the caches exist: its informers are started and waited for with the process's own."""
+    the caches exist: its informers are started and waited for with the process's own, and its
+    runnables join the process's groups."""
 
     informers: list[Any]
 
-    def tasks(self) -> list[Coroutine[Any, Any, None]]: ...
-
-    async def on_leader(self) -> None: ...
+    def runnables(self) -> list[Runnable]: ...
 
     async def stop(self) -> None: ...
 
@@ -113,9 +112,9 @@ class Process:
         self.extensions: list[Extension] = []
         self.stop = asyncio.Event()
         self.runners: list[web.AppRunner] = []
-        self.tasks: list[asyncio.Task[None]] = []
+        self.groups = RunnableGroups()
         self.webhook_endpoint: WebhookEndpoint | None = None
-        self.extra_on_leader: list[Callable[[], Awaitable[None]]] = []
+        self._endpoint_changed = asyncio.Event()
 
     def _ready(self) -> tuple[bool, str]:
         if not self.caches.synced() or not all(i.synced.is_set() for e in self.extensions for i in e.informers):
@@ -158,7 +157,7 @@ class Process:
                 on_change=self._certificate_changed,
             )
             cert = await self.cert_manager.ensure()
-            self.tasks.append(asyncio.create_task(self.cert_manager.run(), name="webhook-certs"))
+            self.groups.add(*self.cert_manager.runnables())
         else:
             cert = ensure_serving_cert(cert_dir, names=names, ips=ips)
         context = server_ssl_context(str(cert.cert_file), str(cert.key_file))
@@ -181,6 +180,7 @@ class Process:
             url = opts.webhook_url or f"https://127.0.0.1:{port}"
             self.webhook_endpoint = WebhookEndpoint(cert.ca_pem, url=url)
         log.info("webhooks serving", extra={"port": port})
+        self.groups.add(leader("webhook-configurations", self._install_webhooks))
 
     async def _certificate_changed(self, cert: ServingCert) -> None:
         """A new certificate in the Secret: serve it on new connections, and (the leader) trust
@@ -190,36 +190,28 @@ class Process:
         previous = self.webhook_endpoint.ca_bundle.split(b"-----END CERTIFICATE-----")[0] + b"-----END CERTIFICATE-----\n"
         self.webhook_endpoint = dataclasses.replace(self.webhook_endpoint, ca_bundle=cert.ca_pem + previous)
         log.info("webhook certificate reloaded", extra={"component": self.component})
-        if self.cert_manager is not None and self.cert_manager.is_leader:
-            try:
-                await install(self.client, self.webhook_endpoint, self.integrations.adapters)
-            except KubeError as err:
-                log.error("cannot update the webhook configurations", extra={"error": str(err)})
+        self._endpoint_changed.set()
+
+    async def _install_webhooks(self) -> None:
+        """The lease holder keeps the webhook configurations pointing at the current endpoint
+        and CA bundle: once on winning the lease, then after each certificate change."""
+        while True:
+            self._endpoint_changed.clear()
+            if self.webhook_endpoint is not None:
+                try:
+                    await install(self.client, self.webhook_endpoint, self.integrations.adapters)
+                except KubeError as err:
+                    log.error("cannot install the webhook configurations", extra={"error": str(err)})
+            await self._endpoint_changed.wait()
 
     def _local_queue_labels(self, lq: LocalQueueRef) -> dict[str, str] | None:
         obj = self.caches.local_queues.get(f"{lq.namespace}/{lq.name}")
         return dict(obj.metadata.labels or {}) if obj is not None else None
 
-    async def _on_leader(self) -> None:
+    def _elected(self) -> None:
         if self.opts.leader_elect:
             self.metrics.role = ROLE_LEADER
-        self.admission.is_leader = True
-        for jobs in self.job_controllers:
-            jobs.is_leader = True
-        if self.cert_manager is not None:
-            self.cert_manager.is_leader = True
-        for jobs in self.job_controllers:
-            jobs.resync()
         self.admission.wake()
-        if self.webhook_endpoint is not None:
-            try:
-                await install(self.client, self.webhook_endpoint, self.integrations.adapters)
-            except KubeError as err:
-                log.error("cannot install the webhook configurations", extra={"error": str(err)})
-        for hook in self.extra_on_leader:
-            await hook()
-        for extension in self.extensions:
-            await extension.on_leader()
 
     async def run(self) -> int:
         opts = self.opts
@@ -253,14 +245,13 @@ class Process:
                 await self._start_webhooks()
             self.caches.start()
             for extension in self.extensions:
-                for informer in extension.informers:
-                    self.tasks.append(asyncio.create_task(informer.run(), name=f"informer-{informer.model.KIND}"))
-                self.tasks += [asyncio.create_task(coro) for coro in extension.tasks()]
-            self.tasks += [
-                asyncio.create_task(recorder.run(), name="events"),
-                asyncio.create_task(self.admission.run(), name="admission"),
-            ]
-            self.tasks += [asyncio.create_task(jobs.controller.run(), name=jobs.controller.name) for jobs in self.job_controllers]
+                self.groups.add(*(always(f"informer-{i.model.KIND}", i.run) for i in extension.informers))
+            self.groups.add(always("events", recorder.run), *self.admission.runnables())
+            self.groups.add(*(jobs.runnable() for jobs in self.job_controllers))
+            for extension in self.extensions:
+                self.groups.add(*extension.runnables())
+            self.groups.on_elected(self._elected)
+            self.groups.start()
             code = await self._lead()
         finally:
             await self._shutdown()
@@ -270,7 +261,7 @@ class Process:
         opts = self.opts
         if not opts.leader_elect:
             await self._wait_synced()
-            await self._on_leader()
+            self.groups.elected()
             await self.stop.wait()
             return 0
         elector = LeaderElector(
@@ -288,16 +279,15 @@ class Process:
         if not await elector.acquire(self.stop):
             return 0
         await self._wait_synced()
-        await self._on_leader()
+        self.groups.elected()
         await elector.hold(self.stop)
         if self.stop.is_set():
+            await self.groups.lost()
             await elector.release()
             return 0
         # Same as client-go's OnStoppedLeading in Kueue: stop at once, so that a process that
         # lost the lease never writes again; the Deployment restarts it as a standby.
-        self.admission.is_leader = False
-        for jobs in self.job_controllers:
-            jobs.is_leader = False
+        await self.groups.lost()
         self.metrics.role = ROLE_FOLLOWER
         return EXIT_LOST_LEADERSHIP
 
@@ -320,7 +310,7 @@ class Process:
                 jobs.controller.stop()
             for extension in self.extensions:
                 await extension.stop()
-            await cancel_and_wait(self.tasks)
+            await self.groups.stop()
             await self.caches.stop()
             for runner in self.runners:
                 await runner.cleanup()

@@ -18,6 +18,7 @@ from manager.api.meta import utcnow
 from manager.kube.client import KubeClient
 from manager.kube.errors import AlreadyExistsError, ConflictError, KubeError, NotFoundError
 from manager.runtime.certs import BUNDLE_KEYS, ServingCert, needs_rotation, new_bundle, write_bundle
+from manager.runtime.runnables import Runnable, always, leader
 
 log = logging.getLogger("kfed.webhookcerts")
 
@@ -49,7 +50,6 @@ class WebhookCertManager:
         self.check_interval = check_interval
         self.on_change = on_change
         self.clock = clock
-        self.is_leader = False
         self.serving: dict[str, bytes] | None = None
         self.rotations = 0
 
@@ -101,21 +101,32 @@ class WebhookCertManager:
         self.serving = bundle
         return write_bundle(self.directory, bundle)
 
-    async def check(self) -> None:
-        """One round: the leader rotates an expiring bundle; every replica serves what the Secret holds."""
+    async def check(self, *, rotate: bool = False) -> None:
+        """One round: every replica serves what the Secret holds; with `rotate` (the leader's
+        round) an expiring bundle is replaced first."""
         bundle, version = await self._read()
-        if self.is_leader and needs_rotation(bundle, now=self.clock(), before=self.rotate_before):
+        if rotate and needs_rotation(bundle, now=self.clock(), before=self.rotate_before):
             bundle = await self._store(version) or (await self._read())[0]
         if bundle is None or bundle == self.serving or needs_rotation(bundle, now=self.clock(), before=datetime.timedelta(0)):
             return
         self.serving = bundle
         await self.on_change(write_bundle(self.directory, bundle))
 
-    async def run(self) -> None:
+    def runnables(self) -> list[Runnable]:
+        """Every replica follows the Secret; the lease holder alone rotates it."""
+        return [always("webhook-certs", self._follow), leader("webhook-certs-rotation", self._rotate)]
+
+    async def _follow(self) -> None:
+        await self._every_interval(rotate=False)
+
+    async def _rotate(self) -> None:
+        await self._every_interval(rotate=True)
+
+    async def _every_interval(self, *, rotate: bool) -> None:
         while True:
             await asyncio.sleep(self.check_interval)  # the rotation check period
             try:
-                await self.check()
+                await self.check(rotate=rotate)
             except asyncio.CancelledError:
                 raise
             except KubeError as err:

@@ -67,6 +67,9 @@ class Informer(Generic[R]):
     def add_handler(self, handler: Handler) -> None:
         self.handlers.append(handler)
 
+    def remove_handler(self, handler: Handler) -> None:
+        self.handlers.remove(handler)
+
     # --- the store --------------------------------------------------------------------------------
     def _index(self, key: str, old: R | None, new: R | None) -> None:
         for name, func in self._index_funcs.items():
@@ -238,6 +241,10 @@ class InformerSet(Generic[R]):
     def add_handler(self, handler: Handler) -> None:
         for member in self.members.values():
             member.add_handler(handler)
+
+    def remove_handler(self, handler: Handler) -> None:
+        for member in self.members.values():
+            member.remove_handler(handler)
 
     async def relist(self) -> None:
         await asyncio.gather(*(member.relist() for member in self.members.values()))

@@ -34,6 +34,7 @@ from manager.multikueue.plan import WORKER_NAMESPACES_ANNOTATION, admission_chec
 from manager.multikueue.remote import RemoteCluster
 from manager.runtime.controller import Controller, Result
 from manager.runtime.metrics import REGISTRY
+from manager.runtime.runnables import Runnable, always, leader
 
 log = logging.getLogger("kfed.multikueue.clusters")
 
@@ -80,10 +81,13 @@ class ClusterController:
         # Clusters whose object went away while a config still lists them: when it went (the
         # worker-lost clock for what they admitted; Kueue would use "now" forever).
         self.removed_at: dict[str, datetime] = {}
-        self.is_leader = False
+        # What each cluster's Active condition should say: judged by every replica (each keeps
+        # its own connections warm), written by the lease holder's status controller.
+        self.verdicts: dict[str, tuple[str, str, str]] = {}
         self._on_connection_change = on_connection_change
         self._on_remote_object = on_remote_object
         self.controller = Controller("multikueuecluster", self.reconcile, workers=4)
+        self.status_controller = Controller("multikueuecluster-status", self._publish, workers=2)
         self._connected = REGISTRY.gauge("kfed_multikueue_cluster_connected", "1 when the worker cluster is connected.", ("cluster",))
         self._reconnects = REGISTRY.gauge("kfed_multikueue_cluster_reconnects", "Reconnections after a failure.", ("cluster",))
         self._failures = REGISTRY.gauge("kfed_multikueue_cluster_failed_attempts", "Failed connection attempts in a row.", ("cluster",))
@@ -129,6 +133,7 @@ class ClusterController:
                 await remote.stop()
                 self._on_connection_change(remote)
             self.removed_at.setdefault(name, self.clock())
+            self.verdicts.pop(name, None)
             self._connected.set(0, name)
             return None
         self.removed_at.pop(name, None)
@@ -197,23 +202,45 @@ class ClusterController:
         return parse_kubeconfig(raw, allow_http=self.allow_insecure_http)
 
     async def _write_status(self, cluster: kueue.MultiKueueCluster, status: str, reason: str, message: str) -> None:
-        if not self.is_leader:
-            return
-        generation = cluster.metadata.generation
-        new = Condition(
-            type=c.ACTIVE, status=status, reason=reason, message=message[:MAX_CONDITION_MESSAGE], observed_generation=generation
-        )
+        self.verdicts[cluster.name] = (status, reason, message[:MAX_CONDITION_MESSAGE])
+        self.status_controller.enqueue(cluster.name)
+
+    async def _publish(self, name: str) -> Result | None:
+        """Write a cluster's Active condition from its latest verdict, when it differs."""
+        cluster = self.clusters.get(name)
+        verdict = self.verdicts.get(name)
+        if cluster is None or verdict is None:
+            return None
+        status, reason, message = verdict
+        new = Condition(type=c.ACTIVE, status=status, reason=reason, message=message, observed_generation=cluster.metadata.generation)
         old_conditions = cluster.status.conditions if cluster.status else None
         if same_condition(find_condition(old_conditions, c.ACTIVE), new):
-            return
+            return None
         body = {"status": {"conditions": [cond.to_dict() for cond in set_condition(old_conditions, new, now=self.clock())]}}
         try:
             await self.client.patch(kueue.MultiKueueCluster, cluster.name, body, subresource="status")
         except NotFoundError:
-            return
+            return None
         log.info("cluster condition", extra={"cluster": cluster.name, "status": status, "reason": reason})
+        return None
+
+    def runnables(self) -> list[Runnable]:
+        """Every replica connects to the workers; only the lease holder writes their status."""
+
+        async def publish() -> None:
+            for name in list(self.verdicts):
+                self.status_controller.enqueue(name)
+            await self.status_controller.run()
+
+        return [always(self.controller.name, self._connect), leader(self.status_controller.name, publish)]
+
+    async def _connect(self) -> None:
+        for cluster in self.clusters.items():
+            self.controller.enqueue(cluster.name)
+        await self.controller.run()
 
     async def stop(self) -> None:
+        self.status_controller.stop()
         for remote in list(self.remotes.values()):
             await remote.stop()
 
@@ -240,15 +267,22 @@ class AdmissionCheckController:
         self.configs = configs
         self.clusters = clusters
         self.clock = clock
-        self.is_leader = False
         self.controller = Controller("multikueue-admissioncheck", self.reconcile, workers=2)
         checks.add_handler(lambda kind, old, new: self._enqueue((new or old).name))
         configs.add_handler(lambda kind, old, new: self.resync())
         clusters.add_handler(self._on_cluster)
 
     def _enqueue(self, name: str) -> None:
-        if self.is_leader:
-            self.controller.enqueue(name)
+        self.controller.enqueue(name)
+
+    def runnable(self) -> Runnable:
+        """Writes check status, so only the lease holder runs it, starting with every check."""
+
+        async def run() -> None:
+            self.resync()
+            await self.controller.run()
+
+        return leader(self.controller.name, run)
 
     def _on_cluster(self, kind: str, old: kueue.MultiKueueCluster | None, new: kueue.MultiKueueCluster | None) -> None:
         def active(obj: kueue.MultiKueueCluster | None) -> str | None:

@@ -20,6 +20,7 @@ from manager.kube.informer import Informer
 from manager.multikueue.plan import plan_gc
 from manager.multikueue.remote import RemoteCluster
 from manager.runtime.metrics import REGISTRY
+from manager.runtime.runnables import Runnable, leader
 
 log = logging.getLogger("kfed.multikueue.gc")
 
@@ -37,10 +38,13 @@ class GarbageCollector:
         self.remotes = remotes
         self.origin = origin
         self.interval = interval
-        self.is_leader = False
         self._collected = REGISTRY.counter(
             "kfed_multikueue_gc_deleted_total", "Orphaned remote objects deleted, per cluster.", ("cluster",)
         )
+
+    def runnable(self) -> Runnable:
+        """Deletes on the workers, so only the lease holder collects."""
+        return leader("multikueue-gc", self.run)
 
     async def run(self) -> None:
         if self.interval <= 0:
@@ -49,8 +53,6 @@ class GarbageCollector:
         await self.local_workloads.synced.wait()  # an unsynced cache would make everything look orphaned
         while True:
             await asyncio.sleep(self.interval)  # the collection period, not a sync point
-            if not self.is_leader:
-                continue
             for remote in self.remotes():
                 try:
                     await self.collect(remote)

@@ -3,7 +3,6 @@ manager's own (see `manager.controllers.run.Process`)."""
 
 from __future__ import annotations
 
-from collections.abc import Coroutine
 from typing import Any
 
 from manager.api import kueue
@@ -14,6 +13,7 @@ from manager.multikueue.clusters import AdmissionCheckController, ClusterControl
 from manager.multikueue.gc import GarbageCollector
 from manager.multikueue.settings import Settings
 from manager.multikueue.workload import WorkloadController
+from manager.runtime.runnables import Runnable
 
 
 class MultiKueue:
@@ -59,15 +59,8 @@ class MultiKueue:
     def on_connection_change(self, remote: Any) -> None:
         self.workloads.on_connection_change(remote)
 
-    def tasks(self) -> list[Coroutine[Any, Any, None]]:
-        return [self.clusters.controller.run(), self.workloads.controller.run(), self.checks.controller.run(), self.gc.run()]
-
-    async def on_leader(self) -> None:
-        for part in (self.clusters, self.workloads, self.checks, self.gc):
-            part.is_leader = True
-        self.clusters.resync()
-        self.checks.resync()
-        self.workloads.resync()
+    def runnables(self) -> list[Runnable]:
+        return [*self.clusters.runnables(), self.workloads.runnable(), self.checks.runnable(), self.gc.runnable()]
 
     async def stop(self) -> None:
         for controller in (self.clusters.controller, self.workloads.controller, self.checks.controller):

@@ -47,6 +47,7 @@ from manager.multikueue.remote import ConnectionFailedError, RemoteCluster
 from manager.multikueue.settings import Settings
 from manager.runtime.controller import Controller, Result
 from manager.runtime.metrics import REGISTRY
+from manager.runtime.runnables import Runnable, leader
 
 log = logging.getLogger("kfed.multikueue.workload")
 
@@ -78,7 +79,6 @@ class WorkloadController:
         self.configs = configs
         self.recorder = recorder
         self.clock = clock
-        self.is_leader = False
         self.controller = Controller("multikueue-workload", self.reconcile, workers=workers)
         self.deleted: dict[str, kueue.Workload] = {}
         self.problems: dict[tuple[str, str], str] = {}  # (workload key, cluster) -> why no copy there
@@ -119,20 +119,26 @@ class WorkloadController:
             return
         if new is None:
             self.deleted[wl.key] = wl
-        if self.is_leader:
-            self.controller.enqueue(wl.key)
+        self.controller.enqueue(wl.key)
 
     def on_remote_object(self, remote: RemoteCluster, namespace: str, name: str) -> None:
-        if self.is_leader:
-            self.controller.enqueue(f"{namespace}/{name}")
+        self.controller.enqueue(f"{namespace}/{name}")
 
     def on_connection_change(self, remote: RemoteCluster) -> None:
         """A worker came or went: every MultiKueue workload may have something new to do."""
         self.resync()
 
+    def runnable(self) -> Runnable:
+        """Dispatch and sync write on the manager and the workers, so only the lease holder
+        runs them, starting with every MultiKueue Workload."""
+
+        async def run() -> None:
+            self.resync()
+            await self.controller.run()
+
+        return leader(self.controller.name, run)
+
     def resync(self) -> None:
-        if not self.is_leader:
-            return
         for wl in self.caches.workloads.items():
             if self._is_multikueue(wl):
                 self.controller.enqueue(wl.key)
@@ -230,8 +236,6 @@ class WorkloadController:
 
     # --- reconcile ---------------------------------------------------------------------------------
     async def reconcile(self, key: str) -> Result | None:
-        if not self.is_leader:
-            return None
         local = self.caches.workloads.get(key)
         deleted = local is None or local.metadata.deletion_timestamp is not None
         if local is None:
