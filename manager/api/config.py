@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
-from pydantic import Field, field_validator
+from pydantic import AfterValidator, Field
 
 from manager.api import constants as c
 from manager.api.meta import KubeModel, LabelSelector, OpenModel
@@ -32,6 +32,16 @@ def parse_duration(text: str) -> timedelta:
     if position != len(value) or not value:
         raise ValueError(f'invalid duration "{text}"')
     return timedelta(seconds=sign * seconds)
+
+
+def _non_negative(value: str) -> str:
+    if parse_duration(value) < timedelta(0):
+        raise ValueError(f'must not be negative, got "{value}"')
+    return value
+
+
+# A Go duration field that may not be negative (Kueue's validation).
+Duration = Annotated[str, AfterValidator(_non_negative)]
 
 
 class ResourceTransformation(KubeModel):
@@ -62,18 +72,11 @@ class IncrementalDispatcherConfig(KubeModel):
 
 
 class MultiKueueConfiguration(KubeModel):
-    gc_interval: str | None = None
+    gc_interval: Duration | None = None
     origin: str | None = Field(default=None, max_length=63)
-    worker_lost_timeout: str | None = None
+    worker_lost_timeout: Duration | None = None
     dispatcher_name: str | None = None
     incremental_dispatcher_config: IncrementalDispatcherConfig | None = None
-
-    @field_validator("gc_interval", "worker_lost_timeout")
-    @classmethod
-    def _valid_duration(cls, value: str | None) -> str | None:
-        if value is not None and parse_duration(value) < timedelta(0):
-            raise ValueError(f'must not be negative, got "{value}"')
-        return value
 
     @property
     def effective_origin(self) -> str:
@@ -95,6 +98,68 @@ class MultiKueueConfiguration(KubeModel):
     def effective_step_size(self) -> int:
         config = self.incremental_dispatcher_config
         return config.step_size if config and config.step_size else 3
+
+
+class RequeuingStrategy(KubeModel):
+    """`waitForPodsReady.requeuingStrategy`: how a workload evicted for its pods comes back."""
+
+    timestamp: Literal["Eviction", "Creation"] | None = None
+    backoff_limit_count: int | None = Field(default=None, ge=0)
+    backoff_base_seconds: int | None = Field(default=None, ge=0)
+    backoff_max_seconds: int | None = Field(default=None, ge=0)
+
+
+class WaitForPodsReady(KubeModel):
+    """`waitForPodsReady`: Kueue's all-or-nothing admission. v1beta2 enables it by the section's
+    presence; v1beta1's `enable` is read too (false turns it off)."""
+
+    enable: bool | None = None
+    timeout: Duration | None = None
+    block_admission: bool | None = None
+    requeuing_strategy: RequeuingStrategy | None = None
+    recovery_timeout: Duration | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.enable is not False
+
+    @property
+    def effective_timeout(self) -> timedelta:
+        # Kueue's v1beta2 default (a zero timeout is defaulted too).
+        timeout = parse_duration(self.timeout) if self.timeout else timedelta(0)
+        return timeout if timeout > timedelta(0) else timedelta(minutes=30)
+
+    @property
+    def effective_recovery_timeout(self) -> timedelta | None:
+        """The recovery timeout, None when disabled ("0s"); it defaults to the timeout."""
+        if self.recovery_timeout is None:
+            return self.effective_timeout
+        value = parse_duration(self.recovery_timeout)
+        return value if value > timedelta(0) else None
+
+    @property
+    def effective_block_admission(self) -> bool:
+        return bool(self.block_admission)
+
+    @property
+    def requeue_by_creation(self) -> bool:
+        strategy = self.requeuing_strategy
+        return strategy is not None and strategy.timestamp == "Creation"
+
+    @property
+    def backoff_limit_count(self) -> int | None:
+        return self.requeuing_strategy.backoff_limit_count if self.requeuing_strategy else None
+
+    @property
+    def backoff_base_seconds(self) -> int:
+        # Same as Kueue's defaulting (cmp.Or): an unset or zero base is 60 s.
+        strategy = self.requeuing_strategy
+        return (strategy.backoff_base_seconds if strategy else None) or 60
+
+    @property
+    def backoff_max_seconds(self) -> int:
+        strategy = self.requeuing_strategy
+        return (strategy.backoff_max_seconds if strategy else None) or 3600
 
 
 class ClientConnection(KubeModel):
@@ -150,6 +215,7 @@ class Configuration(OpenModel):
     multi_kueue: MultiKueueConfiguration | None = None
     metrics: ControllerMetrics | None = None
     integrations: Integrations | None = None
+    wait_for_pods_ready: WaitForPodsReady | None = None
 
     @property
     def effective_namespace(self) -> str:
@@ -158,3 +224,19 @@ class Configuration(OpenModel):
     @property
     def effective_frameworks(self) -> list[str]:
         return (self.integrations or Integrations()).effective_frameworks
+
+    @property
+    def pods_ready(self) -> WaitForPodsReady | None:
+        """waitForPodsReady when it is on, else None. kfed turns it on only when the section is
+        given (Kueue 0.19's v1beta2 defaults also turn it on with no section at all). A v1beta1
+        file keeps v1beta1's rules: on only with `enable: true`, a 5m timeout, and
+        blockAdmission on unless set."""
+        section = self.wait_for_pods_ready
+        if section is None or not section.enabled:
+            return None
+        if self.api_version.endswith("/v1beta1"):
+            if section.enable is not True:
+                return None
+            block = section.block_admission if section.block_admission is not None else True
+            return section.model_copy(update={"timeout": section.timeout or "5m", "block_admission": block})
+        return section

@@ -37,6 +37,7 @@ ADMITTED = "Admitted"
 EVICTED = "Evicted"
 PREEMPTED = "Preempted"
 REQUEUED = "Requeued"
+PODS_READY = "PodsReady"
 FINISHED = "Finished"
 
 # ClusterQueue, LocalQueue, AdmissionCheck and MultiKueueCluster condition type.

@@ -206,6 +206,13 @@ def job_state(
         message = requeued.message
     if not is_active(wl):
         return "Pending", "deactivated (spec.active is false)", message, None
+    state = wl.status.requeue_state if wl.status else None
+    if requeued is not None and requeued.status == "False" and requeued.reason == "PodsReadyTimeout":
+        # waitForPodsReady: evicted because its pods were not ready in time, queued again once
+        # its backoff ends (Kueue's status.requeueState).
+        until = f" until {state.requeue_at.strftime('%Y-%m-%dT%H:%M:%SZ')}" if state and state.requeue_at else ""
+        times = f"; requeued {state.count} time(s)" if state and state.count else ""
+        return "Pending", f"its pods were not ready in time: waiting out its requeue backoff{until}{times}", message, None
     return "Pending", scrub(message) or "waiting for the scheduler", message, None
 
 

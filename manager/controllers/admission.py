@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import time
 from collections.abc import Callable
 from datetime import datetime
@@ -53,7 +54,7 @@ STATUS_INTERVAL = 0.5  # queue status writes at most this often
 def status_patch(write: StatusWrite, current: kueue.WorkloadStatus | None) -> dict[str, Any]:
     """A merge patch that sets the owned status fields and clears those the engine dropped."""
     body = write.status.to_dict()
-    for name in ("admission", "resourceRequests", "clusterName", "nominatedClusterNames"):
+    for name in ("admission", "resourceRequests", "clusterName", "nominatedClusterNames", "requeueState"):
         if name not in body and current is not None and current.to_dict().get(name) is not None:
             body[name] = None
     return {"metadata": {"resourceVersion": write.resource_version}, "status": body}
@@ -73,7 +74,7 @@ class AdmissionController:
     ) -> None:
         self.client = client
         self.caches = caches
-        self.state = AdmissionState(config)
+        self.state = AdmissionState(config, jitter=random.random)  # Kueue's backoff jitter
         self.recorder = recorder
         self.clock = clock
         self._wake = asyncio.Event()

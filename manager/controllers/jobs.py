@@ -51,8 +51,10 @@ class JobController:
         recorder: EventRecorder | None = None,
         clock: Callable[[], datetime] = utcnow,
         workers: int = 8,
+        wait_for_pods_ready: bool = False,
     ) -> None:
         self.client = client
+        self.wait_for_pods_ready = wait_for_pods_ready
         self.caches = caches
         self.adapter = adapter
         self.informer: Informer[Any] = caches.jobs[adapter.gvk]
@@ -125,6 +127,7 @@ class JobController:
             creating=not self.expectations.satisfied(key),
             runs_elsewhere=None if self.runs_elsewhere is not None else False,
             part_of_managed_job=self.caches.registry.owns_any(job.metadata.owner_references),
+            wait_for_pods_ready=self.wait_for_pods_ready,
         )
 
     async def reconcile(self, key: str) -> Result | None:

@@ -15,6 +15,7 @@ from manager.api.meta import find_condition
 from manager.api.quantity import Quantity
 from manager.engine.cache import ClusterQueueInfo
 from manager.engine.fairshare import dominant_resource_share
+from manager.engine.podsready import REASON_PODS_READY_TIMEOUT, timeout_cause
 from manager.engine.quota import QuotaNode
 from manager.engine.state import AdmissionState, StatusWrite
 from manager.engine.status import cluster_queue_status
@@ -216,6 +217,8 @@ def record_write(metrics: Metrics, write: StatusWrite, before: Workload, cohorts
     old_cq = old.admission.cluster_queue if old.admission is not None else ""
     if evicted is not None and evicted.status == "True":
         reason, cause = eviction_labels(evicted.reason or "")
+        if reason == REASON_PODS_READY_TIMEOUT:
+            cause = timeout_cause(find_condition(new.conditions, c.PODS_READY))
         was = find_condition(old.conditions, c.EVICTED)
         if (was is None or was.status != "True") and old_cq:
             metrics.evicted(old_cq, lq, reason, cause, pc)

@@ -225,7 +225,10 @@ class Process:
         use(self.metrics)  # what this process's components register with
         self.admission = AdmissionController(self.client, self.caches, config=self.configuration, recorder=recorder, metrics=self.metrics)
         self.job_controllers = [
-            JobController(self.client, self.caches, adapter, recorder=recorder) for adapter in self.integrations.adapters
+            JobController(
+                self.client, self.caches, adapter, recorder=recorder, wait_for_pods_ready=self.configuration.pods_ready is not None
+            )
+            for adapter in self.integrations.adapters
         ]
         self.recorder = recorder
         self.extensions = [factory(self) for factory in self.extension_factories]

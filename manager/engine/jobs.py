@@ -207,7 +207,7 @@ def map_patch(have: Mapping[str, str], want: Mapping[str, str]) -> dict[str, str
 # Requeued=False names the eviction until the workload controller lets it back in.
 _REQUEUED_AT_ONCE = ("Preempted", "NodeFailures")
 # Requeued=False reasons the workload controller turns into Requeued=True: (reason, message).
-_BACKOFF_FINISHED = ("BackoffFinished", "The workload backoff was finished")
+BACKOFF_FINISHED = ("BackoffFinished", "The workload backoff was finished")
 _REACTIVATED = ("Reactivated", "The workload was reactivated")
 
 
@@ -241,5 +241,18 @@ def requeued_follow_up(wl: Workload, now: datetime) -> tuple[str, str] | None:
         state = wl.status.requeue_state
         if state is not None and state.requeue_at is not None and state.requeue_at > now:
             return None
-        return _BACKOFF_FINISHED
+        return BACKOFF_FINISHED
     return None
+
+
+def backoff_left(wl: Workload, now: datetime) -> float | None:
+    """Seconds until the backoff of a Workload waiting to be requeued (Requeued=False after a
+    check retry or a PodsReady timeout) runs out; None when it waits for none."""
+    if wl.spec.active is False or wl.status is None:
+        return None
+    requeued = next((cond for cond in wl.status.conditions or [] if cond.type == c.REQUEUED), None)
+    state = wl.status.requeue_state
+    if requeued is None or requeued.status != "False" or state is None or state.requeue_at is None:
+        return None
+    left = (state.requeue_at - now).total_seconds()
+    return left if left > 0 else None

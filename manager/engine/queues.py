@@ -130,6 +130,12 @@ class ClusterQueueQueue:
             return
         self._enter(wl)
 
+    def hold(self, wl: WorkloadInfo) -> None:
+        """Queue it as inadmissible on its own (a requeue backoff): pending, never a head."""
+        self._remove(wl.key)
+        self._order.pop(wl.key, None)
+        self._singles[wl.key] = wl
+
     def _next(self) -> int:
         self._counter += 1
         return self._counter

@@ -20,6 +20,12 @@ from manager.api.config import Configuration, parse_duration
 from manager.engine import fairshare
 from manager.engine.cache import Cache, ClusterQueueInfo
 from manager.engine.flavors import FIT, NO_CANDIDATES, NO_FIT, PREEMPT, Assignment, FlavorAssigner
+from manager.engine.podsready import (
+    REASON_WAITING_FOR_PODS_READY,
+    WAITING_FOR_PODS_READY_MESSAGE,
+    backoff_pending,
+    blocks_admission,
+)
 from manager.engine.preemption import HUMAN_REASONS, Preemptor, Target
 from manager.engine.queues import (
     FAILED_AFTER_NOMINATION,
@@ -178,6 +184,9 @@ class Scheduler:
         self.fair_sharing = fair is not None and fair.enable is not False
         self.strategies = tuple(fair.preemption_strategies) if fair and fair.preemption_strategies else ()
         self.queues: dict[str, ClusterQueueQueue] = {}
+        pods_ready = self.config.pods_ready
+        self.block_admission = pods_ready is not None and pods_ready.effective_block_admission
+        self._now: datetime | None = None
         self.cycle_number = 0
         # ClusterQueue name -> the cycle in which capacity freed in its tree (see requeue_inadmissible_in_tree).
         self._pending_requeues: dict[str, int] = {}
@@ -228,6 +237,11 @@ class Scheduler:
             self._not_admitted(wl, REASON_MISCONFIGURED, problem, now)
             return
         wl.cluster_queue = cq.name
+        if self._backing_off(wl, now):
+            # Same as Kueue: a workload waiting out its requeue backoff is inadmissible until
+            # the backoff ends (the update that ends it queues it again).
+            self.queues[cq.name].hold(wl)
+            return
         lq = self.cache.local_queues.get(self._lq_key(wl))
         if lq is not None and (lq.spec.stop_policy or "None") != "None":
             self._not_admitted(wl, REASON_SUSPENDED, f"LocalQueue {wl.queue_name} is stopped", now)
@@ -236,6 +250,16 @@ class Scheduler:
             state = "stopped" if cq.stop_policy != "None" else "inactive"
             self._not_admitted(wl, REASON_SUSPENDED, f"ClusterQueue {cq.name} is {state}", now)
         self.queues[cq.name].push(wl)
+
+    @staticmethod
+    def _backing_off(wl: WorkloadInfo, now: datetime) -> bool:
+        return backoff_pending(requeued=wl.conditions.get(c.REQUEUED), requeue_at=wl.requeue_at, now=now)
+
+    def _pods_not_ready(self) -> bool:
+        """blockAdmission: whether a workload holding quota anywhere has PodsReady not True."""
+        return blocks_admission(
+            wl.condition_true(c.PODS_READY) for cq in self.cache.cluster_queues.values() for wl in cq.workloads.values()
+        )
 
     def _not_admitted(self, wl: WorkloadInfo, reason: str, message: str, now: datetime) -> None:
         wl.set_condition(c.QUOTA_RESERVED, "False", reason, message, now)
@@ -254,6 +278,7 @@ class Scheduler:
         self._last_cycle_at = now
 
     def cycle(self, now: datetime) -> CycleResult:
+        self._now = now
         self._apply_requeues()
         self.cycle_number += 1
         if self.afs_enabled:
@@ -534,6 +559,12 @@ class Scheduler:
                     result.preemptions.append(Preemption(target.wl, target.cq, wl, cq, target.reason))
             wl.last_assignment = None
             return
+        if self.block_admission and self._pods_not_ready():
+            # Kueue's waitForPodsReadyIfNeeded: the head waits (QuotaReserved=False) until every
+            # admitted workload's pods are ready, and nothing is admitted meanwhile.
+            entry.skip_reason, entry.skip_message = REASON_WAITING_FOR_PODS_READY, WAITING_FOR_PODS_READY_MESSAGE
+            entry.requeue_reason = FAILED_AFTER_NOMINATION
+            return
         entry.status = "assumed"
         # The reservation is the one charge: it stays after the cycle, as Kueue's cache does.
         self._admit(entry, now)
@@ -717,6 +748,6 @@ class Scheduler:
             if matches is None:
                 labels = self.namespaces.get(wl.namespace)
                 matches = seen[wl.namespace] = labels is not None and selector_matches(cq.namespace_selector, labels)
-            return matches
+            return matches and (self._now is None or not self._backing_off(wl, self._now))
 
         return check

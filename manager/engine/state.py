@@ -13,6 +13,7 @@ the assumption when the write lost a race; the next object seen from the cluster
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -24,7 +25,15 @@ from manager.api.core import LimitRange, PriorityClass
 from manager.api.kueue import ClusterQueueStatus, LocalQueueStatus, Workload, WorkloadStatus
 from manager.api.meta import is_condition_true
 from manager.engine.cache import Cache, CheckInfo
-from manager.engine.jobs import requeued_on_release
+from manager.engine.jobs import BACKOFF_FINISHED, requeued_on_release
+from manager.engine.podsready import (
+    REASON_PODS_READY_TIMEOUT,
+    REASON_REQUEUING_LIMIT_EXCEEDED,
+    REQUEUING_LIMIT_MESSAGE,
+    pods_ready_timeout,
+    requeue_after_timeout,
+    timeout_message,
+)
 from manager.engine.requests import RequestError, limit_range_defaults
 from manager.engine.scheduler import CycleResult, Scheduler
 from manager.engine.status import (
@@ -38,6 +47,8 @@ from manager.engine.status import (
     workload_status,
 )
 from manager.engine.workload import (
+    DEACTIVATION_TARGET,
+    REASON_DEACTIVATED,
     REASON_PENDING_EVALUATION,
     WorkloadInfo,
     build_info,
@@ -63,13 +74,34 @@ class StatusWrite:
     events: list[EventRecord] = field(default_factory=list)  # to emit once the write succeeds
 
 
+def _backoff_view(wl: Workload) -> tuple[object, ...]:
+    """What decides whether a pending workload still waits out a backoff: its Requeued
+    condition and its requeueAt (the job controller changes them when the backoff ends)."""
+    status = wl.status
+    requeued = next((cond for cond in (status.conditions if status else None) or [] if cond.type == c.REQUEUED), None)
+    state = status.requeue_state if status else None
+    return (requeued.status, requeued.reason) if requeued else None, state.requeue_at if state else None
+
+
 class AdmissionState:
     """Everything the admission side knows, built from a cluster's objects."""
 
     def __init__(
-        self, config: Configuration | None = None, *, release_bare_evictions: bool = True, admission_checks_known: bool = True
+        self,
+        config: Configuration | None = None,
+        *,
+        release_bare_evictions: bool = True,
+        admission_checks_known: bool = True,
+        jitter: Callable[[], float] | None = None,
     ) -> None:
         self.config = config or Configuration()
+        # waitForPodsReady: the backoff's random draw in [0, 1) (the controller passes its
+        # generator; none by default), and when each admitted workload's timeout runs out.
+        self.jitter = jitter or (lambda: 0.0)
+        self.pods_ready_deadlines: dict[str, datetime] = {}
+        # Workloads this state released itself (no job owns them) waiting out their backoff:
+        # Kueue's workload controller ends it (Requeued=True, BackoffFinished), and so does this.
+        self.backoff_deadlines: dict[str, datetime] = {}
         # An evicted Workload that no Job owns has nothing to stop; its quota goes back at once.
         self.release_bare_evictions = release_bare_evictions
         # `kfed simulate` reads no AdmissionChecks: every check a ClusterQueue names then counts
@@ -237,7 +269,14 @@ class AdmissionState:
         if old is not None and old.reserved and reserved_now and old.obj.spec == wl.spec:
             self._refresh_reserved(old, wl, now)
             return
-        if old is not None and not old.reserved and not reserved_now and old.obj.spec == wl.spec and old.active == is_active(wl):
+        if (
+            old is not None
+            and not old.reserved
+            and not reserved_now
+            and old.obj.spec == wl.spec
+            and old.active == is_active(wl)
+            and _backoff_view(old.obj) == _backoff_view(wl)
+        ):
             self._refresh_pending(old, wl)
             return
         info = self._build(wl)
@@ -274,11 +313,71 @@ class AdmissionState:
         if info.conditions.get(c.ADMITTED) != before:
             self.dirty.add(info.key)
         eviction = None if info.evicted else reserved_eviction(info, self.cache)
+        if eviction is None and not info.evicted:
+            eviction = self._pods_ready_eviction(info, now)
+        elif eviction is not None and eviction[0].startswith(REASON_DEACTIVATED) and info.obj.status and info.obj.status.requeue_state:
+            info.requeue_state_write = (None,)  # Kueue clears the requeue state of a deactivated workload
         if eviction is not None:
             info.set_condition(c.EVICTED, "True", eviction[0], eviction[1], now)
             self.dirty.add(info.key)
         if info.evicted and self.release_bare_evictions and not self._owned_by_controller(info):
             self.finish_eviction(info.key, now)
+
+    def _pods_ready_eviction(self, info: WorkloadInfo, now: datetime) -> tuple[str, str] | None:
+        """Kueue's workload controller with waitForPodsReady: an admitted workload whose pods
+        are not ready in time is evicted (PodsReadyTimeout) with its requeue state advanced,
+        or, past the requeuing limit, marked for deactivation (RequeuingLimitExceeded)."""
+        self.pods_ready_deadlines.pop(info.key, None)
+        config = self.config.pods_ready
+        if config is None or not info.active:
+            return None
+        timeout = pods_ready_timeout(
+            config, admitted=info.conditions.get(c.ADMITTED), pods_ready=info.conditions.get(c.PODS_READY), now=now
+        )
+        if timeout is None:
+            return None
+        _, remaining = timeout
+        if remaining.total_seconds() > 0:
+            self.pods_ready_deadlines[info.key] = now + remaining
+            return None
+        state = info.obj.status.requeue_state if info.obj.status else None
+        decision = requeue_after_timeout(
+            config, count=state.count if state else None, requeue_at=state.requeue_at if state else None, now=now, jitter=self.jitter
+        )
+        if decision.deactivate:
+            if not info.condition_true(DEACTIVATION_TARGET):
+                info.set_condition(DEACTIVATION_TARGET, "True", REASON_REQUEUING_LIMIT_EXCEEDED, REQUEUING_LIMIT_MESSAGE, now)
+                self.dirty.add(info.key)
+            return None
+        info.requeue_state_write = (kueue.RequeueState(count=decision.count, requeue_at=decision.requeue_at),)
+        info.requeue_at = decision.requeue_at
+        return REASON_PODS_READY_TIMEOUT, timeout_message(info.key)
+
+    def expire_pods_ready(self, now: datetime) -> None:
+        """Evict the admitted workloads whose PodsReady timeout ran out since they were last seen."""
+        due = [key for key, at in self.pods_ready_deadlines.items() if at <= now]
+        for key in due:
+            self.pods_ready_deadlines.pop(key, None)
+            info = self.infos.get(key)
+            if info is not None and info.reserved:
+                self._check_reserved(info, now)
+
+    def end_backoffs(self, now: datetime) -> None:
+        """Kueue's workload controller for the workloads released here: once the backoff ran
+        out, Requeued=True (BackoffFinished), requeueAt cleared, and queued again."""
+        due = [key for key, at in self.backoff_deadlines.items() if at <= now]
+        for key in due:
+            del self.backoff_deadlines[key]
+            info = self.infos.get(key)
+            requeued = info.conditions.get(c.REQUEUED) if info is not None else None
+            if info is None or info.reserved or requeued is None or requeued.reason != REASON_PODS_READY_TIMEOUT:
+                continue
+            info.set_condition(c.REQUEUED, "True", *BACKOFF_FINISHED, now)
+            count = info.obj.status.requeue_state.count if info.obj.status and info.obj.status.requeue_state else None
+            info.requeue_state_write = (kueue.RequeueState(count=count),)
+            info.requeue_at = None
+            self.scheduler.enqueue(info, now)
+            self.dirty.add(key)
 
     @staticmethod
     def _owned_by_controller(info: WorkloadInfo) -> bool:
@@ -294,15 +393,20 @@ class AdmissionState:
         message = evicted.message if evicted is not None else "The workload was evicted"
         reason = evicted.reason if evicted is not None else REASON_PENDING_EVALUATION
         cq = self.cache.cluster_queues.get(info.admission_cq)
-        self.scheduler.release(info, now, reason=REASON_PENDING_EVALUATION, message=message)
         # Same rule as for a Job's release: Requeued=True at once only after a preemption or
-        # node failures; otherwise False until the workload controller's follow-up.
+        # node failures; otherwise False until the workload controller's follow-up (set first:
+        # the release queues it, and a PodsReady timeout's backoff holds it back).
         info.set_condition(c.REQUEUED, "True" if requeued_on_release(reason) else "False", reason, message, now)
+        self.scheduler.release(info, now, reason=REASON_PENDING_EVALUATION, message=message)
+        if reason == REASON_PODS_READY_TIMEOUT:
+            self.backoff_deadlines[key] = info.requeue_at or now
         if cq is not None:
             self.scheduler.requeue_inadmissible_in_tree(cq.node.root())
         self.dirty.add(key)
 
     def _remove(self, key: str) -> None:
+        self.pods_ready_deadlines.pop(key, None)
+        self.backoff_deadlines.pop(key, None)
         info = self.infos.pop(key, None)
         self.assumed.discard(key)
         if info is None:
@@ -322,10 +426,16 @@ class AdmissionState:
     # --- scheduling -------------------------------------------------------------------------------------
     def cycle(self, now: datetime) -> CycleResult:
         self.rebuild_if_needed(now)
+        if self.pods_ready_deadlines:
+            self.expire_pods_ready(now)
+        if self.backoff_deadlines:
+            self.end_backoffs(now)
         result = self.scheduler.cycle(now)
         for wl in result.admitted:
             self.assumed.add(wl.key)
             self.dirty.add(wl.key)
+            if self.config.pods_ready is not None:
+                self._pods_ready_eviction(wl, now)  # starts its PodsReady timeout (nothing is due yet)
         for preemption in result.preemptions:
             self.dirty.add(preemption.victim.key)
             self.dirty.add(preemption.preemptor.key)
@@ -350,6 +460,7 @@ class AdmissionState:
         info.obj = stored
         info.check_resets.clear()
         info.reset_nomination = False
+        info.requeue_state_write = None
         if write.admits:
             self.assumed.discard(write.key)
 

@@ -95,6 +95,8 @@ def workload_status(info: WorkloadInfo, *, now: datetime) -> WorkloadStatus:
     if info.reset_nomination:
         status.cluster_name = None
         status.nominated_cluster_names = None
+    if info.requeue_state_write is not None:
+        status.requeue_state = info.requeue_state_write[0]
     if info.evicted:
         # Same as Kueue: the deactivation target is consumed by the eviction it caused.
         status.conditions = [cond for cond in status.conditions or [] if cond.type != DEACTIVATION_TARGET] or None
@@ -119,6 +121,7 @@ def status_view(info: WorkloadInfo) -> tuple[Any, ...]:
         dict(info.checks),
         dict(info.check_resets),
         info.reset_nomination,
+        info.requeue_state_write,
         info.evicted,
         list(info.resource_requests) if info.resource_requests is not None else None,
     )
@@ -133,6 +136,15 @@ def _check_states(status: WorkloadStatus) -> list[tuple[str, str]]:
     return sorted((check.name, check.state) for check in status.admission_checks or [])
 
 
+def _requeue_state(status: WorkloadStatus) -> dict[str, Any] | None:
+    return status.requeue_state.to_dict() if status.requeue_state is not None else None
+
+
+def _deactivation_target(status: WorkloadStatus) -> bool:
+    cond = find_condition(status.conditions, DEACTIVATION_TARGET)
+    return cond is not None and cond.status == "True"
+
+
 def same_status(current: WorkloadStatus, desired: WorkloadStatus) -> bool:
     """Whether the cluster already holds what the admission side would write."""
     if owned_conditions(current.conditions) != owned_conditions(desired.conditions):
@@ -143,6 +155,10 @@ def same_status(current: WorkloadStatus, desired: WorkloadStatus) -> bool:
         return False
     if (current.cluster_name, current.nominated_cluster_names) != (desired.cluster_name, desired.nominated_cluster_names):
         return False
+    if _requeue_state(current) != _requeue_state(desired):
+        return False
+    if _deactivation_target(desired) and not _deactivation_target(current):
+        return False  # the requeuing limit asks for a deactivation (waitForPodsReady)
     return _check_states(current) == _check_states(desired)
 
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeGuard, cast
 from manager.api import constants as c
 from manager.api.config import Configuration
 from manager.api.core import PriorityClass
-from manager.api.kueue import AdmissionCheck, AdmissionCheckState, Workload, WorkloadPriorityClass
+from manager.api.kueue import AdmissionCheck, AdmissionCheckState, RequeueState, Workload, WorkloadPriorityClass
 from manager.api.meta import MAX_CONDITION_MESSAGE, Condition, OwnerReference, Toleration, is_condition_true, transition_time
 from manager.engine.requests import LimitRangeDefaults, Requests, pod_requests, transform
 from manager.engine.units import FlavorResource, amount
@@ -122,6 +122,10 @@ class WorkloadInfo:
     # MultiKueue cluster nomination cleared, to be written with the eviction.
     check_resets: dict[str, tuple[str, int | None]] = field(default_factory=dict)
     reset_nomination: bool = False
+    # waitForPodsReady: status.requeueState's requeueAt as read, and a new requeueState to
+    # write with the eviction (a 1-tuple; (None,) clears it), like check_resets.
+    requeue_at: datetime | None = None
+    requeue_state_write: tuple[RequeueState | None] | None = None
     _candidate_key: tuple[bool, int, float, str] | None = None
     # What the last flush saw (see AdmissionState.flush): unchanged means no status to compute.
     flushed_view: tuple[Any, ...] | None = None
@@ -260,8 +264,14 @@ def build_info(
         info.checks = {check.name: check.state for check in status.admission_checks or []}
         info.evicted = info.condition_true(c.EVICTED)
         evicted = info.conditions.get(c.EVICTED)
-        if evicted is not None and evicted.status == "True" and evicted.reason in ("PodsReadyTimeout", "AdmissionCheck"):
+        by_creation = config is not None and config.pods_ready is not None and config.pods_ready.requeue_by_creation
+        # Kueue's queue-order timestamp: the eviction's time after a check retry, and after a
+        # PodsReady timeout unless requeuingStrategy.timestamp is Creation.
+        requeued_by = (REASON_ADMISSION_CHECK,) if by_creation else (REASON_ADMISSION_CHECK, "PodsReadyTimeout")
+        if evicted is not None and evicted.status == "True" and evicted.reason in requeued_by:
             info.order_time = evicted.last_transition_time
+        if status.requeue_state is not None:
+            info.requeue_at = status.requeue_state.requeue_at
         if status.admission is not None and info.condition_true(c.QUOTA_RESERVED):
             info.admission_cq = status.admission.cluster_queue
             info.admission = admission_from_status(wl)

@@ -9,7 +9,7 @@ The groups say when a metric is served, as in Kueue:
   Configuration's `metrics.localQueueMetrics` (enable, localQueueSelector).
 - CLUSTER_QUEUE_RESOURCES: the Configuration's `metrics.enableClusterQueueResources` (off by default).
 
-Not served, because kfed has no such fact: kueue_build_info (a Go build), waitForPodsReady's
+Not served, because kfed has no such fact (or not yet): kueue_build_info (a Go build), waitForPodsReady's
 kueue_ready_wait_time_seconds, kueue_admitted_until_ready_wait_time_seconds and
 kueue_pods_ready_to_evicted_time_seconds (and their local_queue_ forms), Pod integration's
 kueue_pod_scheduling_gate_removal_seconds, elastic jobs' kueue_replaced_workload_slices_total,

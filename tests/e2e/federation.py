@@ -92,7 +92,8 @@ class Federation:
             self.process = None
 
 
-def build(provider: Any, directory: Path) -> Federation:
+def build(provider: Any, directory: Path, *, worker_config: dict[str, Any] | None = None) -> Federation:
+    """The federation; `worker_config` is a Kueue Configuration for the workers' agents."""
     suffix = uuid.uuid4().hex[:4]
     manager = provider.create([f"mk-manager-{suffix}"])[0]
     w1, w2 = provider.create([f"mk-w1-{suffix}", f"mk-w2-{suffix}"], jobs=True)
@@ -102,7 +103,13 @@ def build(provider: Any, directory: Path) -> Federation:
         federation.install_crds(cluster, crds)
         ensure_namespace(cluster, SYSTEM_NAMESPACE)
     for name, worker in fed.workers.items():
-        agent = ControllerProcess(worker, directory / name, component="worker_agent").start()
+        extra = []
+        if worker_config is not None:
+            (directory / name).mkdir(parents=True, exist_ok=True)
+            path = directory / name / "kueue-config.yaml"
+            path.write_text(yaml.safe_dump({"apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration", **worker_config}))
+            extra.append(f"--config={path}")
+        agent = ControllerProcess(worker, directory / name, component="worker_agent", extra=extra).start()
         agent.wait_ready()
         wait_webhooks(worker, agent)
         fed.agents[name] = agent

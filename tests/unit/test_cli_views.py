@@ -232,6 +232,21 @@ def test_evictions_read_as_sentences(reason: str, message: str, sentence: str) -
     assert (view.state, view.reason) == ("Evicted", sentence)
 
 
+def test_a_job_in_its_pods_ready_backoff_says_until_when() -> None:
+    status = {
+        "conditions": [
+            cond("QuotaReserved", "False", "Pending"),
+            cond("Requeued", "False", "PodsReadyTimeout", "Exceeded the PodsReady timeout"),
+        ],
+        "requeueState": {"count": 2, "requeueAt": "2026-11-21T12:02:00Z"},
+    }
+    view = views.job_views([wl("b", created="2026-11-21T11:00:00Z", status=status)], checks={}, local_queues={})[0]
+    assert (view.state, view.reason) == (
+        "Pending",
+        "its pods were not ready in time: waiting out its requeue backoff until 2026-11-21T12:02:00Z; requeued 2 time(s)",
+    )
+
+
 @pytest.mark.parametrize(
     ("natural", "widths"),
     [

@@ -357,3 +357,57 @@ def test_a_jobset_whose_template_conflicts_with_its_admission_finishes_as_failed
     finished = condition(status_of(plan(JOBSET, job, workload(JOBSET, job, admitted=True))), c.FINISHED)
     assert finished["reason"] == "FailedToStart"
     assert finished["message"].startswith("spec.replicatedJobs[0].template.spec.template.metadata.labels: conflict for labels")
+
+
+# --- waitForPodsReady ---------------------------------------------------------------------------------
+@both
+def test_with_wait_for_pods_ready_a_workload_gets_pods_ready_false_until_its_pods_are_ready(kind: str) -> None:
+    adapter, make = KINDS[kind]
+    job = make(suspend=False)
+    result = plan(adapter, job, workload(adapter, job, admitted=True), wait_for_pods_ready=True)
+    assert kinds(result) == ["PatchWorkload"]
+    ready = condition(status_of(result), c.PODS_READY)
+    assert (ready["status"], ready["reason"], ready["message"]) == ("False", "WaitForStart", "Not all pods are ready or succeeded")
+    # Without the configuration there is no PodsReady condition.
+    assert not any(isinstance(action, PatchWorkload) for action in plan(adapter, job, workload(adapter, job, admitted=True)).actions)
+
+
+@pytest.mark.parametrize(
+    ("kind", "status"),
+    [
+        ("Job", {"ready": 1, "succeeded": 1}),
+        ("JobSet", {"replicatedJobsStatus": [{"name": "leader", "ready": 1}, {"name": "workers", "ready": 2}]}),
+    ],
+)
+def test_a_job_whose_pods_are_all_ready_or_succeeded_gets_pods_ready_true(kind: str, status: dict[str, Any]) -> None:
+    adapter, make = KINDS[kind]
+    job = make(suspend=False, status=status)
+    waiting = cond(c.PODS_READY, status="False", reason="WaitForStart")
+    ready = condition(
+        status_of(plan(adapter, job, workload(adapter, job, admitted=True, conditions=[waiting]), wait_for_pods_ready=True)), c.PODS_READY
+    )
+    assert (ready["status"], ready["reason"]) == ("True", "Started")
+
+
+@both
+def test_an_unchanged_pods_ready_condition_is_not_written_again(kind: str) -> None:
+    adapter, make = KINDS[kind]
+    job = make(suspend=False)
+    waiting = cond(c.PODS_READY, status="False", reason="WaitForStart")
+    result = plan(adapter, job, workload(adapter, job, admitted=True, conditions=[waiting]), wait_for_pods_ready=True)
+    assert result.actions == []
+
+
+@both
+def test_a_released_workload_in_its_backoff_is_looked_at_again_when_the_backoff_ends(kind: str) -> None:
+    adapter, make = KINDS[kind]
+    job = make()
+    wl = workload(adapter, job, conditions=[cond(c.REQUEUED, status="False", reason="PodsReadyTimeout")])
+    assert wl.status is not None
+    wl.status.requeue_state = kueue.RequeueState(count=1, requeue_at=NOW.replace(minute=1))
+    assert plan(adapter, job, wl) == JobPlan(requeue_after=60.0)
+    wl.status.requeue_state.requeue_at = NOW
+    status = status_of(plan(adapter, job, wl))
+    requeued = condition(status, c.REQUEUED)
+    assert (requeued["status"], requeued["reason"]) == ("True", "BackoffFinished")
+    assert status["requeueState"] == {"requeueAt": None}  # Kueue clears it; the count stays

@@ -355,3 +355,29 @@ def test_an_eviction_counts_its_reason_and_the_release_its_latency() -> None:
 )
 def test_eviction_reasons_split_as_kueue_labels_them(reason: str, expected: tuple[str, str]) -> None:
     assert eviction_labels(reason) == expected
+
+
+@pytest.mark.parametrize(
+    ("pods_ready", "cause"), [(None, "WaitForStart"), ("WaitForStart", "WaitForStart"), ("WaitForRecovery", "WaitForRecovery")]
+)
+def test_a_pods_ready_timeout_counts_whether_the_pods_never_started_or_did_not_recover(pods_ready: str | None, cause: str) -> None:
+    original, write = admitted_write()
+    admitted = stored(write, original, "2")
+    status = write.status.model_copy(deep=True)
+    conditions = [{"type": "Evicted", "status": "True", "reason": "PodsReadyTimeout", "message": "m"}]
+    if pods_ready is not None:
+        conditions.append({"type": "PodsReady", "status": "False", "reason": pods_ready, "message": "m"})
+    status.conditions = [
+        *(status.conditions or []),
+        *(Condition.model_validate({**cond, "lastTransitionTime": T0.isoformat()}) for cond in conditions),
+    ]
+    metrics = Metrics()
+    record_write(metrics, StatusWrite("ns/a", "ns", "a", "2", status), admitted, lambda cq: [], T0)
+    labels = {
+        "cluster_queue": "cq",
+        "reason": "PodsReadyTimeout",
+        "underlying_cause": cause,
+        "priority_class": "",
+        "replica_role": "standalone",
+    }
+    assert metrics.value("kueue_evicted_workloads_total", labels) == 1

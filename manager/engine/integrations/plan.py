@@ -26,11 +26,13 @@ from manager.engine.jobs import (
     JobConversionError,
     admitted_pod_sets,
     admitted_without_reservation,
+    backoff_left,
     job_queue_name,
     prebuilt_workload_name,
     requeued_follow_up,
     requeued_on_release,
 )
+from manager.engine.podsready import pods_ready_condition
 
 REASON_PENDING = "Pending"
 # Kueue's FailedToStartFinishedReason: the admission cannot be applied to the job (for example
@@ -120,6 +122,7 @@ class JobInputs:
     # asked yet (only an evicted job that stopped here needs the answer).
     runs_elsewhere: bool | None = False
     part_of_managed_job: bool = False  # its controller owner is a job kind Kueue manages
+    wait_for_pods_ready: bool = False  # the Configuration's waitForPodsReady is on
 
 
 # --- conditions ------------------------------------------------------------------------------------
@@ -171,7 +174,11 @@ def _requeue(wl: Workload, follow_up: tuple[str, str], now: datetime) -> PatchWo
     """Kueue's workload controller: Requeued=False turns True once the workload may be queued
     again (reactivated, or its backoff ran out)."""
     old = _conditions(wl)
-    return _status_patch(wl, {"conditions": _set_conditions(old, now, (c.REQUEUED, "True", *follow_up))})
+    status: dict[str, Any] = {"conditions": _set_conditions(old, now, (c.REQUEUED, "True", *follow_up))}
+    state = wl.status.requeue_state if wl.status else None
+    if state is not None and state.requeue_at is not None:
+        status["requeueState"] = {"requeueAt": None}  # Kueue clears it once the backoff ran out
+    return _status_patch(wl, status)
 
 
 def _release(wl: Workload, now: datetime) -> PatchWorkload:
@@ -248,6 +255,17 @@ def plan_job(inputs: JobInputs) -> JobPlan:
         actions.append(_finish(wl, _finished_reason(finished), finished.message, now))
         return JobPlan(actions)
 
+    if inputs.wait_for_pods_ready:
+        # Kueue's job reconciler with waitForPodsReady: the PodsReady condition follows the
+        # job's ready pods; its update wakes us for the next step.
+        current = find_condition(conditions, c.PODS_READY)
+        pods_ready = pods_ready_condition(
+            admitted=is_condition_true(conditions, c.ADMITTED), pods_ready=adapter.pods_ready(job), current=current
+        )
+        if current is None or (current.status, current.reason) != pods_ready[:2]:
+            actions.append(_status_patch(wl, {"conditions": _set_conditions(conditions, now, (c.PODS_READY, *pods_ready))}))
+            return JobPlan(actions)
+
     reserved = wl.status is not None and wl.status.admission is not None and is_condition_true(conditions, c.QUOTA_RESERVED)
     evicted = is_condition_true(conditions, c.EVICTED)
     admitted = reserved and is_condition_true(conditions, c.ADMITTED) and not evicted
@@ -257,6 +275,9 @@ def plan_job(inputs: JobInputs) -> JobPlan:
         if follow_up is not None:
             actions.append(_requeue(wl, follow_up, now))
             return JobPlan(actions)  # the update wakes us with the new Workload
+        wait = backoff_left(wl, now)
+        if wait is not None:
+            return JobPlan(actions, requeue_after=wait)  # back when the backoff runs out
     if admitted:
         if suspended:
             cluster_queue = wl.status.admission.cluster_queue if wl.status and wl.status.admission else ""
