@@ -16,7 +16,7 @@ import yaml
 from manager.api import constants as c
 from manager.api import kueue
 from manager.api.core import Job, Secret
-from manager.dev import federation
+from manager.dev import federation, jobset
 from manager.dev.local import LocalCluster
 from manager.kube.client import KubeClient
 from tests.conftest import REPO_ROOT
@@ -92,8 +92,11 @@ class Federation:
             self.process = None
 
 
-def build(provider: Any, directory: Path, *, worker_config: dict[str, Any] | None = None) -> Federation:
-    """The federation; `worker_config` is a Kueue Configuration for the workers' agents."""
+def build(provider: Any, directory: Path, *, worker_config: dict[str, Any] | None = None, jobset_bin: Path | None = None) -> Federation:
+    """The federation; `worker_config` is a Kueue Configuration for the workers' agents. With
+    `jobset_bin` (hack/jobset/build.sh's output) every cluster gets the JobSet CRD, each worker
+    its JobSet controller, and kfed's processes integrate JobSets as well as Jobs, as
+    `kfed dev up --integrations jobset` sets them up."""
     suffix = uuid.uuid4().hex[:4]
     manager = provider.create([f"mk-manager-{suffix}"])[0]
     w1, w2 = provider.create([f"mk-w1-{suffix}", f"mk-w2-{suffix}"], jobs=True)
@@ -102,18 +105,26 @@ def build(provider: Any, directory: Path, *, worker_config: dict[str, Any] | Non
     for cluster in [manager, w1, w2]:
         federation.install_crds(cluster, crds)
         ensure_namespace(cluster, SYSTEM_NAMESPACE)
+    integrations: dict[str, Any] = {}
+    if jobset_bin is not None:
+        integrations = {"integrations": federation.kfed_configuration(("jobset",))["integrations"]}
+        for cluster in [manager, w1, w2]:
+            jobset.install_crd(cluster, jobset_bin)
+        for worker in (w1, w2):
+            jobset.start_controller(worker, jobset_bin)
     for name, worker in fed.workers.items():
         extra = []
-        if worker_config is not None:
+        if worker_config is not None or integrations:
             (directory / name).mkdir(parents=True, exist_ok=True)
             path = directory / name / "kueue-config.yaml"
-            path.write_text(yaml.safe_dump({"apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration", **worker_config}))
+            config = {"apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration", **integrations, **(worker_config or {})}
+            path.write_text(yaml.safe_dump(config))
             extra.append(f"--config={path}")
         agent = ControllerProcess(worker, directory / name, component="worker_agent", extra=extra).start()
         agent.wait_ready()
         wait_webhooks(worker, agent)
         fed.agents[name] = agent
-    write_config(fed.config_file, origin=None)
+    write_config(fed.config_file, origin=None, more=integrations)
     join(manager, fed.workers)
     fed.start_manager()
     return fed
@@ -207,12 +218,14 @@ def build_second_manager(fed: Federation, provider: Any, directory: Path, *, ori
     return second
 
 
-def write_config(path: Path, *, origin: str | None) -> None:
-    """The manager's Kueue Configuration: short GC and worker-lost periods, so tests can wait them out."""
+def write_config(path: Path, *, origin: str | None, more: dict[str, Any] | None = None) -> None:
+    """The manager's Kueue Configuration: short GC and worker-lost periods, so tests can wait
+    them out, and the sections in `more`."""
     multikueue: dict[str, Any] = {"gcInterval": f"{GC_INTERVAL}s", "workerLostTimeout": f"{WORKER_LOST_TIMEOUT}s"}
     if origin:
         multikueue["origin"] = origin
-    path.write_text(yaml.safe_dump({"apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration", "multiKueue": multikueue}))
+    config = {"apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration", "multiKueue": multikueue, **(more or {})}
+    path.write_text(yaml.safe_dump(config))
 
 
 def join(manager: LocalCluster, workers: dict[str, LocalCluster], *, namespace: str = SYSTEM_NAMESPACE) -> None:

@@ -1,0 +1,212 @@
+"""JobSets through MultiKueue, with the real JobSet controller on each worker: a researcher
+submits a JobSet to the manager; it is queued there, runs on exactly one worker, its status
+comes back, and nothing is left on the workers. A preempted JobSet is suspended on the manager
+and removed from its worker, then runs again once there is room."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from manager.api import constants as c
+from manager.api import kueue
+from manager.api.jobset import JobSet
+from manager.api.meta import find_condition, is_condition_true
+from manager.kube.client import KubeClient
+from tests.e2e.federation import RUNS, Clients, Federation, build, stop
+from tests.e2e.test_multikueue import make_priority_classes
+from tests.harness import Provider, eventually, require_jobset
+
+KWOK_RUN_TIME = "pod-complete.stage.kwok.x-k8s.io/delay"
+
+
+@pytest.fixture(scope="module")
+def fed(provider: Provider, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]:
+    """This module's own federation: JobSet's CRD everywhere, its controller on the workers, and
+    kfed integrating JobSets (the tier's `kube` fixture opens its clients on it)."""
+    jobset_bin = require_jobset()
+    created = build(provider, Path(tmp_path_factory.mktemp("jobset")), jobset_bin=jobset_bin)
+    try:
+        yield created
+    finally:
+        stop(created)
+
+
+def jobset_manifest(
+    name: str, ns: str, *, cpu: str = "1", run_time: str | None = None, priority_class: str | None = None
+) -> dict[str, Any]:
+    """A leader (1 pod) and 2 worker Jobs of 2 pods each: 5 pods of `cpu` each."""
+    labels = {c.QUEUE_NAME_LABEL: "user-queue"}
+    if priority_class:
+        labels[c.PRIORITY_CLASS_LABEL] = priority_class
+    annotations = {KWOK_RUN_TIME: run_time} if run_time else {}
+
+    def replicated_job(job: str, replicas: int, parallelism: int) -> dict[str, Any]:
+        pod = {
+            "metadata": {"annotations": annotations},
+            "spec": {
+                "restartPolicy": "Never",
+                "containers": [{"name": job, "image": "busybox", "resources": {"requests": {"cpu": cpu}}}],
+            },
+        }
+        job_spec = {"parallelism": parallelism, "completions": parallelism, "backoffLimit": 0, "template": pod}
+        return {"name": job, "replicas": replicas, "template": {"spec": job_spec}}
+
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": name, "namespace": ns, "labels": labels},
+        "spec": {"replicatedJobs": [replicated_job("leader", 1, 1), replicated_job("workers", 2, 2)]},
+    }
+
+
+async def workload_of(client: KubeClient, ns: str, name: str) -> kueue.Workload | None:
+    owner = await client.get(JobSet, name, namespace=ns)
+    for wl in (await client.list(kueue.Workload, namespace=ns)).items:
+        if any(ref.uid == owner.metadata.uid for ref in wl.metadata.owner_references or []):
+            return wl
+    return None
+
+
+async def remote_jobsets(kube: Clients, ns: str, name: str) -> dict[str, list[JobSet]]:
+    return {
+        worker: [js for js in (await client.list(JobSet, namespace=ns)).items if js.name == name] for worker, client in kube.workers.items()
+    }
+
+
+async def remote_copies(kube: Clients, ns: str, workload: str) -> dict[str, int]:
+    return {
+        worker: sum(wl.name == workload for wl in (await client.list(kueue.Workload, namespace=ns)).items)
+        for worker, client in kube.workers.items()
+    }
+
+
+def completed(js: JobSet) -> bool:
+    return any(cond.type == "Completed" and cond.status == "True" for cond in (js.status.conditions if js.status else None) or [])
+
+
+async def test_a_jobset_submitted_to_the_manager_runs_on_one_worker_and_its_status_comes_back(kube: Clients) -> None:
+    ns = f"js{uuid.uuid4().hex[:6]}"
+    await kube.queues(ns, manager_cpu=8, worker_cpu={"worker1": 8, "worker2": 8}, labels=RUNS, tag=ns)
+    created = await kube.manager.create(JobSet, jobset_manifest("train", ns, run_time="3s"))
+    # Kueue's defaulting webhook: a JobSet queued through MultiKueue is managed by it.
+    assert created.to_dict()["spec"]["managedBy"] == c.MULTIKUEUE_CONTROLLER_NAME
+
+    wl = await eventually(lambda: workload_of(kube.manager, ns, "train"), timeout=30, what="a Workload for JobSet train")
+    assert [(ps.name, ps.count) for ps in wl.spec.pod_sets] == [("leader", 1), ("workers", 4)]
+
+    async def running_on() -> list[str]:
+        where = await remote_jobsets(kube, ns, "train")
+        return [worker for worker, items in where.items() if items]
+
+    workers = await eventually(running_on, timeout=60, what="the JobSet created on a worker")
+    assert len(workers) == 1, f"JobSet train on {workers}"
+    remote = (await remote_jobsets(kube, ns, "train"))[workers[0]][0]
+    labels = remote.metadata.labels or {}
+    assert labels.get(c.PREBUILT_WORKLOAD_LABEL) == wl.name
+    assert labels.get(c.MULTIKUEUE_ORIGIN_LABEL)
+    assert "managedBy" not in remote.to_dict()["spec"], "the worker's JobSet controller runs it"
+
+    async def manager_completed() -> JobSet | None:
+        js = await kube.manager.get(JobSet, "train", namespace=ns)
+        return js if completed(js) else None
+
+    done = await eventually(manager_completed, timeout=120, what="the manager's JobSet Completed, from its worker's status")
+    status = done.to_dict()["status"]
+    assert status.get("terminalState") == "Completed"
+    succeeded = {rj["name"]: rj.get("succeeded", 0) for rj in status.get("replicatedJobsStatus", [])}
+    assert succeeded == {"leader": 1, "workers": 2}
+    finished = await workload_of(kube.manager, ns, "train")
+    assert finished is not None and is_condition_true(finished.status.conditions if finished.status else None, c.FINISHED)
+    assert (finished.status.cluster_name if finished.status else None) == workers[0]
+
+    async def nothing_left() -> bool:
+        jobsets = await remote_jobsets(kube, ns, "train")
+        copies = await remote_copies(kube, ns, wl.name)
+        return not any(jobsets.values()) and not any(copies.values())
+
+    await eventually(nothing_left, timeout=60, what="no JobSet and no Workload copy left on the workers")
+
+
+async def test_a_preempted_jobset_is_suspended_removed_from_its_worker_and_runs_again(kube: Clients) -> None:
+    ns = f"jp{uuid.uuid4().hex[:6]}"
+    # Room for one JobSet of 5 cpu on the manager; each worker could take both.
+    await kube.queues(ns, manager_cpu=5, worker_cpu={"worker1": 10, "worker2": 10}, labels=RUNS, tag=ns)
+    await make_priority_classes(kube, ns)
+    await kube.manager.create(JobSet, jobset_manifest("victim", ns, run_time="20s", priority_class=f"{ns}-low"))
+
+    async def victim_running() -> str | None:
+        where = await remote_jobsets(kube, ns, "victim")
+        js = await kube.manager.get(JobSet, "victim", namespace=ns)
+        active = sum(rj.get("active", 0) for rj in (js.to_dict().get("status") or {}).get("replicatedJobsStatus", []))
+        on = [worker for worker, items in where.items() if items]
+        return on[0] if len(on) == 1 and active > 0 else None
+
+    first_on = await eventually(victim_running, timeout=90, what="the low-priority JobSet running on a worker, as the manager sees it")
+    victim_wl = await workload_of(kube.manager, ns, "victim")
+    assert victim_wl is not None
+    await kube.manager.create(JobSet, jobset_manifest("urgent", ns, priority_class=f"{ns}-high"))
+
+    async def victim_preempted() -> Any:
+        wl = await workload_of(kube.manager, ns, "victim")
+        conditions = wl.status.conditions if wl and wl.status else None
+        evicted = find_condition(conditions, c.EVICTED)
+        js = await kube.manager.get(JobSet, "victim", namespace=ns)
+        suspended = js.to_dict()["spec"].get("suspend") is True
+        return evicted if evicted is not None and evicted.reason == "Preempted" and suspended else None
+
+    evicted = await eventually(victim_preempted, timeout=90, what="the victim preempted and its JobSet suspended on the manager")
+    assert "Preempted to accommodate a workload" in evicted.message
+
+    async def victim_gone_from_its_worker() -> bool:
+        return not (await remote_jobsets(kube, ns, "victim"))[first_on] and not (await remote_copies(kube, ns, victim_wl.name))[first_on]
+
+    await eventually(victim_gone_from_its_worker, timeout=60, what="the victim's JobSet and copy gone from its worker")
+
+    async def both_completed() -> bool:
+        jobsets = [await kube.manager.get(JobSet, name, namespace=ns) for name in ("urgent", "victim")]
+        return all(completed(js) for js in jobsets)
+
+    await eventually(both_completed, timeout=180, what="the preemptor, then the victim, Completed")
+    urgent_wl = await workload_of(kube.manager, ns, "urgent")
+    assert urgent_wl is not None
+
+    async def nothing_left() -> bool:
+        left = [await remote_jobsets(kube, ns, name) for name in ("urgent", "victim")]
+        copies = [await remote_copies(kube, ns, wl.name) for wl in (urgent_wl, victim_wl)]
+        return not any(items for where in left for items in where.values()) and not any(n for cp in copies for n in cp.values())
+
+    await eventually(nothing_left, timeout=60, what="nothing left on the workers")
+
+
+async def test_a_jobset_on_a_single_cluster_is_admitted_with_its_flavor_and_completes(kube: Clients) -> None:
+    """Kueue on one cluster: the worker's own queue admits a JobSet submitted to it, which runs
+    there through the JobSet controller with the admitted flavor's node labels."""
+    ns = f"jl{uuid.uuid4().hex[:6]}"
+    await kube.queues(ns, manager_cpu=0, worker_cpu={"worker1": 8, "worker2": 0}, labels=RUNS, tag=ns)
+    worker = kube.workers["worker1"]
+    created = await worker.create(JobSet, jobset_manifest("local", ns, run_time="2s"))
+    assert created.to_dict()["spec"].get("suspend") is True, "queued JobSets are created suspended"
+    assert "managedBy" not in created.to_dict()["spec"], "no MultiKueue check on this queue"
+
+    async def admitted() -> JobSet | None:
+        js = await worker.get(JobSet, "local", namespace=ns)
+        return js if js.to_dict()["spec"].get("suspend") is False else None
+
+    started = await eventually(admitted, timeout=60, what="the JobSet admitted and resumed")
+    for rjob in started.to_dict()["spec"]["replicatedJobs"]:
+        selector = rjob["template"]["spec"]["template"]["spec"].get("nodeSelector", {})
+        assert selector.get("type") == RUNS["type"], f"{rjob['name']}: the flavor's node labels, got {selector}"
+
+    async def done() -> JobSet | None:
+        js = await worker.get(JobSet, "local", namespace=ns)
+        return js if completed(js) else None
+
+    await eventually(done, timeout=120, what="the JobSet Completed on its cluster")
+    wl = await workload_of(worker, ns, "local")
+    assert wl is not None and is_condition_true(wl.status.conditions if wl.status else None, c.FINISHED)
+    assert [(ps.name, ps.count) for ps in wl.spec.pod_sets] == [("leader", 1), ("workers", 4)]
