@@ -71,6 +71,10 @@ class JobStatus(OpenModel):
     ready: int | None = None
 
 
+# The label the Job controller sets on every pod of a Job, with its name.
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+
+
 class Job(Resource, OpenModel):
     GROUP: ClassVar[str] = "batch"
     KIND: ClassVar[str] = "Job"

@@ -20,6 +20,8 @@ CONTROLLER_NAME = "jobset.sigs.k8s.io/jobset-controller"
 # JobSet's terminal condition types.
 COMPLETED = "Completed"
 FAILED = "Failed"
+# The label the JobSet controller sets on every pod of a JobSet, with its name.
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 
 
 class JobTemplateSpec(OpenModel):

@@ -20,9 +20,10 @@ import yaml
 
 from manager.api import constants as c
 from manager.api import kueue
-from manager.api.core import Job, Namespace, Secret
+from manager.api.core import JOB_NAME_LABEL, Job, Namespace, Secret
+from manager.api.jobset import JOBSET_NAME_LABEL, JobSet
 from manager.api.manifest import ManifestError, object_documents, queue_label_errors
-from manager.api.meta import is_condition_true, utcnow
+from manager.api.meta import Resource, is_condition_true, utcnow
 from manager.cli import views
 from manager.engine.jobs import job_queue_name
 from manager.engine.selectors import selector_matches
@@ -483,6 +484,18 @@ async def _follow(client: KubeClient, namespace: str, job: Job, report: Reporter
         await asyncio.sleep(1.0)  # the polling interval of --wait
 
 
+async def _selected(client: KubeClient, namespace: str, selector: str) -> list[ObjectName]:
+    """The jobs of every kind that `-l` selects; a kind whose CRD the manager lacks has none."""
+    names = []
+    for key, kind in JOB_KINDS.items():
+        try:
+            listed = await client.list(kind.model, namespace=namespace, label_selector=selector)
+        except NotFoundError:
+            continue
+        names += [ObjectName(key, obj.name) for obj in listed.items]
+    return names
+
+
 @run_async
 async def cmd_cancel(args: argparse.Namespace) -> int:
     client = await manager_client(args)
@@ -490,21 +503,21 @@ async def cmd_cancel(args: argparse.Namespace) -> int:
     where = f"{_cluster_name(args)} ({client.api.configuration.host})"
     try:
         if args.selector:
-            listed = await client.list(Job, namespace=namespace, label_selector=args.selector)
-            names = [job.name for job in listed.items]
+            targets = await _selected(client, namespace, args.selector)
         else:
-            names = [parse_object_name(name, "job").name for name in args.names]
-        if not names:
-            raise CommandError("nothing to cancel: name Jobs (kfed cancel NAME) or give -l SELECTOR")
+            targets = [parse_object_name(name, "job", allowed=tuple(JOB_KINDS)) for name in args.names]
+        if not targets:
+            raise CommandError("nothing to cancel: name Jobs or JobSets (kfed cancel NAME, jobset/NAME) or give -l SELECTOR")
         report = Reporter(args.output)
         deleted, missing = [], []
-        for name in names:
+        for target in targets:
+            kind, shown = JOB_KINDS[target.kind], f"{target.kind}/{target.name}"
             if args.dry_run:
                 try:
-                    job = await client.get(Job, name, namespace=namespace)
+                    job = await client.get(kind.model, target.name, namespace=namespace)
                 except NotFoundError:
-                    print(f"error: job/{name} not found in {namespace}", file=sys.stderr)
-                    missing.append(name)
+                    print(f"error: {shown} not found in {namespace}", file=sys.stderr)
+                    missing.append(shown)
                     continue
                 workloads = [
                     wl.name
@@ -512,16 +525,16 @@ async def cmd_cancel(args: argparse.Namespace) -> int:
                     if any(ref.uid == job.metadata.uid for ref in wl.metadata.owner_references or [])
                 ]
                 follows = f" and workload/{', workload/'.join(workloads)}" if workloads else ""
-                report.say(f"job/{name} in namespace {namespace} on {where} would be deleted{follows} (dry run: nothing changed)")
-                deleted.append(name)
+                report.say(f"{shown} in namespace {namespace} on {where} would be deleted{follows} (dry run: nothing changed)")
+                deleted.append(shown)
                 continue
             try:
-                await client.delete(Job, name, namespace=namespace, propagation="Background")
-                report.say(f"job/{name} deleted")
-                deleted.append(name)
+                await client.delete(kind.model, target.name, namespace=namespace, propagation="Background")
+                report.say(f"{shown} deleted")
+                deleted.append(shown)
             except NotFoundError:
-                print(f"error: job/{name} not found in {namespace}", file=sys.stderr)
-                missing.append(name)
+                print(f"error: {shown} not found in {namespace}", file=sys.stderr)
+                missing.append(shown)
         report.done(namespace=namespace, cluster=where, deleted=deleted, notFound=missing, dryRun=args.dry_run)
         return 1 if missing else 0
     finally:
@@ -563,16 +576,37 @@ OBJECT_KINDS = {
 }
 
 
-def parse_object_name(text: str, default: str = "") -> ObjectName:
-    """kubectl's naming: `job/NAME`, `jobset/NAME`, `workload/NAME`, or a bare NAME."""
+@dataclass(frozen=True)
+class JobKind:
+    """A kind of job the CLI acts on: its Kubernetes kind, model, and the label its pods carry."""
+
+    kind: str
+    model: type[Resource]
+    pod_label: str
+
+
+# The job kinds of the CLI's `job/` and `jobset/` names, one home for what each command needs.
+JOB_KINDS = {
+    "job": JobKind("Job", Job, JOB_NAME_LABEL),
+    "jobset": JobKind("JobSet", JobSet, JOBSET_NAME_LABEL),
+}
+
+
+def parse_object_name(text: str, default: str = "", *, allowed: tuple[str, ...] = ()) -> ObjectName:
+    """kubectl's naming: `job/NAME`, `jobset/NAME`, `workload/NAME`, or a bare NAME (of kind
+    `default`). With `allowed`, only those kinds are accepted."""
     kind, slash, name = text.partition("/")
     if not slash:
         return ObjectName(default, text)
     if kind.lower() not in OBJECT_KINDS or not name or "/" in name:
         raise CommandError(f'"{text}": expected NAME, job/NAME, jobset/NAME or workload/NAME')
     resolved = OBJECT_KINDS[kind.lower()]
-    if default and resolved != default:
-        raise CommandError(f'"{text}": this command takes Jobs: name them NAME or job/NAME')
+    accepted = allowed or ((default,) if default else ())
+    if accepted and resolved not in accepted:
+        forms = " or ".join(f"{k}/NAME" for k in accepted)
+        raise CommandError(
+            f'"{text}": this command takes {" and ".join(JOB_KINDS[k].kind + "s" for k in accepted)}: name them NAME or {forms}'
+        )
     return ObjectName(resolved, name)
 
 
@@ -626,8 +660,8 @@ def add_commands(commands: Any) -> None:
     submit.add_argument("-o", "--output", choices=("table", "wide", "json", "yaml"), default="table")
     submit.set_defaults(func=cmd_submit)
 
-    cancel = commands.add_parser("cancel", help="delete Jobs (and their Workloads, everywhere)")
-    cancel.add_argument("names", nargs="*")
+    cancel = commands.add_parser("cancel", help="delete Jobs or JobSets (and their Workloads, everywhere)")
+    cancel.add_argument("names", nargs="*", help="NAME or job/NAME (a Job), jobset/NAME (a JobSet)")
     cancel.add_argument("-l", "--selector", help="label selector")
     cancel.add_argument("-n", "--namespace")
     cancel.add_argument("--dry-run", action="store_true")

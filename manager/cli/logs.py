@@ -10,14 +10,23 @@ import sys
 from typing import Any
 
 from manager.api import kueue
-from manager.api.core import Job, Pod
+from manager.api.core import Pod
 from manager.cli import views
-from manager.cli.fleet import CommandError, add_cluster_options, manager_client, parse_object_name, run_async, worker_client
+from manager.cli.fleet import (
+    JOB_KINDS,
+    CommandError,
+    JobKind,
+    ObjectName,
+    add_cluster_options,
+    manager_client,
+    parse_object_name,
+    run_async,
+    worker_client,
+)
 from manager.engine.workload import is_admitted
 from manager.kube.client import KubeClient
 from manager.kube.errors import KubeError, NotFoundError
 
-JOB_NAME_LABEL = "batch.kubernetes.io/job-name"  # set by the Job controller on every pod of a Job
 DEFAULT_CONTAINER_ANNOTATION = "kubectl.kubernetes.io/default-container"
 
 
@@ -36,8 +45,8 @@ def pick_container(pod: Pod, wanted: str | None) -> str:
     return names[0]
 
 
-def where_it_runs(wl: kueue.Workload, checks: dict[str, kueue.AdmissionCheck], name: str, namespace: str) -> str:
-    """The worker that runs the Job ("" for the manager itself), or an error naming what to do."""
+def where_it_runs(wl: kueue.Workload, checks: dict[str, kueue.AdmissionCheck], name: str, namespace: str, *, kind: str = "job") -> str:
+    """The worker that runs the job ("" for the manager itself), or an error naming what to do."""
     status = wl.status
     if status is not None and status.cluster_name:
         return status.cluster_name
@@ -45,23 +54,34 @@ def where_it_runs(wl: kueue.Workload, checks: dict[str, kueue.AdmissionCheck], n
         return ""
     view = views.job_views([wl], checks=checks, local_queues={})[0]
     raise CommandError(
-        f"job/{name} is not running on any cluster yet ({view.state}: {view.reason}); see `kfed explain job/{name} -n {namespace}`"
+        f"{kind}/{name} is not running on any cluster yet ({view.state}: {view.reason}); see `kfed explain {kind}/{name} -n {namespace}`"
     )
 
 
-async def _find(manager: KubeClient, name: str, namespace: str) -> kueue.Workload:
+async def _find(manager: KubeClient, target: ObjectName, namespace: str) -> kueue.Workload:
+    kind = JOB_KINDS[target.kind]
+    shown = f"{target.kind}/{target.name}"
     workloads = (await manager.list(kueue.Workload, namespace=namespace)).items
     wl = next(
-        (w for w in workloads if any(r.controller and r.kind == "Job" and r.name == name for r in w.metadata.owner_references or [])),
+        (
+            w
+            for w in workloads
+            if any(r.controller and r.kind == kind.kind and r.name == target.name for r in w.metadata.owner_references or [])
+        ),
         None,
     )
     if wl is not None:
         return wl
     try:
-        await manager.get(Job, name, namespace=namespace)
+        await manager.get(kind.model, target.name, namespace=namespace)
     except NotFoundError:
-        raise CommandError(f'no Job "{name}" in namespace {namespace} (see `kfed jobs -n {namespace}`)') from None
-    raise CommandError(f"job/{name} has no Workload: see `kfed explain job/{name} -n {namespace}`")
+        raise CommandError(f'no {kind.kind} "{target.name}" in namespace {namespace} (see `kfed jobs -n {namespace}`)') from None
+    raise CommandError(f"{shown} has no Workload: see `kfed explain {shown} -n {namespace}`")
+
+
+def pod_selector(kind: JobKind, name: str) -> str:
+    """The pods of a job: the label its controller puts on each."""
+    return f"{kind.pod_label}={name}"
 
 
 async def _print(source: KubeClient, pod: Pod, container: str, *, follow: bool, prefix: str) -> bool:
@@ -77,30 +97,32 @@ async def _print(source: KubeClient, pod: Pod, container: str, *, follow: bool, 
 
 @run_async
 async def cmd_logs(args: argparse.Namespace) -> int:
-    name = parse_object_name(args.name, "job").name
+    target = parse_object_name(args.name, "job", allowed=tuple(JOB_KINDS))
+    name, shown = target.name, f"{target.kind}/{target.name}"
     namespace = args.namespace or "default"
     manager = await manager_client(args)
     source = manager
     try:
-        wl = await _find(manager, name, namespace)
+        wl = await _find(manager, target, namespace)
         checks = {check.name: check for check in (await manager.list(kueue.AdmissionCheck)).items}
-        cluster = where_it_runs(wl, checks, name, namespace)
+        cluster = where_it_runs(wl, checks, name, namespace, kind=target.kind)
         where = "the manager"
         if cluster:
             try:
                 registered = await manager.get(kueue.MultiKueueCluster, cluster)
             except NotFoundError:
-                raise CommandError(f"job/{name} runs on {cluster}, which has no MultiKueueCluster any more (see `kfed clusters`)") from None
+                raise CommandError(f"{shown} runs on {cluster}, which has no MultiKueueCluster any more (see `kfed clusters`)") from None
             try:
                 source = await worker_client(manager, registered, system_namespace=args.system_namespace)
             except CommandError as err:
-                raise CommandError(f"job/{name} runs on {cluster}, but kfed cannot reach it: {err}") from None
+                raise CommandError(f"{shown} runs on {cluster}, but kfed cannot reach it: {err}") from None
             where = f"worker {cluster}"
-        pods = sorted((await source.list(Pod, namespace=namespace, label_selector=f"{JOB_NAME_LABEL}={name}")).items, key=lambda p: p.name)
+        selector = pod_selector(JOB_KINDS[target.kind], name)
+        pods = sorted((await source.list(Pod, namespace=namespace, label_selector=selector)).items, key=lambda p: p.name)
         if not pods:
-            raise CommandError(f"job/{name} runs on {where} but has no pods there yet: try again in a moment")
+            raise CommandError(f"{shown} runs on {where} but has no pods there yet: try again in a moment")
         chosen = [(pod, pick_container(pod, args.container)) for pod in pods]
-        print(f"==> job/{name}: {len(pods)} pod(s) on {where}", file=sys.stderr, flush=True)
+        print(f"==> {shown}: {len(pods)} pod(s) on {where}", file=sys.stderr, flush=True)
         several = len(pods) > 1
         calls: list[Any] = [
             _print(source, pod, container, follow=args.follow, prefix=f"[pod/{pod.name}/{container}] " if several else "")
@@ -118,8 +140,8 @@ async def cmd_logs(args: argparse.Namespace) -> int:
 
 
 def add_command(commands: Any) -> None:
-    parser = commands.add_parser("logs", help="the pod logs of a Job, from whichever worker runs it")
-    parser.add_argument("name", help="NAME or job/NAME")
+    parser = commands.add_parser("logs", help="the pod logs of a Job or JobSet, from whichever worker runs it")
+    parser.add_argument("name", help="NAME or job/NAME (a Job), jobset/NAME (a JobSet)")
     parser.add_argument("-f", "--follow", action="store_true", help="keep streaming new lines")
     parser.add_argument("-c", "--container", help="the container (default: the pod's default container, else its first)")
     add_cluster_options(parser, namespaced=True, all_namespaces=False, watch=False)

@@ -26,6 +26,7 @@ from manager.api.meta import find_condition
 from manager.engine import preemption
 from manager.engine.scheduler import parse_preemption_message
 from manager.engine.workload import (
+    controller_owner,
     has_quota_reservation,
     is_active,
     is_admitted,
@@ -166,6 +167,7 @@ class JobView:
     position: int | None = None
     detail: str = ""  # the condition's own message, UIDs and all (for -o json)
     preemptor: Preemptor | None = None
+    kind: str = "Job"  # the kind of its owner (Job, JobSet), or Workload when it has none
 
 
 def job_state(
@@ -247,6 +249,7 @@ def job_views(
                 priority=workload_priority(wl),
                 detail=detail,
                 preemptor=preemptor,
+                kind=owner_kind_name(wl),
             )
         )
     by_queue: dict[str, list[int]] = {}
@@ -260,13 +263,21 @@ def job_views(
     return sorted(views, key=lambda v: (v.namespace, v.created or datetime.max, v.name))
 
 
+def owner_kind_name(wl: kueue.Workload) -> str:
+    """The kind a person submitted: the Workload's controlling owner's, else Workload."""
+    owner = controller_owner(wl)
+    return owner.kind if owner is not None else "Workload"
+
+
 def job_rows(views: Sequence[JobView], *, now: datetime, wide: bool = False, all_namespaces: bool = False) -> list[dict[str, str]]:
-    """The table; like kubectl, it names the namespace only when listing several."""
+    """The table; like kubectl, it names the namespace only when listing several, and the kind
+    (`jobset/NAME`) only when the list holds more than one kind."""
+    mixed = len({v.kind for v in views}) > 1
     rows = []
     for v in views:
         row = {"NAMESPACE": v.namespace} if all_namespaces else {}
         row |= {
-            "NAME": v.name,
+            "NAME": f"{v.kind.lower()}/{v.name}" if mixed else v.name,
             "QUEUE": v.queue,
             "STATE": v.state,
             "CLUSTER": v.cluster,
@@ -286,6 +297,7 @@ def job_records(views: Sequence[JobView]) -> list[dict[str, Any]]:
     """`kfed jobs -o json|yaml`: stable camelCase keys, typed values, the conditions' own messages."""
     return [
         {
+            "kind": v.kind,
             "name": v.name,
             "namespace": v.namespace,
             "workload": v.workload,

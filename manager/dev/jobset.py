@@ -19,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from manager.api.jobset import JOBSET_NAME_LABEL
 from manager.dev import federation, supervise
 from manager.dev.local import ClusterError, Component, LocalCluster, free_port, wait_for
 from manager.runtime import pki
@@ -34,7 +35,7 @@ CONFIGURATION_NAMES = {
 }
 # The release's kustomize patches narrow its Pod webhooks to JobSet pods (their failurePolicy is
 # Fail, so without this every Pod on the cluster would wait on the JobSet controller).
-JOBSET_POD_SELECTOR = {"matchExpressions": [{"key": "jobset.sigs.k8s.io/jobset-name", "operator": "Exists"}]}
+JOBSET_POD_SELECTOR = {"matchExpressions": [{"key": JOBSET_NAME_LABEL, "operator": "Exists"}]}
 
 
 def crd(bin_dir: Path) -> dict[str, Any]:

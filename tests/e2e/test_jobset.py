@@ -14,10 +14,12 @@ import pytest
 
 from manager.api import constants as c
 from manager.api import kueue
+from manager.api.core import Job
 from manager.api.jobset import JobSet
 from manager.api.meta import find_condition, is_condition_true
 from manager.kube.client import KubeClient
-from tests.e2e.federation import RUNS, Clients, Federation, build, stop
+from tests.e2e.federation import RUNS, Clients, Federation, build, job_manifest, stop
+from tests.e2e.test_cli import jobs_json, kfed
 from tests.e2e.test_multikueue import make_priority_classes
 from tests.harness import Provider, eventually, require_jobset
 
@@ -210,3 +212,65 @@ async def test_a_jobset_on_a_single_cluster_is_admitted_with_its_flavor_and_comp
     wl = await workload_of(worker, ns, "local")
     assert wl is not None and is_condition_true(wl.status.conditions if wl.status else None, c.FINISHED)
     assert [(ps.name, ps.count) for ps in wl.spec.pod_sets] == [("leader", 1), ("workers", 4)]
+
+
+async def test_kfed_lists_explains_logs_and_cancels_a_jobset(fed: Federation, kube: Clients) -> None:
+    ns = f"jc{uuid.uuid4().hex[:6]}"
+    await kube.queues(ns, manager_cpu=8, worker_cpu={"worker1": 0, "worker2": 8}, labels=RUNS, tag=ns)
+    await kube.manager.create(JobSet, jobset_manifest("pretrain", ns, run_time="120s"))
+    manifest = job_manifest("waiting", ns, cpu="4")  # 5 + 4 cpu > 8: waits on the manager
+    await kube.manager.create(Job, manifest)
+
+    async def running_on_worker2() -> bool:
+        where = await remote_jobsets(kube, ns, "pretrain")
+        return bool(where["worker2"]) and not where["worker1"]
+
+    await eventually(running_on_worker2, timeout=90, what="JobSet pretrain on worker2")
+
+    async def listed() -> Any:
+        result = kfed(fed.manager, "jobs", "-n", ns)
+        rows = {line.split()[0]: line.split() for line in result.stdout.splitlines()[1:]}
+        return rows if result.returncode == 0 and rows.get("jobset/pretrain", [""] * 3)[2] == "Running" else None
+
+    rows = await eventually(listed, timeout=60, what="`kfed jobs` listing the JobSet Running")
+    assert rows["jobset/pretrain"][3] == "worker2"
+    assert rows["job/waiting"][2] == "Pending"
+    records = {r["name"]: r for r in jobs_json(fed.manager, ns).values()}
+    assert (records["pretrain"]["kind"], records["pretrain"]["cluster"]) == ("JobSet", "worker2")
+    assert records["waiting"]["kind"] == "Job"
+
+    explained = kfed(fed.manager, "explain", "jobset/pretrain", "-n", ns)
+    assert explained.returncode == 0, explained.stderr
+    assert "worker2" in explained.stdout
+
+    async def logged() -> Any:
+        result = kfed(fed.manager, "logs", "jobset/pretrain", "-n", ns)
+        return result if result.returncode == 0 else None
+
+    logs = await eventually(logged, timeout=60, what="`kfed logs` reading the JobSet's pods on worker2")
+    assert logs.stderr.startswith("==> jobset/pretrain: 5 pod(s) on worker worker2"), logs.stderr
+    lines = logs.stdout.splitlines()
+    worker = fed.workers["worker2"].name
+    # Several pods: each line names its pod; kwok's log of worker2, not worker1's or the manager's.
+    assert lines and all(line.startswith("[pod/pretrain-") for line in lines), lines
+    assert all(line.endswith((f"simulated container log on cluster {worker}", "done")) for line in lines), lines
+
+    dry = kfed(fed.manager, "cancel", "jobset/pretrain", "-n", ns, "--dry-run")
+    assert dry.returncode == 0 and dry.stdout.startswith(f"jobset/pretrain in namespace {ns} on "), dry.stdout + dry.stderr
+    cancelled = kfed(fed.manager, "cancel", "jobset/pretrain", "-n", ns)
+    assert cancelled.returncode == 0 and cancelled.stdout.strip() == "jobset/pretrain deleted", cancelled.stdout + cancelled.stderr
+
+    async def gone_everywhere() -> bool:
+        on_manager = [js for js in (await kube.manager.list(JobSet, namespace=ns)).items if js.name == "pretrain"]
+        remote = await remote_jobsets(kube, ns, "pretrain")
+        copies = [wl for items in (await kube.remote_workloads(ns)).values() for wl in items if wl.name.startswith("jobset-pretrain")]
+        return not on_manager and not any(remote.values()) and not copies
+
+    await eventually(gone_everywhere, timeout=60, what="the JobSet gone from the manager and from worker2")
+    # Its quota is free: the waiting Job runs now.
+    await eventually(lambda: _dispatched(kube, ns, "waiting"), timeout=60, what="the waiting Job admitted after the cancel")
+
+
+async def _dispatched(kube: Clients, ns: str, job: str) -> bool:
+    wl = await kube.manager_workload(ns, job)
+    return bool(wl is not None and wl.status is not None and wl.status.cluster_name)

@@ -132,10 +132,22 @@ def test_jobs_wide_shows_every_value_whole() -> None:
     assert "preempted by team-a/urgent (priority 100) to reclaim quota lent to cohort research" in text
 
 
+def test_jobs_names_the_kind_only_when_the_list_holds_jobs_and_jobsets() -> None:
+    jobset = wl("pretrain", created="2026-11-21T11:30:00Z").model_copy(deep=True)
+    jobset.metadata.owner_references[0].kind = "JobSet"  # type: ignore[index]
+    jobset.metadata.owner_references[0].api_version = "jobset.x-k8s.io/v1alpha2"  # type: ignore[index]
+    mixed = views.job_views([WORKLOADS[0], jobset], checks={"mk": MK}, local_queues={})
+    assert [row["NAME"] for row in views.job_rows(mixed, now=NOW)] == ["job/train", "jobset/pretrain"]
+    assert [record["kind"] for record in views.job_records(mixed)] == ["Job", "JobSet"]
+    jobsets_only = views.job_views([jobset], checks={"mk": MK}, local_queues={})
+    assert [row["NAME"] for row in views.job_rows(jobsets_only, now=NOW)] == ["pretrain"]
+
+
 def test_jobs_json_has_stable_camel_case_keys_and_the_full_detail() -> None:
     rows = views.job_views(WORKLOADS, checks={"mk": MK}, local_queues={})
     data = {record["name"]: record for record in json.loads(views.dump(views.job_records(rows), output="json"))}
     assert data["train"] == {
+        "kind": "Job",
         "name": "train",
         "namespace": "team-a",
         "workload": "job-train-abcde",

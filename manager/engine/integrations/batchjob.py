@@ -12,7 +12,7 @@ import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from manager.api.core import Job
+from manager.api.core import JOB_NAME_LABEL, Job
 from manager.api.kueue import PodSet, Workload
 from manager.engine.integrations.adapter import Finished, JobAdapter
 from manager.engine.jobs import JobConversionError, PodSetInfo, map_patch, multikueue_remote_metadata, original_template
@@ -24,12 +24,11 @@ POD_SET = "main"
 # copied to a worker, drop them all but `batch.kubernetes.io/job-name`, which only names the
 # Job and is the same on every cluster; the UIDs belong to one cluster's Job.
 JOB_CONTROLLER_LABELS = ("job-name", "controller-uid", "batch.kubernetes.io/job-name", "batch.kubernetes.io/controller-uid")
-_JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 
 
 def without_controller_labels(labels: Mapping[str, str] | None) -> dict[str, str]:
     """Kueue's cleanLabels: the template labels without the Job controller's UID-bound ones."""
-    return {k: v for k, v in (labels or {}).items() if k not in JOB_CONTROLLER_LABELS or k == _JOB_NAME_LABEL}
+    return {k: v for k, v in (labels or {}).items() if k not in JOB_CONTROLLER_LABELS or k == JOB_NAME_LABEL}
 
 
 def pods_count(job: Job) -> int:
