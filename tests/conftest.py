@@ -3,6 +3,7 @@ The real-cluster fixtures are shared by the integration and e2e tiers: one provi
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -64,3 +65,10 @@ async def kube(cluster: Any) -> AsyncIterator[KubeClient]:
         yield client
     finally:
         await client.close()
+
+
+@pytest.fixture
+def names() -> Callable[[str], str]:
+    """Names unique to one test (`names("cq")` is `cq-1a2b3c`), so tests share clusters safely."""
+    suffix = uuid.uuid4().hex[:6]
+    return lambda base: f"{base}-{suffix}"

@@ -22,8 +22,8 @@ from tests.e2e.federation import RUNS, Clients, Federation, build, job_manifest,
 from tests.e2e.test_cli import jobs_json, kfed
 from tests.e2e.test_multikueue import make_priority_classes
 from tests.harness import Provider, eventually, require_jobset
-
-KWOK_RUN_TIME = "pod-complete.stage.kwok.x-k8s.io/delay"
+from tests.integration.test_job_integrations import jobset_manifest
+from tests.integration.test_job_integrations import workload_of as workload_of_jobset
 
 
 @pytest.fixture(scope="module")
@@ -38,40 +38,8 @@ def fed(provider: Provider, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         stop(created)
 
 
-def jobset_manifest(
-    name: str, ns: str, *, cpu: str = "1", run_time: str | None = None, priority_class: str | None = None
-) -> dict[str, Any]:
-    """A leader (1 pod) and 2 worker Jobs of 2 pods each: 5 pods of `cpu` each."""
-    labels = {c.QUEUE_NAME_LABEL: "user-queue"}
-    if priority_class:
-        labels[c.PRIORITY_CLASS_LABEL] = priority_class
-    annotations = {KWOK_RUN_TIME: run_time} if run_time else {}
-
-    def replicated_job(job: str, replicas: int, parallelism: int) -> dict[str, Any]:
-        pod = {
-            "metadata": {"annotations": annotations},
-            "spec": {
-                "restartPolicy": "Never",
-                "containers": [{"name": job, "image": "busybox", "resources": {"requests": {"cpu": cpu}}}],
-            },
-        }
-        job_spec = {"parallelism": parallelism, "completions": parallelism, "backoffLimit": 0, "template": pod}
-        return {"name": job, "replicas": replicas, "template": {"spec": job_spec}}
-
-    return {
-        "apiVersion": "jobset.x-k8s.io/v1alpha2",
-        "kind": "JobSet",
-        "metadata": {"name": name, "namespace": ns, "labels": labels},
-        "spec": {"replicatedJobs": [replicated_job("leader", 1, 1), replicated_job("workers", 2, 2)]},
-    }
-
-
 async def workload_of(client: KubeClient, ns: str, name: str) -> kueue.Workload | None:
-    owner = await client.get(JobSet, name, namespace=ns)
-    for wl in (await client.list(kueue.Workload, namespace=ns)).items:
-        if any(ref.uid == owner.metadata.uid for ref in wl.metadata.owner_references or []):
-            return wl
-    return None
+    return await workload_of_jobset(client, await client.get(JobSet, name, namespace=ns))
 
 
 async def remote_jobsets(kube: Clients, ns: str, name: str) -> dict[str, list[JobSet]]:

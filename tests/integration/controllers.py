@@ -16,6 +16,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+from manager.api import constants as c
 from manager.dev import federation
 from manager.dev.local import LocalCluster, free_port, wait_for
 from tests.conftest import REPO_ROOT
@@ -211,8 +214,15 @@ def crd_cluster(provider: Any, prefix: str, *, jobs: bool = False) -> LocalClust
 
 
 @contextlib.contextmanager
-def running_manager(cluster: LocalCluster, directory: Path, *, extra: list[str] | None = None) -> Iterator[ControllerProcess]:
-    """`python -m manager` on the cluster, ready and with its webhooks registered; stopped after."""
+def running_manager(
+    cluster: LocalCluster, directory: Path, *, extra: list[str] | None = None, config: dict[str, Any] | None = None
+) -> Iterator[ControllerProcess]:
+    """`python -m manager` on the cluster, ready and with its webhooks registered; stopped after.
+    `config` holds the sections of its Kueue Configuration file (`--config`)."""
+    if config is not None:
+        path = directory / "config.yaml"
+        path.write_text(yaml.safe_dump({"apiVersion": f"{c.CONFIG_GROUP}/v1beta2", "kind": "Configuration", **config}))
+        extra = [*(extra or []), f"--config={path}"]
     process = ControllerProcess(cluster, directory, extra=extra).start()
     try:
         process.wait_ready()

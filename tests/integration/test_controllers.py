@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -31,12 +30,6 @@ def cluster(provider: Provider) -> LocalCluster:
 def manager(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControllerProcess]:
     with running_manager(cluster, tmp_path_factory.mktemp("manager")) as process:
         yield process
-
-
-@pytest.fixture
-def names() -> Any:
-    suffix = uuid.uuid4().hex[:6]
-    return lambda base: f"{base}-{suffix}"
 
 
 async def make_queues(

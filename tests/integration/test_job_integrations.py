@@ -5,7 +5,6 @@ written by hand, standing in for its controller)."""
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -63,20 +62,23 @@ def manager(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> 
         yield process
 
 
-@pytest.fixture
-def names() -> Any:
-    suffix = uuid.uuid4().hex[:6]
-    return lambda base: f"{base}-{suffix}"
+KWOK_RUN_TIME = "pod-complete.stage.kwok.x-k8s.io/delay"  # how long a pod runs on a kwok node
 
 
-def jobset_manifest(name: str, namespace: str, *, cpu: str = "1", priority_class: str | None = None) -> dict[str, Any]:
+def jobset_manifest(
+    name: str, namespace: str, *, cpu: str = "1", priority_class: str | None = None, run_time: str | None = None
+) -> dict[str, Any]:
+    """A queued JobSet: a leader (1 pod) and 2 worker Jobs of 2 pods each, 5 pods of `cpu` each;
+    on kwok nodes each pod runs for `run_time` (at once without it)."""
     labels = {c.QUEUE_NAME_LABEL: "user-queue"}
     if priority_class:
         labels[c.PRIORITY_CLASS_LABEL] = priority_class
+    annotations = {KWOK_RUN_TIME: run_time} if run_time else {}
 
     def replicated_job(rjob: str, replicas: int, parallelism: int) -> dict[str, Any]:
         pod = {"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox", "resources": {"requests": {"cpu": cpu}}}]}
-        job = {"parallelism": parallelism, "completions": parallelism, "template": {"metadata": {"labels": {"app": rjob}}, "spec": pod}}
+        metadata = {"labels": {"app": rjob}, "annotations": annotations}
+        job = {"parallelism": parallelism, "completions": parallelism, "template": {"metadata": metadata, "spec": pod}}
         return {"name": rjob, "replicas": replicas, "template": {"spec": job}}
 
     return {

@@ -3,12 +3,10 @@ pods never become Ready (their flavor's nodes do not exist, so the pods stay Pen
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import yaml
 
 from manager.api import constants as c
 from manager.api import kueue
@@ -31,22 +29,13 @@ def cluster(provider: Provider) -> LocalCluster:
 
 @pytest.fixture(scope="module")
 def manager(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControllerProcess]:
-    directory = tmp_path_factory.mktemp("manager")
-    config = directory / "config.yaml"
     section = {
         "timeout": f"{TIMEOUT}s",
         "blockAdmission": True,
         "requeuingStrategy": {"backoffLimitCount": LIMIT, "backoffBaseSeconds": 1, "backoffMaxSeconds": 4},
     }
-    config.write_text(yaml.safe_dump({"apiVersion": f"{c.CONFIG_GROUP}/v1beta2", "kind": "Configuration", "waitForPodsReady": section}))
-    with running_manager(cluster, directory, extra=[f"--config={config}"]) as process:
+    with running_manager(cluster, tmp_path_factory.mktemp("manager"), config={"waitForPodsReady": section}) as process:
         yield process
-
-
-@pytest.fixture
-def names() -> Any:
-    suffix = uuid.uuid4().hex[:6]
-    return lambda base: f"{base}-{suffix}"
 
 
 async def test_a_job_whose_pods_never_get_ready_is_evicted_requeued_with_backoff_then_deactivated(
