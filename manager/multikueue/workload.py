@@ -24,7 +24,14 @@ from manager.controllers.caches import Caches
 from manager.controllers.events import EventRecorder, InvolvedObject
 from manager.engine.integrations.adapter import JobAdapter
 from manager.engine.integrations.registry import BATCH_JOB
-from manager.engine.workload import DEACTIVATION_TARGET, has_quota_reservation, is_admitted
+from manager.engine.workload import (
+    DEACTIVATION_TARGET,
+    admission_check_state,
+    check_states,
+    has_quota_reservation,
+    is_admitted,
+    multikueue_check_name,
+)
 from manager.kube.client import JSON_PATCH, KubeClient
 from manager.kube.errors import AlreadyExistsError, ConflictError, KubeError, NotFoundError
 from manager.kube.informer import Informer
@@ -39,7 +46,6 @@ from manager.multikueue.plan import (
     WorkloadInputs,
     incremental_nomination,
     may_still_run_on,
-    multikueue_check,
     plan_workload,
     remote_copy,
 )
@@ -107,11 +113,7 @@ class WorkloadController:
         return self._check_name(wl) is not None
 
     def _check_name(self, wl: kueue.Workload) -> str | None:
-        for check in (wl.status.admission_checks if wl.status else None) or []:
-            ac = self.caches.admission_checks.get(check.name)
-            if ac is not None and ac.spec.controller_name == c.MULTIKUEUE_CONTROLLER_NAME:
-                return check.name
-        return None
+        return multikueue_check_name(check_states(wl), self.caches.admission_checks)
 
     def _on_local(self, kind: str, old: kueue.Workload | None, new: kueue.Workload | None) -> None:
         wl = new or old
@@ -296,7 +298,7 @@ class WorkloadController:
         nomination by one step every round while nothing admits the workload."""
         if self.settings.dispatcher_name != c.DISPATCHER_INCREMENTAL:
             return False
-        check = multikueue_check(local, check_name)
+        check = admission_check_state(local, check_name)
         status = local.status
         if check is None or check.state != "Pending" or not has_quota_reservation(local) or (status and status.cluster_name):
             self.round_started.pop(local.key, None)
