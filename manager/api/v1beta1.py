@@ -7,7 +7,7 @@ apiVersion. `manager.api.conversion` maps between the two.
 
 from __future__ import annotations
 
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
@@ -29,14 +29,6 @@ from manager.api.meta import (
     crd_default,
     list_map,
 )
-
-
-class V1Beta1Resource(Resource):
-    """A kind of Kueue's API group at v1beta1."""
-
-    GROUP: ClassVar[str] = c.GROUP
-    VERSION: ClassVar[str] = "v1beta1"
-
 
 # v1beta1 still accepts the deprecated aliases of MayStopSearch.
 FungibilityPolicy = Literal["MayStopSearch", "TryNextFlavor", "Borrow", "Preempt"]
@@ -108,22 +100,8 @@ class ClusterQueueStatus(KubeModel):
     fair_sharing: v2.LocalQueueFairSharingStatus | None = None
 
 
-class ClusterQueue(V1Beta1Resource):
-    KIND: ClassVar[str] = "ClusterQueue"
-
-    spec: ClusterQueueSpec = Field(default_factory=ClusterQueueSpec)
-    status: ClusterQueueStatus | None = None
-
-
 class CohortStatus(KubeModel):
     fair_sharing: v2.LocalQueueFairSharingStatus | None = None
-
-
-class Cohort(V1Beta1Resource):
-    KIND: ClassVar[str] = "Cohort"
-
-    spec: v2.CohortSpec = Field(default_factory=v2.CohortSpec)
-    status: CohortStatus | None = None
 
 
 class TopologyInfo(KubeModel):
@@ -150,21 +128,6 @@ class LocalQueueStatus(KubeModel):
     flavor_usage: list[v2.LocalQueueFlavorUsage] | None = Field(default=None, max_length=64, json_schema_extra=list_map("name"))
     flavors: list[LocalQueueFlavorStatus] | None = Field(default=None, max_length=64, json_schema_extra=list_map("name"))
     fair_sharing: v2.LocalQueueFairSharingStatus | None = None
-
-
-class LocalQueue(V1Beta1Resource):
-    KIND: ClassVar[str] = "LocalQueue"
-    NAMESPACED: ClassVar[bool] = True
-
-    spec: v2.LocalQueueSpec = Field(default_factory=v2.LocalQueueSpec)
-    status: LocalQueueStatus | None = None
-
-
-class WorkloadPriorityClass(V1Beta1Resource):
-    KIND: ClassVar[str] = "WorkloadPriorityClass"
-
-    value: int
-    description: str | None = None
 
 
 class PodSetTopologyRequest(v2.PodSetTopologyRequest):
@@ -225,14 +188,6 @@ class WorkloadStatus(KubeModel):
     unhealthy_nodes: list[v2.UnhealthyNode] | None = None
 
 
-class Workload(V1Beta1Resource):
-    KIND: ClassVar[str] = "Workload"
-    NAMESPACED: ClassVar[bool] = True
-
-    spec: WorkloadSpec = Field(default_factory=WorkloadSpec)
-    status: WorkloadStatus | None = None
-
-
 class AdmissionCheckParametersReference(KubeModel):
     api_group: Annotated[str, Field(max_length=253)]
     kind: Annotated[str, Field(max_length=63)]
@@ -245,23 +200,8 @@ class AdmissionCheckSpec(KubeModel):
     parameters: AdmissionCheckParametersReference | None = None
 
 
-class AdmissionCheckStatus(KubeModel):
-    conditions: Conditions | None = None
-
-
-class AdmissionCheck(V1Beta1Resource):
-    KIND: ClassVar[str] = "AdmissionCheck"
-
-    spec: AdmissionCheckSpec
-    status: AdmissionCheckStatus | None = None
-
-
 class KubeConfigRef(v2.KubeConfigRef):
     location: str
-
-
-class MultiKueueClusterStatus(KubeModel):
-    conditions: Conditions | None = None
 
 
 class MultiKueueClusterSpec(KubeModel):
@@ -269,29 +209,42 @@ class MultiKueueClusterSpec(KubeModel):
     cluster_profile_ref: v2.ClusterProfileReference | None = None
 
 
-class MultiKueueCluster(V1Beta1Resource):
-    KIND: ClassVar[str] = "MultiKueueCluster"
-
-    spec: MultiKueueClusterSpec
-    status: MultiKueueClusterStatus | None = None
-
-
 class MultiKueueConfigSpec(KubeModel):
     clusters: list[str] = Field(min_length=1, max_length=c.MAX_MULTIKUEUE_CLUSTERS, json_schema_extra=LIST_SET)
 
 
-class MultiKueueConfig(V1Beta1Resource):
-    KIND: ClassVar[str] = "MultiKueueConfig"
+class ConditionsStatus(KubeModel):
+    """The status of an AdmissionCheck or a MultiKueueCluster at v1beta1."""
 
-    spec: MultiKueueConfigSpec
-
-
-def _same_shape(hub: type[Resource]) -> type[Resource]:
-    """A v1beta1 class for a kind whose schema did not change between versions."""
-    return type(hub.__name__, (hub,), {"VERSION": "v1beta1", "__module__": __name__})
+    conditions: Conditions | None = None
 
 
-ResourceFlavor = _same_shape(v2.ResourceFlavor)
+def _kind(
+    hub: type[Resource], *, spec: type[KubeModel] | None = None, status: type[KubeModel] | None = None, **fields: Any
+) -> type[Resource]:
+    """The v1beta1 class of `hub`'s kind: the v1beta2 schema under this apiVersion, with the
+    v1beta1 `spec` and `status` models, and `fields` ((type, default) pairs), where they differ."""
+    annotations = {name: annotation for name, (annotation, _) in fields.items()}
+    namespace: dict[str, Any] = {"VERSION": "v1beta1", "__module__": __name__, **{name: default for name, (_, default) in fields.items()}}
+    if spec is not None:
+        annotations["spec"] = spec
+        if not hub.model_fields["spec"].is_required():
+            namespace["spec"] = Field(default_factory=spec)
+    if status is not None:
+        annotations["status"] = status | None
+        namespace["status"] = None
+    return type(hub.__name__, (hub,), {**namespace, "__annotations__": annotations})
+
+
+ResourceFlavor = _kind(v2.ResourceFlavor)
+ClusterQueue = _kind(v2.ClusterQueue, spec=ClusterQueueSpec, status=ClusterQueueStatus)
+Cohort = _kind(v2.Cohort, status=CohortStatus)
+LocalQueue = _kind(v2.LocalQueue, status=LocalQueueStatus)
+WorkloadPriorityClass = _kind(v2.WorkloadPriorityClass, description=(str | None, None))
+Workload = _kind(v2.Workload, spec=WorkloadSpec, status=WorkloadStatus)
+AdmissionCheck = _kind(v2.AdmissionCheck, spec=AdmissionCheckSpec, status=ConditionsStatus)
+MultiKueueCluster = _kind(v2.MultiKueueCluster, spec=MultiKueueClusterSpec, status=ConditionsStatus)
+MultiKueueConfig = _kind(v2.MultiKueueConfig, spec=MultiKueueConfigSpec)
 
 KINDS: tuple[type[Resource], ...] = (
     ResourceFlavor,
