@@ -236,25 +236,16 @@ def _kind(
     return type(hub.__name__, (hub,), {**namespace, "__annotations__": annotations})
 
 
-ResourceFlavor = _kind(v2.ResourceFlavor)
-ClusterQueue = _kind(v2.ClusterQueue, spec=ClusterQueueSpec, status=ClusterQueueStatus)
-Cohort = _kind(v2.Cohort, status=CohortStatus)
-LocalQueue = _kind(v2.LocalQueue, status=LocalQueueStatus)
-WorkloadPriorityClass = _kind(v2.WorkloadPriorityClass, description=(str | None, None))
-Workload = _kind(v2.Workload, spec=WorkloadSpec, status=WorkloadStatus)
-AdmissionCheck = _kind(v2.AdmissionCheck, spec=AdmissionCheckSpec, status=ConditionsStatus)
-MultiKueueCluster = _kind(v2.MultiKueueCluster, spec=MultiKueueClusterSpec, status=ConditionsStatus)
-MultiKueueConfig = _kind(v2.MultiKueueConfig, spec=MultiKueueConfigSpec)
-
-KINDS: tuple[type[Resource], ...] = (
-    ResourceFlavor,
-    ClusterQueue,
-    Cohort,
-    LocalQueue,
-    WorkloadPriorityClass,
-    Workload,
-    AdmissionCheck,
-    MultiKueueConfig,
-    MultiKueueCluster,
-)
+# What v1beta1 declares otherwise, per kind: the rest is the v1beta2 schema.
+_DIFFERENCES: dict[str, dict[str, Any]] = {
+    "ClusterQueue": {"spec": ClusterQueueSpec, "status": ClusterQueueStatus},
+    "Cohort": {"status": CohortStatus},
+    "LocalQueue": {"status": LocalQueueStatus},
+    "WorkloadPriorityClass": {"description": (str | None, None)},
+    "Workload": {"spec": WorkloadSpec, "status": WorkloadStatus},
+    "AdmissionCheck": {"spec": AdmissionCheckSpec, "status": ConditionsStatus},
+    "MultiKueueCluster": {"spec": MultiKueueClusterSpec, "status": ConditionsStatus},
+    "MultiKueueConfig": {"spec": MultiKueueConfigSpec},
+}
+KINDS: tuple[type[Resource], ...] = tuple(_kind(hub, **_DIFFERENCES.get(hub.KIND, {})) for hub in v2.KINDS)
 KIND_BY_NAME: dict[str, type[Resource]] = {kind.KIND: kind for kind in KINDS}
