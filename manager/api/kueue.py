@@ -31,6 +31,7 @@ from manager.api.meta import (
     Time,
     Toleration,
     cel,
+    cel_config,
     crd_default,
     list_map,
 )
@@ -83,14 +84,10 @@ class FlavorQuotas(KubeModel):
 
 
 class ResourceGroup(KubeModel):
-    model_config = {
-        "json_schema_extra": cel(
-            (
-                "self.flavors.all(x, size(x.resources) == size(self.coveredResources))",
-                "flavors must have the same number of resources as the coveredResources",
-            )
-        )
-    }
+    model_config = cel_config(
+        "self.flavors.all(x, size(x.resources) == size(self.coveredResources))",
+        "flavors must have the same number of resources as the coveredResources",
+    )
 
     covered_resources: list[ResourceName] = Field(min_length=1, max_length=64, json_schema_extra=LIST_ATOMIC)
     flavors: list[FlavorQuotas] = Field(min_length=1, max_length=64, json_schema_extra=list_map("name"))
@@ -117,15 +114,11 @@ class LocalQueueFairSharingStatus(FairSharingStatus):
 
 
 class FlavorFungibility(KubeModel):
-    model_config = {
-        # The API server defaults both policies first, so `has()` is not needed.
-        "json_schema_extra": cel(
-            (
-                "!has(self.preference) || (self.whenCanBorrow == 'TryNextFlavor' && self.whenCanPreempt == 'TryNextFlavor')",
-                "preference can only be set when both whenCanBorrow and whenCanPreempt are TryNextFlavor",
-            )
-        )
-    }
+    # The API server defaults both policies first, so `has()` is not needed.
+    model_config = cel_config(
+        "!has(self.preference) || (self.whenCanBorrow == 'TryNextFlavor' && self.whenCanPreempt == 'TryNextFlavor')",
+        "preference can only be set when both whenCanBorrow and whenCanPreempt are TryNextFlavor",
+    )
 
     when_can_borrow: FungibilityPolicy | None = Field(default=None, json_schema_extra=crd_default("MayStopSearch"))
     when_can_preempt: FungibilityPolicy | None = Field(default=None, json_schema_extra=crd_default("TryNextFlavor"))
@@ -138,14 +131,10 @@ class BorrowWithinCohort(KubeModel):
 
 
 class ClusterQueuePreemption(KubeModel):
-    model_config = {
-        "json_schema_extra": cel(
-            (
-                "!(self.reclaimWithinCohort == 'Never' && has(self.borrowWithinCohort) && self.borrowWithinCohort.policy != 'Never')",
-                "reclaimWithinCohort=Never and borrowWithinCohort.Policy!=Never",
-            )
-        )
-    }
+    model_config = cel_config(
+        "!(self.reclaimWithinCohort == 'Never' && has(self.borrowWithinCohort) && self.borrowWithinCohort.policy != 'Never')",
+        "reclaimWithinCohort=Never and borrowWithinCohort.Policy!=Never",
+    )
 
     reclaim_within_cohort: Literal["Never", "LowerPriority", "Any"] | None = Field(default=None, json_schema_extra=crd_default("Never"))
     borrow_within_cohort: BorrowWithinCohort | None = Field(default=None, json_schema_extra=crd_default({}))
@@ -193,7 +182,7 @@ class ConcurrentAdmissionPolicy(KubeModel):
 
 
 class ClusterQueueSpec(KubeModel):
-    model_config = {"json_schema_extra": cel(NO_BORROWING_WITHOUT_COHORT)}
+    model_config = cel_config(*NO_BORROWING_WITHOUT_COHORT)
 
     resource_groups: list[ResourceGroup] | None = Field(default=None, max_length=c.MAX_RESOURCE_GROUPS, json_schema_extra=LIST_ATOMIC)
     cohort_name: Name | None = None
@@ -502,14 +491,10 @@ class ClusterProfileReference(KubeModel):
 
 
 class ClusterSource(KubeModel):
-    model_config = {
-        "json_schema_extra": cel(
-            (
-                "[has(self.kubeConfig),has(self.clusterProfileRef)].filter(x,x==true).size() == 1",
-                "exactly one of kubeConfig or clusterProfileRef must be set",
-            )
-        )
-    }
+    model_config = cel_config(
+        "[has(self.kubeConfig),has(self.clusterProfileRef)].filter(x,x==true).size() == 1",
+        "exactly one of kubeConfig or clusterProfileRef must be set",
+    )
 
     kube_config: KubeConfigRef | None = None
     cluster_profile_ref: ClusterProfileReference | None = None

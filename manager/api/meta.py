@@ -51,6 +51,11 @@ def cel(*rules: tuple[str, str]) -> dict[str, Any]:
     return {"x-kubernetes-validations": [{"rule": rule, "message": message} for rule, message in rules]}
 
 
+def cel_config(rule: str, message: str) -> ConfigDict:
+    """The model_config of a model the API server checks with one CEL rule."""
+    return ConfigDict(json_schema_extra=cel((rule, message)))
+
+
 class KubeModel(BaseModel):
     """Base of every model: camelCase on the wire, snake_case in Python, unknown fields ignored.
 

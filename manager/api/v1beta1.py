@@ -25,7 +25,7 @@ from manager.api.meta import (
     Resource,
     Taint,
     Time,
-    cel,
+    cel_config,
     crd_default,
     list_map,
 )
@@ -59,11 +59,9 @@ class AdmissionScope(KubeModel):
 
 
 class ClusterQueueSpec(KubeModel):
-    model_config = {
-        "json_schema_extra": cel(
-            (v2.NO_BORROWING_WITHOUT_COHORT[0].replace("has(self.cohortName)", "has(self.cohort)"), v2.NO_BORROWING_WITHOUT_COHORT[1]),
-        )
-    }
+    model_config = cel_config(
+        v2.NO_BORROWING_WITHOUT_COHORT[0].replace("has(self.cohortName)", "has(self.cohort)"), v2.NO_BORROWING_WITHOUT_COHORT[1]
+    )
 
     resource_groups: list[v2.ResourceGroup] | None = Field(default=None, max_length=c.MAX_RESOURCE_GROUPS, json_schema_extra=LIST_ATOMIC)
     cohort: Name | None = None
