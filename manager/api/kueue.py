@@ -8,7 +8,7 @@ defaults, so that a manifest written back is exactly the manifest read.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
@@ -45,11 +45,8 @@ FungibilityPolicy = Literal["MayStopSearch", "TryNextFlavor"]
 CheckState = Literal["Pending", "Ready", "Retry", "Rejected"]
 
 
-class KueueResource(Resource):
+class KueueResource(Resource, group=c.GROUP, version=c.STORAGE_VERSION):
     """A kind of Kueue's API group, at the version kfed stores."""
-
-    GROUP: ClassVar[str] = c.GROUP
-    VERSION: ClassVar[str] = c.STORAGE_VERSION
 
 
 # --- ResourceFlavor ---------------------------------------------------------------------------
@@ -62,9 +59,7 @@ class ResourceFlavorSpec(KubeModel):
     topology_name: Name | None = None
 
 
-class ResourceFlavor(KueueResource):
-    KIND: ClassVar[str] = "ResourceFlavor"
-
+class ResourceFlavor(KueueResource, kind="ResourceFlavor"):
     spec: ResourceFlavorSpec = Field(default_factory=ResourceFlavorSpec)
 
 
@@ -218,9 +213,7 @@ class ClusterQueueStatus(KubeModel):
     fair_sharing: FairSharingStatus | None = None
 
 
-class ClusterQueue(KueueResource):
-    KIND: ClassVar[str] = "ClusterQueue"
-
+class ClusterQueue(KueueResource, kind="ClusterQueue"):
     spec: ClusterQueueSpec = Field(default_factory=ClusterQueueSpec)
     status: ClusterQueueStatus | None = None
 
@@ -252,9 +245,7 @@ class CohortStatus(KubeModel):
     fair_sharing: FairSharingStatus | None = None
 
 
-class Cohort(KueueResource):
-    KIND: ClassVar[str] = "Cohort"
-
+class Cohort(KueueResource, kind="Cohort"):
     spec: CohortSpec = Field(default_factory=CohortSpec)
     status: CohortStatus | None = None
 
@@ -288,10 +279,7 @@ class LocalQueueStatus(KubeModel):
     fair_sharing: LocalQueueFairSharingStatus | None = None
 
 
-class LocalQueue(KueueResource):
-    KIND: ClassVar[str] = "LocalQueue"
-    NAMESPACED: ClassVar[bool] = True
-
+class LocalQueue(KueueResource, kind="LocalQueue", namespaced=True):
     spec: LocalQueueSpec = Field(default_factory=LocalQueueSpec)
     status: LocalQueueStatus | None = None
 
@@ -299,9 +287,7 @@ class LocalQueue(KueueResource):
 # --- WorkloadPriorityClass --------------------------------------------------------------------
 
 
-class WorkloadPriorityClass(KueueResource):
-    KIND: ClassVar[str] = "WorkloadPriorityClass"
-
+class WorkloadPriorityClass(KueueResource, kind="WorkloadPriorityClass"):
     value: int
     description: str | None = Field(default=None, max_length=2048)
 
@@ -441,10 +427,7 @@ class WorkloadStatus(KubeModel):
     preemption_gates: list[PreemptionGateState] | None = Field(default=None, max_length=8, json_schema_extra=list_map("name"))
 
 
-class Workload(KueueResource):
-    KIND: ClassVar[str] = "Workload"
-    NAMESPACED: ClassVar[bool] = True
-
+class Workload(KueueResource, kind="Workload", namespaced=True):
     spec: WorkloadSpec = Field(default_factory=WorkloadSpec)
     status: WorkloadStatus | None = None
 
@@ -467,9 +450,7 @@ class AdmissionCheckStatus(KubeModel):
     conditions: Conditions | None = None
 
 
-class AdmissionCheck(KueueResource):
-    KIND: ClassVar[str] = "AdmissionCheck"
-
+class AdmissionCheck(KueueResource, kind="AdmissionCheck"):
     spec: AdmissionCheckSpec
     status: AdmissionCheckStatus | None = None
 
@@ -508,9 +489,7 @@ class MultiKueueClusterStatus(KubeModel):
     conditions: Conditions | None = None
 
 
-class MultiKueueCluster(KueueResource):
-    KIND: ClassVar[str] = "MultiKueueCluster"
-
+class MultiKueueCluster(KueueResource, kind="MultiKueueCluster"):
     spec: MultiKueueClusterSpec
     status: MultiKueueClusterStatus | None = None
 
@@ -525,9 +504,7 @@ class MultiKueueConfigSpec(KubeModel):
     quota_management: Literal["Manual", "Automated"] | None = None
 
 
-class MultiKueueConfig(KueueResource):
-    KIND: ClassVar[str] = "MultiKueueConfig"
-
+class MultiKueueConfig(KueueResource, kind="MultiKueueConfig"):
     spec: MultiKueueConfigSpec
 
 

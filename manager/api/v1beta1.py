@@ -223,7 +223,7 @@ def _kind(
     """The v1beta1 class of `hub`'s kind: the v1beta2 schema under this apiVersion, with the
     v1beta1 `spec` and `status` models, and `fields` ((type, default) pairs), where they differ."""
     annotations = {name: annotation for name, (annotation, _) in fields.items()}
-    namespace: dict[str, Any] = {"VERSION": "v1beta1", "__module__": __name__, **{name: default for name, (_, default) in fields.items()}}
+    namespace: dict[str, Any] = {"__module__": __name__, **{name: default for name, (_, default) in fields.items()}}
     if spec is not None:
         annotations["spec"] = spec
         if not hub.model_fields["spec"].is_required():
@@ -231,7 +231,7 @@ def _kind(
     if status is not None:
         annotations["status"] = status | None
         namespace["status"] = None
-    return type(hub.__name__, (hub,), {**namespace, "__annotations__": annotations})
+    return type(hub.__name__, (hub,), {**namespace, "__annotations__": annotations}, version="v1beta1")
 
 
 # What v1beta1 declares otherwise, per kind: the rest is the v1beta2 schema.
