@@ -192,9 +192,17 @@ class ClusterQueueSpec(KubeModel):
     concurrent_admission_policy: ConcurrentAdmissionPolicy | None = None
 
 
-class ResourceUsage(KubeModel):
+class LocalQueueResourceUsage(KubeModel):
     name: ResourceName
     total: Quantity | None = None
+
+
+class LocalQueueFlavorUsage(KubeModel):
+    name: Name
+    resources: list[LocalQueueResourceUsage] | None = Field(default=None, max_length=64, json_schema_extra=list_map("name"))
+
+
+class ResourceUsage(LocalQueueResourceUsage):
     borrowed: Quantity | None = None
 
 
@@ -259,23 +267,21 @@ class LocalQueueSpec(KubeModel):
     fair_sharing: FairSharing | None = None
 
 
-class LocalQueueResourceUsage(KubeModel):
-    name: ResourceName
-    total: Quantity | None = None
+LocalQueueFlavorUsages = Annotated[list[LocalQueueFlavorUsage], Field(max_length=64, json_schema_extra=list_map("name"))]
 
 
-class LocalQueueFlavorUsage(KubeModel):
-    name: Name
-    resources: list[LocalQueueResourceUsage] | None = Field(default=None, max_length=64, json_schema_extra=list_map("name"))
+class LocalQueueStatusBase(KubeModel):
+    """The first fields of a LocalQueue's status, the same in v1beta1 (which follows with its own)."""
 
-
-class LocalQueueStatus(KubeModel):
     conditions: Conditions | None = None
     pending_workloads: int | None = None
     reserving_workloads: int | None = None
     admitted_workloads: int | None = None
-    flavors_reservation: list[LocalQueueFlavorUsage] | None = Field(default=None, max_length=64, json_schema_extra=list_map("name"))
-    flavors_usage: list[LocalQueueFlavorUsage] | None = Field(default=None, max_length=64, json_schema_extra=list_map("name"))
+    flavors_reservation: LocalQueueFlavorUsages | None = None
+
+
+class LocalQueueStatus(LocalQueueStatusBase):
+    flavors_usage: LocalQueueFlavorUsages | None = None
     fair_sharing: LocalQueueFairSharingStatus | None = None
 
 

@@ -117,13 +117,9 @@ class LocalQueueFlavorStatus(KubeModel):
     topology: TopologyInfo | None = None
 
 
-class LocalQueueStatus(KubeModel):
-    conditions: Conditions | None = None
-    pending_workloads: int | None = None
-    reserving_workloads: int | None = None
-    admitted_workloads: int | None = None
-    flavors_reservation: list[v2.LocalQueueFlavorUsage] | None = Field(default=None, max_length=64, json_schema_extra=list_map("name"))
-    flavor_usage: list[v2.LocalQueueFlavorUsage] | None = Field(default=None, max_length=64, json_schema_extra=list_map("name"))
+class LocalQueueStatus(v2.LocalQueueStatusBase):
+    conditions: Conditions | None = None  # in its place, without v1beta2's limit
+    flavor_usage: v2.LocalQueueFlavorUsages | None = None
     flavors: list[LocalQueueFlavorStatus] | None = Field(default=None, max_length=64, json_schema_extra=list_map("name"))
     fair_sharing: v2.LocalQueueFairSharingStatus | None = None
 
