@@ -187,11 +187,26 @@ def pid_alive(pid: int) -> bool:
 
 
 @dataclass
-class LocalCluster:
-    """One cluster's files, ports and processes."""
+class ClusterDirectory:
+    """A development cluster's name and directory, which holds its admin kubeconfig."""
 
     name: str
     directory: Path
+
+    @property
+    def kubeconfig_path(self) -> Path:
+        return self.directory / "kubeconfig"
+
+    def kubeconfig(self) -> dict[str, Any]:
+        loaded = yaml.safe_load(self.kubeconfig_path.read_text())
+        assert isinstance(loaded, dict)
+        return loaded
+
+
+@dataclass
+class LocalCluster(ClusterDirectory):
+    """One cluster's files, ports and processes."""
+
     bin_dir: Path
     jobs: bool = False
     nodes: int = 4
@@ -211,21 +226,12 @@ class LocalCluster:
         return f"https://{LOOPBACK}:{self.apiserver_port}"
 
     @property
-    def kubeconfig_path(self) -> Path:
-        return self.directory / "kubeconfig"
-
-    @property
     def audit_log_path(self) -> Path:
         return self.directory / "logs" / "audit.log"
 
     @property
     def etcd_url(self) -> str:
         return f"http://{LOOPBACK}:{self.etcd_port}"
-
-    def kubeconfig(self) -> dict[str, Any]:
-        loaded = yaml.safe_load(self.kubeconfig_path.read_text())
-        assert isinstance(loaded, dict)
-        return loaded
 
     # --- set-up -------------------------------------------------------------------------------
 
