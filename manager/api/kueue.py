@@ -267,9 +267,6 @@ class LocalQueueSpec(KubeModel):
     fair_sharing: FairSharing | None = None
 
 
-LocalQueueFlavorUsages = Annotated[list[LocalQueueFlavorUsage], Field(max_length=64, json_schema_extra=list_map("name"))]
-
-
 class LocalQueueStatusBase(KubeModel):
     """The first fields of a LocalQueue's status, the same in v1beta1 (which follows with its own)."""
 
@@ -277,11 +274,11 @@ class LocalQueueStatusBase(KubeModel):
     pending_workloads: int | None = None
     reserving_workloads: int | None = None
     admitted_workloads: int | None = None
-    flavors_reservation: LocalQueueFlavorUsages | None = None
+    flavors_reservation: list[LocalQueueFlavorUsage] | None = Field(default=None, max_length=64, json_schema_extra=list_map("name"))
 
 
 class LocalQueueStatus(LocalQueueStatusBase):
-    flavors_usage: LocalQueueFlavorUsages | None = None
+    flavors_usage: list[LocalQueueFlavorUsage] | None = Field(default=None, max_length=64, json_schema_extra=list_map("name"))
     fair_sharing: LocalQueueFairSharingStatus | None = None
 
 

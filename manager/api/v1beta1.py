@@ -119,7 +119,7 @@ class LocalQueueFlavorStatus(KubeModel):
 
 class LocalQueueStatus(v2.LocalQueueStatusBase):
     conditions: Conditions | None = None  # in its place, without v1beta2's limit
-    flavor_usage: v2.LocalQueueFlavorUsages | None = None
+    flavor_usage: list[v2.LocalQueueFlavorUsage] | None = Field(default=None, max_length=64, json_schema_extra=list_map("name"))
     flavors: list[LocalQueueFlavorStatus] | None = Field(default=None, max_length=64, json_schema_extra=list_map("name"))
     fair_sharing: v2.LocalQueueFairSharingStatus | None = None
 
