@@ -14,6 +14,7 @@ import binascii
 import contextlib
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import KW_ONLY, dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -250,27 +251,22 @@ class ClusterController:
             self.controller.enqueue(cluster.name)
 
 
+@dataclass(eq=False)
 class AdmissionCheckController:
     """Writes `Active` on every AdmissionCheck whose controller is MultiKueue."""
 
-    def __init__(
-        self,
-        client: KubeClient,
-        *,
-        checks: Informer[kueue.AdmissionCheck],
-        configs: Informer[kueue.MultiKueueConfig],
-        clusters: Informer[kueue.MultiKueueCluster],
-        clock: Callable[[], datetime] = utcnow,
-    ) -> None:
-        self.client = client
-        self.checks = checks
-        self.configs = configs
-        self.clusters = clusters
-        self.clock = clock
+    client: KubeClient
+    _: KW_ONLY
+    checks: Informer[kueue.AdmissionCheck]
+    configs: Informer[kueue.MultiKueueConfig]
+    clusters: Informer[kueue.MultiKueueCluster]
+    clock: Callable[[], datetime] = utcnow
+
+    def __post_init__(self) -> None:
         self.controller = Controller("multikueue-admissioncheck", self.reconcile, workers=2)
-        checks.add_handler(lambda kind, old, new: self._enqueue((new or old).name))
-        configs.add_handler(lambda kind, old, new: self.resync())
-        clusters.add_handler(self._on_cluster)
+        self.checks.add_handler(lambda kind, old, new: self._enqueue((new or old).name))
+        self.configs.add_handler(lambda kind, old, new: self.resync())
+        self.clusters.add_handler(self._on_cluster)
 
     def _enqueue(self, name: str) -> None:
         self.controller.enqueue(name)
