@@ -26,6 +26,9 @@ log = logging.getLogger("kfed.webhookcerts")
 
 @dataclass(eq=False)
 class WebhookCertManager:
+    """The serving certificate in Secret `namespace`/`secret`, for `names` and `ips`: written to
+    `directory` when it changes, rotated by the lease holder `rotate_before` it expires."""
+
     client: KubeClient
     _: KW_ONLY
     namespace: str
