@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable
+from dataclasses import KW_ONLY, InitVar, dataclass
 from datetime import datetime
 from typing import Any
 
@@ -65,26 +66,19 @@ def owner_kind(ref: Any) -> str:
     return f"{ref.api_version}, Kind={ref.kind}"
 
 
+@dataclass(eq=False)
 class WorkloadController:
-    def __init__(
-        self,
-        client: KubeClient,
-        caches: Caches,
-        *,
-        settings: Settings,
-        clusters: ClusterController,
-        configs: Informer[kueue.MultiKueueConfig],
-        recorder: EventRecorder | None = None,
-        clock: Callable[[], datetime] = utcnow,
-        workers: int = 16,
-    ) -> None:
-        self.client = client
-        self.caches = caches
-        self.settings = settings
-        self.clusters = clusters
-        self.configs = configs
-        self.recorder = recorder
-        self.clock = clock
+    client: KubeClient
+    caches: Caches
+    _: KW_ONLY
+    settings: Settings
+    clusters: ClusterController
+    configs: Informer[kueue.MultiKueueConfig]
+    recorder: EventRecorder | None = None
+    clock: Callable[[], datetime] = utcnow
+    workers: InitVar[int] = 16
+
+    def __post_init__(self, workers: int) -> None:
         self.controller = Controller("multikueue-workload", self.reconcile, workers=workers)
         self.deleted: dict[str, kueue.Workload] = {}
         self.problems: dict[tuple[str, str], str] = {}  # (workload key, cluster) -> why no copy there
@@ -106,7 +100,7 @@ class WorkloadController:
             ("cluster",),
             buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300, 900),
         )
-        caches.workloads.add_handler(self._on_local)
+        self.caches.workloads.add_handler(self._on_local)
 
     # --- events ------------------------------------------------------------------------------------
     def _is_multikueue(self, wl: kueue.Workload) -> bool:
