@@ -10,11 +10,8 @@ webhooks registered by URL.
 
 from __future__ import annotations
 
-import base64
 import os
 import subprocess
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +19,7 @@ from typing import Any
 import yaml
 
 from manager.dev import federation
-from manager.dev.local import ClusterError, Component, LocalCluster, free_port, wait_for
+from manager.dev.local import ClusterError, Component, LocalCluster, free_port, wait_for, wait_ready, webhooks_by_url
 from manager.runtime import pki
 from tests.harness import missing_prerequisite
 
@@ -80,26 +77,11 @@ def configuration(
 
 def webhook_configurations(manifests: str, url: str, ca_pem: bytes) -> list[dict[str, Any]]:
     """Kueue's webhook configurations for the kinds in WEBHOOK_GROUPS, each calling `url` + its path."""
-    ca_bundle = base64.b64encode(ca_pem).decode()
-    configurations = []
-    for document in yaml.safe_load_all(manifests):
-        if not document or document.get("kind") not in CONFIGURATION_NAMES:
-            continue
-        webhooks = []
-        for webhook in document["webhooks"]:
-            if not {group for rule in webhook["rules"] for group in rule["apiGroups"]} <= WEBHOOK_GROUPS:
-                continue
-            path = webhook["clientConfig"]["service"]["path"]
-            webhooks.append({**webhook, "clientConfig": {"url": f"{url}{path}", "caBundle": ca_bundle}})
-        configurations.append(
-            {
-                "apiVersion": document["apiVersion"],
-                "kind": document["kind"],
-                "metadata": {"name": CONFIGURATION_NAMES[document["kind"]]},
-                "webhooks": webhooks,
-            }
-        )
-    return configurations
+
+    def adapt(webhook: dict[str, Any]) -> dict[str, Any] | None:
+        return webhook if {group for rule in webhook["rules"] for group in rule["apiGroups"]} <= WEBHOOK_GROUPS else None
+
+    return webhooks_by_url(manifests, url, ca_pem, names=CONFIGURATION_NAMES, adapt=adapt)
 
 
 def ensure_metrics_certificate() -> None:
@@ -173,7 +155,7 @@ class UpstreamKueue:
         ]
         self.process = Component("kueue", argv, self.directory / "kueue.log")
         self.process.start()
-        wait_for(self._ready, timeout=90, what=f"upstream Kueue on {self.cluster.name} /readyz (log: {self.process.log})")
+        wait_ready(self.process, self.health_port, what=f"upstream Kueue on {self.cluster.name}", timeout=90)
         if not self.webhooks:
             return self
         for obj in webhook_configurations((self.bin_dir / "webhook-manifests.yaml").read_text(), self.url, ca.cert_pem):
@@ -183,15 +165,6 @@ class UpstreamKueue:
                 raise ClusterError(f"{self.cluster.name}: registering {obj['kind']}/{obj['metadata']['name']} failed: {body}")
         wait_for(self._webhooks_called, timeout=60, what=f"the apiserver of {self.cluster.name} calling Kueue's webhooks")
         return self
-
-    def _ready(self) -> bool:
-        if self.process is not None and not self.process.running():
-            raise AssertionError(f"upstream Kueue exited; log:\n{self.tail()}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/readyz", timeout=2) as response:
-                return bool(response.status == 200)
-        except (urllib.error.URLError, OSError):
-            return False
 
     def _webhooks_called(self) -> bool:
         """Kueue's Job webhook suspends a queued Job: a dry run shows when the apiserver calls it."""

@@ -6,7 +6,7 @@ changed and written back loses nothing.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 from pydantic import Field
 
@@ -75,42 +75,29 @@ class JobStatus(OpenModel):
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 
 
-class Job(Resource, OpenModel):
-    GROUP: ClassVar[str] = "batch"
-    KIND: ClassVar[str] = "Job"
-    NAMESPACED: ClassVar[bool] = True
-
+class Job(Resource, OpenModel, group="batch", kind="Job", namespaced=True):
     spec: JobSpec = Field(default_factory=JobSpec)
     status: JobStatus | None = None
 
 
-class Pod(Resource, OpenModel):
-    KIND: ClassVar[str] = "Pod"
-    NAMESPACED: ClassVar[bool] = True
-
+class Pod(Resource, OpenModel, kind="Pod", namespaced=True):
     spec: PodSpec = Field(default_factory=PodSpec)
     status: dict[str, Any] | None = None
 
 
-class Namespace(Resource, OpenModel):
-    KIND: ClassVar[str] = "Namespace"
+class Namespace(Resource, OpenModel, kind="Namespace"):
+    """A Namespace: kfed reads its name and labels."""
 
 
-class Secret(Resource, OpenModel):
+class Secret(Resource, OpenModel, kind="Secret", namespaced=True):
     """A Secret. Its `data` is never logged or printed by kfed (see `__repr__`)."""
-
-    KIND: ClassVar[str] = "Secret"
-    NAMESPACED: ClassVar[bool] = True
 
     type: str | None = None
     data: dict[str, str] | None = Field(default=None, repr=False)
     string_data: dict[str, str] | None = Field(default=None, repr=False)
 
 
-class PriorityClass(Resource, OpenModel):
-    GROUP: ClassVar[str] = "scheduling.k8s.io"
-    KIND: ClassVar[str] = "PriorityClass"
-
+class PriorityClass(Resource, OpenModel, group="scheduling.k8s.io", kind="PriorityClass"):
     value: int
     global_default: bool | None = None
     description: str | None = None
@@ -124,11 +111,7 @@ class LeaseSpec(KubeModel):
     lease_transitions: int | None = None
 
 
-class Lease(Resource, OpenModel):
-    GROUP: ClassVar[str] = "coordination.k8s.io"
-    KIND: ClassVar[str] = "Lease"
-    NAMESPACED: ClassVar[bool] = True
-
+class Lease(Resource, OpenModel, group="coordination.k8s.io", kind="Lease", namespaced=True):
     spec: LeaseSpec = Field(default_factory=LeaseSpec)
 
 
@@ -142,8 +125,5 @@ class LimitRangeSpec(OpenModel):
     limits: list[LimitRangeItem] = Field(default_factory=list)
 
 
-class LimitRange(Resource, OpenModel):
-    KIND: ClassVar[str] = "LimitRange"
-    NAMESPACED: ClassVar[bool] = True
-
+class LimitRange(Resource, OpenModel, kind="LimitRange", namespaced=True):
     spec: LimitRangeSpec = Field(default_factory=LimitRangeSpec)

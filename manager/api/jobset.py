@@ -6,8 +6,6 @@ field, so a JobSet read, changed and written back loses nothing.
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 from pydantic import Field
 
 from manager.api.core import JobCondition, JobSpec, PodTemplateMeta
@@ -61,11 +59,6 @@ class JobSetStatus(OpenModel):
     terminal_state: str | None = None
 
 
-class JobSet(Resource, OpenModel):
-    GROUP: ClassVar[str] = GROUP
-    VERSION: ClassVar[str] = VERSION
-    KIND: ClassVar[str] = "JobSet"
-    NAMESPACED: ClassVar[bool] = True
-
+class JobSet(Resource, OpenModel, group=GROUP, version=VERSION, kind="JobSet", namespaced=True):
     spec: JobSetSpec = Field(default_factory=JobSetSpec)
     status: JobSetStatus | None = None

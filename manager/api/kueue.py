@@ -8,7 +8,7 @@ defaults, so that a manifest written back is exactly the manifest read.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
@@ -31,6 +31,7 @@ from manager.api.meta import (
     Time,
     Toleration,
     cel,
+    cel_config,
     crd_default,
     list_map,
 )
@@ -44,11 +45,8 @@ FungibilityPolicy = Literal["MayStopSearch", "TryNextFlavor"]
 CheckState = Literal["Pending", "Ready", "Retry", "Rejected"]
 
 
-class KueueResource(Resource):
+class KueueResource(Resource, group=c.GROUP, version=c.STORAGE_VERSION):
     """A kind of Kueue's API group, at the version kfed stores."""
-
-    GROUP: ClassVar[str] = c.GROUP
-    VERSION: ClassVar[str] = c.STORAGE_VERSION
 
 
 # --- ResourceFlavor ---------------------------------------------------------------------------
@@ -61,9 +59,7 @@ class ResourceFlavorSpec(KubeModel):
     topology_name: Name | None = None
 
 
-class ResourceFlavor(KueueResource):
-    KIND: ClassVar[str] = "ResourceFlavor"
-
+class ResourceFlavor(KueueResource, kind="ResourceFlavor"):
     spec: ResourceFlavorSpec = Field(default_factory=ResourceFlavorSpec)
 
 
@@ -83,14 +79,10 @@ class FlavorQuotas(KubeModel):
 
 
 class ResourceGroup(KubeModel):
-    model_config = {
-        "json_schema_extra": cel(
-            (
-                "self.flavors.all(x, size(x.resources) == size(self.coveredResources))",
-                "flavors must have the same number of resources as the coveredResources",
-            )
-        )
-    }
+    model_config = cel_config(
+        "self.flavors.all(x, size(x.resources) == size(self.coveredResources))",
+        "flavors must have the same number of resources as the coveredResources",
+    )
 
     covered_resources: list[ResourceName] = Field(min_length=1, max_length=64, json_schema_extra=LIST_ATOMIC)
     flavors: list[FlavorQuotas] = Field(min_length=1, max_length=64, json_schema_extra=list_map("name"))
@@ -117,15 +109,11 @@ class LocalQueueFairSharingStatus(FairSharingStatus):
 
 
 class FlavorFungibility(KubeModel):
-    model_config = {
-        # The API server defaults both policies first, so `has()` is not needed.
-        "json_schema_extra": cel(
-            (
-                "!has(self.preference) || (self.whenCanBorrow == 'TryNextFlavor' && self.whenCanPreempt == 'TryNextFlavor')",
-                "preference can only be set when both whenCanBorrow and whenCanPreempt are TryNextFlavor",
-            )
-        )
-    }
+    # The API server defaults both policies first, so `has()` is not needed.
+    model_config = cel_config(
+        "!has(self.preference) || (self.whenCanBorrow == 'TryNextFlavor' && self.whenCanPreempt == 'TryNextFlavor')",
+        "preference can only be set when both whenCanBorrow and whenCanPreempt are TryNextFlavor",
+    )
 
     when_can_borrow: FungibilityPolicy | None = Field(default=None, json_schema_extra=crd_default("MayStopSearch"))
     when_can_preempt: FungibilityPolicy | None = Field(default=None, json_schema_extra=crd_default("TryNextFlavor"))
@@ -138,14 +126,10 @@ class BorrowWithinCohort(KubeModel):
 
 
 class ClusterQueuePreemption(KubeModel):
-    model_config = {
-        "json_schema_extra": cel(
-            (
-                "!(self.reclaimWithinCohort == 'Never' && has(self.borrowWithinCohort) && self.borrowWithinCohort.policy != 'Never')",
-                "reclaimWithinCohort=Never and borrowWithinCohort.Policy!=Never",
-            )
-        )
-    }
+    model_config = cel_config(
+        "!(self.reclaimWithinCohort == 'Never' && has(self.borrowWithinCohort) && self.borrowWithinCohort.policy != 'Never')",
+        "reclaimWithinCohort=Never and borrowWithinCohort.Policy!=Never",
+    )
 
     reclaim_within_cohort: Literal["Never", "LowerPriority", "Any"] | None = Field(default=None, json_schema_extra=crd_default("Never"))
     borrow_within_cohort: BorrowWithinCohort | None = Field(default=None, json_schema_extra=crd_default({}))
@@ -193,7 +177,7 @@ class ConcurrentAdmissionPolicy(KubeModel):
 
 
 class ClusterQueueSpec(KubeModel):
-    model_config = {"json_schema_extra": cel(NO_BORROWING_WITHOUT_COHORT)}
+    model_config = cel_config(*NO_BORROWING_WITHOUT_COHORT)
 
     resource_groups: list[ResourceGroup] | None = Field(default=None, max_length=c.MAX_RESOURCE_GROUPS, json_schema_extra=LIST_ATOMIC)
     cohort_name: Name | None = None
@@ -208,9 +192,17 @@ class ClusterQueueSpec(KubeModel):
     concurrent_admission_policy: ConcurrentAdmissionPolicy | None = None
 
 
-class ResourceUsage(KubeModel):
+class LocalQueueResourceUsage(KubeModel):
     name: ResourceName
     total: Quantity | None = None
+
+
+class LocalQueueFlavorUsage(KubeModel):
+    name: Name
+    resources: list[LocalQueueResourceUsage] | None = Field(default=None, max_length=64, json_schema_extra=list_map("name"))
+
+
+class ResourceUsage(LocalQueueResourceUsage):
     borrowed: Quantity | None = None
 
 
@@ -229,9 +221,7 @@ class ClusterQueueStatus(KubeModel):
     fair_sharing: FairSharingStatus | None = None
 
 
-class ClusterQueue(KueueResource):
-    KIND: ClassVar[str] = "ClusterQueue"
-
+class ClusterQueue(KueueResource, kind="ClusterQueue"):
     spec: ClusterQueueSpec = Field(default_factory=ClusterQueueSpec)
     status: ClusterQueueStatus | None = None
 
@@ -263,9 +253,7 @@ class CohortStatus(KubeModel):
     fair_sharing: FairSharingStatus | None = None
 
 
-class Cohort(KueueResource):
-    KIND: ClassVar[str] = "Cohort"
-
+class Cohort(KueueResource, kind="Cohort"):
     spec: CohortSpec = Field(default_factory=CohortSpec)
     status: CohortStatus | None = None
 
@@ -279,30 +267,22 @@ class LocalQueueSpec(KubeModel):
     fair_sharing: FairSharing | None = None
 
 
-class LocalQueueResourceUsage(KubeModel):
-    name: ResourceName
-    total: Quantity | None = None
+class LocalQueueStatusBase(KubeModel):
+    """The first fields of a LocalQueue's status, the same in v1beta1 (which follows with its own)."""
 
-
-class LocalQueueFlavorUsage(KubeModel):
-    name: Name
-    resources: list[LocalQueueResourceUsage] | None = Field(default=None, max_length=64, json_schema_extra=list_map("name"))
-
-
-class LocalQueueStatus(KubeModel):
     conditions: Conditions | None = None
     pending_workloads: int | None = None
     reserving_workloads: int | None = None
     admitted_workloads: int | None = None
     flavors_reservation: list[LocalQueueFlavorUsage] | None = Field(default=None, max_length=64, json_schema_extra=list_map("name"))
+
+
+class LocalQueueStatus(LocalQueueStatusBase):
     flavors_usage: list[LocalQueueFlavorUsage] | None = Field(default=None, max_length=64, json_schema_extra=list_map("name"))
     fair_sharing: LocalQueueFairSharingStatus | None = None
 
 
-class LocalQueue(KueueResource):
-    KIND: ClassVar[str] = "LocalQueue"
-    NAMESPACED: ClassVar[bool] = True
-
+class LocalQueue(KueueResource, kind="LocalQueue", namespaced=True):
     spec: LocalQueueSpec = Field(default_factory=LocalQueueSpec)
     status: LocalQueueStatus | None = None
 
@@ -310,9 +290,7 @@ class LocalQueue(KueueResource):
 # --- WorkloadPriorityClass --------------------------------------------------------------------
 
 
-class WorkloadPriorityClass(KueueResource):
-    KIND: ClassVar[str] = "WorkloadPriorityClass"
-
+class WorkloadPriorityClass(KueueResource, kind="WorkloadPriorityClass"):
     value: int
     description: str | None = Field(default=None, max_length=2048)
 
@@ -452,10 +430,7 @@ class WorkloadStatus(KubeModel):
     preemption_gates: list[PreemptionGateState] | None = Field(default=None, max_length=8, json_schema_extra=list_map("name"))
 
 
-class Workload(KueueResource):
-    KIND: ClassVar[str] = "Workload"
-    NAMESPACED: ClassVar[bool] = True
-
+class Workload(KueueResource, kind="Workload", namespaced=True):
     spec: WorkloadSpec = Field(default_factory=WorkloadSpec)
     status: WorkloadStatus | None = None
 
@@ -478,9 +453,7 @@ class AdmissionCheckStatus(KubeModel):
     conditions: Conditions | None = None
 
 
-class AdmissionCheck(KueueResource):
-    KIND: ClassVar[str] = "AdmissionCheck"
-
+class AdmissionCheck(KueueResource, kind="AdmissionCheck"):
     spec: AdmissionCheckSpec
     status: AdmissionCheckStatus | None = None
 
@@ -502,14 +475,10 @@ class ClusterProfileReference(KubeModel):
 
 
 class ClusterSource(KubeModel):
-    model_config = {
-        "json_schema_extra": cel(
-            (
-                "[has(self.kubeConfig),has(self.clusterProfileRef)].filter(x,x==true).size() == 1",
-                "exactly one of kubeConfig or clusterProfileRef must be set",
-            )
-        )
-    }
+    model_config = cel_config(
+        "[has(self.kubeConfig),has(self.clusterProfileRef)].filter(x,x==true).size() == 1",
+        "exactly one of kubeConfig or clusterProfileRef must be set",
+    )
 
     kube_config: KubeConfigRef | None = None
     cluster_profile_ref: ClusterProfileReference | None = None
@@ -523,9 +492,7 @@ class MultiKueueClusterStatus(KubeModel):
     conditions: Conditions | None = None
 
 
-class MultiKueueCluster(KueueResource):
-    KIND: ClassVar[str] = "MultiKueueCluster"
-
+class MultiKueueCluster(KueueResource, kind="MultiKueueCluster"):
     spec: MultiKueueClusterSpec
     status: MultiKueueClusterStatus | None = None
 
@@ -540,9 +507,7 @@ class MultiKueueConfigSpec(KubeModel):
     quota_management: Literal["Manual", "Automated"] | None = None
 
 
-class MultiKueueConfig(KueueResource):
-    KIND: ClassVar[str] = "MultiKueueConfig"
-
+class MultiKueueConfig(KueueResource, kind="MultiKueueConfig"):
     spec: MultiKueueConfigSpec
 
 

@@ -51,6 +51,11 @@ def cel(*rules: tuple[str, str]) -> dict[str, Any]:
     return {"x-kubernetes-validations": [{"rule": rule, "message": message} for rule, message in rules]}
 
 
+def cel_config(rule: str, message: str) -> ConfigDict:
+    """The model_config of a model the API server checks with one CEL rule."""
+    return ConfigDict(json_schema_extra=cel((rule, message)))
+
+
 class KubeModel(BaseModel):
     """Base of every model: camelCase on the wire, snake_case in Python, unknown fields ignored.
 
@@ -185,8 +190,8 @@ def plural_of(kind: str) -> str:
 
 
 class Resource(KubeModel):
-    """A top-level Kubernetes object. Subclasses set the class variables that name the kind
-    (PLURAL, when not set, is `plural_of(KIND)`)."""
+    """A top-level Kubernetes object. Subclasses name the kind by keywords of their class line,
+    which set these class variables (PLURAL, when not set, is `plural_of(KIND)`)."""
 
     GROUP: ClassVar[str] = ""
     VERSION: ClassVar[str] = "v1"
@@ -197,6 +202,23 @@ class Resource(KubeModel):
     api_version: str = ""
     kind: str = ""
     metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+
+    def __init_subclass__(
+        cls,
+        *,
+        group: str | None = None,
+        version: str | None = None,
+        kind: str | None = None,
+        plural: str | None = None,
+        namespaced: bool | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """A kind names itself in its class line: `class Job(Resource, group="batch", kind="Job", namespaced=True)`."""
+        super().__init_subclass__(**kwargs)
+        names = {"GROUP": group, "VERSION": version, "KIND": kind, "PLURAL": plural, "NAMESPACED": namespaced}
+        for name, value in names.items():
+            if value is not None:
+                setattr(cls, name, value)
 
     @classmethod
     def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:

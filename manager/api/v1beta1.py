@@ -7,7 +7,7 @@ apiVersion. `manager.api.conversion` maps between the two.
 
 from __future__ import annotations
 
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
@@ -25,18 +25,10 @@ from manager.api.meta import (
     Resource,
     Taint,
     Time,
-    cel,
+    cel_config,
     crd_default,
     list_map,
 )
-
-
-class V1Beta1Resource(Resource):
-    """A kind of Kueue's API group at v1beta1."""
-
-    GROUP: ClassVar[str] = c.GROUP
-    VERSION: ClassVar[str] = "v1beta1"
-
 
 # v1beta1 still accepts the deprecated aliases of MayStopSearch.
 FungibilityPolicy = Literal["MayStopSearch", "TryNextFlavor", "Borrow", "Preempt"]
@@ -67,11 +59,9 @@ class AdmissionScope(KubeModel):
 
 
 class ClusterQueueSpec(KubeModel):
-    model_config = {
-        "json_schema_extra": cel(
-            (v2.NO_BORROWING_WITHOUT_COHORT[0].replace("has(self.cohortName)", "has(self.cohort)"), v2.NO_BORROWING_WITHOUT_COHORT[1]),
-        )
-    }
+    model_config = cel_config(
+        v2.NO_BORROWING_WITHOUT_COHORT[0].replace("has(self.cohortName)", "has(self.cohort)"), v2.NO_BORROWING_WITHOUT_COHORT[1]
+    )
 
     resource_groups: list[v2.ResourceGroup] | None = Field(default=None, max_length=c.MAX_RESOURCE_GROUPS, json_schema_extra=LIST_ATOMIC)
     cohort: Name | None = None
@@ -108,22 +98,8 @@ class ClusterQueueStatus(KubeModel):
     fair_sharing: v2.LocalQueueFairSharingStatus | None = None
 
 
-class ClusterQueue(V1Beta1Resource):
-    KIND: ClassVar[str] = "ClusterQueue"
-
-    spec: ClusterQueueSpec = Field(default_factory=ClusterQueueSpec)
-    status: ClusterQueueStatus | None = None
-
-
 class CohortStatus(KubeModel):
     fair_sharing: v2.LocalQueueFairSharingStatus | None = None
-
-
-class Cohort(V1Beta1Resource):
-    KIND: ClassVar[str] = "Cohort"
-
-    spec: v2.CohortSpec = Field(default_factory=v2.CohortSpec)
-    status: CohortStatus | None = None
 
 
 class TopologyInfo(KubeModel):
@@ -141,30 +117,11 @@ class LocalQueueFlavorStatus(KubeModel):
     topology: TopologyInfo | None = None
 
 
-class LocalQueueStatus(KubeModel):
-    conditions: Conditions | None = None
-    pending_workloads: int | None = None
-    reserving_workloads: int | None = None
-    admitted_workloads: int | None = None
-    flavors_reservation: list[v2.LocalQueueFlavorUsage] | None = Field(default=None, max_length=64, json_schema_extra=list_map("name"))
+class LocalQueueStatus(v2.LocalQueueStatusBase):
+    conditions: Conditions | None = None  # in its place, without v1beta2's limit
     flavor_usage: list[v2.LocalQueueFlavorUsage] | None = Field(default=None, max_length=64, json_schema_extra=list_map("name"))
     flavors: list[LocalQueueFlavorStatus] | None = Field(default=None, max_length=64, json_schema_extra=list_map("name"))
     fair_sharing: v2.LocalQueueFairSharingStatus | None = None
-
-
-class LocalQueue(V1Beta1Resource):
-    KIND: ClassVar[str] = "LocalQueue"
-    NAMESPACED: ClassVar[bool] = True
-
-    spec: v2.LocalQueueSpec = Field(default_factory=v2.LocalQueueSpec)
-    status: LocalQueueStatus | None = None
-
-
-class WorkloadPriorityClass(V1Beta1Resource):
-    KIND: ClassVar[str] = "WorkloadPriorityClass"
-
-    value: int
-    description: str | None = None
 
 
 class PodSetTopologyRequest(v2.PodSetTopologyRequest):
@@ -225,14 +182,6 @@ class WorkloadStatus(KubeModel):
     unhealthy_nodes: list[v2.UnhealthyNode] | None = None
 
 
-class Workload(V1Beta1Resource):
-    KIND: ClassVar[str] = "Workload"
-    NAMESPACED: ClassVar[bool] = True
-
-    spec: WorkloadSpec = Field(default_factory=WorkloadSpec)
-    status: WorkloadStatus | None = None
-
-
 class AdmissionCheckParametersReference(KubeModel):
     api_group: Annotated[str, Field(max_length=253)]
     kind: Annotated[str, Field(max_length=63)]
@@ -245,23 +194,8 @@ class AdmissionCheckSpec(KubeModel):
     parameters: AdmissionCheckParametersReference | None = None
 
 
-class AdmissionCheckStatus(KubeModel):
-    conditions: Conditions | None = None
-
-
-class AdmissionCheck(V1Beta1Resource):
-    KIND: ClassVar[str] = "AdmissionCheck"
-
-    spec: AdmissionCheckSpec
-    status: AdmissionCheckStatus | None = None
-
-
 class KubeConfigRef(v2.KubeConfigRef):
     location: str
-
-
-class MultiKueueClusterStatus(KubeModel):
-    conditions: Conditions | None = None
 
 
 class MultiKueueClusterSpec(KubeModel):
@@ -269,39 +203,43 @@ class MultiKueueClusterSpec(KubeModel):
     cluster_profile_ref: v2.ClusterProfileReference | None = None
 
 
-class MultiKueueCluster(V1Beta1Resource):
-    KIND: ClassVar[str] = "MultiKueueCluster"
-
-    spec: MultiKueueClusterSpec
-    status: MultiKueueClusterStatus | None = None
-
-
 class MultiKueueConfigSpec(KubeModel):
     clusters: list[str] = Field(min_length=1, max_length=c.MAX_MULTIKUEUE_CLUSTERS, json_schema_extra=LIST_SET)
 
 
-class MultiKueueConfig(V1Beta1Resource):
-    KIND: ClassVar[str] = "MultiKueueConfig"
+class ConditionsStatus(KubeModel):
+    """The status of an AdmissionCheck or a MultiKueueCluster at v1beta1."""
 
-    spec: MultiKueueConfigSpec
-
-
-def _same_shape(hub: type[Resource]) -> type[Resource]:
-    """A v1beta1 class for a kind whose schema did not change between versions."""
-    return type(hub.__name__, (hub,), {"VERSION": "v1beta1", "__module__": __name__})
+    conditions: Conditions | None = None
 
 
-ResourceFlavor = _same_shape(v2.ResourceFlavor)
+def _kind(
+    hub: type[Resource], *, spec: type[KubeModel] | None = None, status: type[KubeModel] | None = None, **fields: Any
+) -> type[Resource]:
+    """The v1beta1 class of `hub`'s kind: the v1beta2 schema under this apiVersion, with the
+    v1beta1 `spec` and `status` models, and `fields` ((type, default) pairs), where they differ."""
+    annotations = {name: annotation for name, (annotation, _) in fields.items()}
+    namespace: dict[str, Any] = {"__module__": __name__, **{name: default for name, (_, default) in fields.items()}}
+    if spec is not None:
+        annotations["spec"] = spec
+        if not hub.model_fields["spec"].is_required():
+            namespace["spec"] = Field(default_factory=spec)
+    if status is not None:
+        annotations["status"] = status | None
+        namespace["status"] = None
+    return type(hub.__name__, (hub,), {**namespace, "__annotations__": annotations}, version="v1beta1")
 
-KINDS: tuple[type[Resource], ...] = (
-    ResourceFlavor,
-    ClusterQueue,
-    Cohort,
-    LocalQueue,
-    WorkloadPriorityClass,
-    Workload,
-    AdmissionCheck,
-    MultiKueueConfig,
-    MultiKueueCluster,
-)
+
+# What v1beta1 declares otherwise, per kind: the rest is the v1beta2 schema.
+_DIFFERENCES: dict[str, dict[str, Any]] = {
+    "ClusterQueue": {"spec": ClusterQueueSpec, "status": ClusterQueueStatus},
+    "Cohort": {"status": CohortStatus},
+    "LocalQueue": {"status": LocalQueueStatus},
+    "WorkloadPriorityClass": {"description": (str | None, None)},
+    "Workload": {"spec": WorkloadSpec, "status": WorkloadStatus},
+    "AdmissionCheck": {"spec": AdmissionCheckSpec, "status": ConditionsStatus},
+    "MultiKueueCluster": {"spec": MultiKueueClusterSpec, "status": ConditionsStatus},
+    "MultiKueueConfig": {"spec": MultiKueueConfigSpec},
+}
+KINDS: tuple[type[Resource], ...] = tuple(_kind(hub, **_DIFFERENCES.get(hub.KIND, {})) for hub in v2.KINDS)
 KIND_BY_NAME: dict[str, type[Resource]] = {kind.KIND: kind for kind in KINDS}

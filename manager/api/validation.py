@@ -11,15 +11,17 @@ import json
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from manager.api import constants as c
 from manager.api import kueue
-from manager.api.meta import LabelSelector, Resource, Toleration
+from manager.api.meta import DNS_LABEL_PATTERN, DNS_SUBDOMAIN_PATTERN, LabelSelector, Resource, Toleration
 from manager.api.quantity import Quantity, QuantityError
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+T = TypeVar("T")
+
+_DNS_LABEL = re.compile(DNS_LABEL_PATTERN)
+_DNS_SUBDOMAIN = re.compile(DNS_SUBDOMAIN_PATTERN)
 _QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 
@@ -62,34 +64,37 @@ def not_supported(path: str, value: Any, supported: Iterable[str]) -> FieldError
     return FieldError(path, f"Unsupported value: {_quote(value)}: supported values: {values}")
 
 
+# Kubernetes' messages for a name or label not of its format.
+_DNS_LABEL_MESSAGE = (
+    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', "
+    "and must start and end with an alphanumeric character (e.g. 'my-name', or '123-abc')"
+)
+_DNS_SUBDOMAIN_MESSAGE = (
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', "
+    "and must start and end with an alphanumeric character (e.g. 'example.com')"
+)
+_QUALIFIED_NAME_MESSAGE = (
+    "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end "
+    "with an alphanumeric character, with at most 63 characters"
+)
+_LABEL_VALUE_MESSAGE = (
+    "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', "
+    "and must start and end with an alphanumeric character, with at most 63 characters"
+)
+
+
+def _format_errors(path: str, value: str, *, limit: int, pattern: re.Pattern[str], message: str) -> list[FieldError]:
+    if len(value) > limit:
+        return [invalid(path, value, f"must be no more than {limit} characters")]
+    return [] if pattern.match(value) else [invalid(path, value, message)]
+
+
 def dns_label_errors(path: str, value: str) -> list[FieldError]:
-    if len(value) > 63:
-        return [invalid(path, value, "must be no more than 63 characters")]
-    if not _DNS_LABEL.match(value):
-        return [
-            invalid(
-                path,
-                value,
-                "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', "
-                "and must start and end with an alphanumeric character (e.g. 'my-name', or '123-abc')",
-            )
-        ]
-    return []
+    return _format_errors(path, value, limit=63, pattern=_DNS_LABEL, message=_DNS_LABEL_MESSAGE)
 
 
 def dns_subdomain_errors(path: str, value: str) -> list[FieldError]:
-    if len(value) > 253:
-        return [invalid(path, value, "must be no more than 253 characters")]
-    if not _DNS_SUBDOMAIN.match(value):
-        return [
-            invalid(
-                path,
-                value,
-                "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', "
-                "and must start and end with an alphanumeric character (e.g. 'example.com')",
-            )
-        ]
-    return []
+    return _format_errors(path, value, limit=253, pattern=_DNS_SUBDOMAIN, message=_DNS_SUBDOMAIN_MESSAGE)
 
 
 def label_key_errors(path: str, key: str) -> list[FieldError]:
@@ -98,28 +103,13 @@ def label_key_errors(path: str, key: str) -> list[FieldError]:
     if slash and (not prefix or len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
         return [invalid(path, key, "prefix part must be a lowercase RFC 1123 subdomain")]
     if not name or len(name) > 63 or not _QUALIFIED_NAME.match(name):
-        return [
-            invalid(
-                path,
-                key,
-                "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end "
-                "with an alphanumeric character, with at most 63 characters",
-            )
-        ]
+        return [invalid(path, key, _QUALIFIED_NAME_MESSAGE)]
     return []
 
 
 def label_value_errors(path: str, value: str) -> list[FieldError]:
-    if len(value) > 63 or not _LABEL_VALUE.match(value):
-        return [
-            invalid(
-                path,
-                value,
-                "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', "
-                "and must start and end with an alphanumeric character, with at most 63 characters",
-            )
-        ]
-    return []
+    ok = len(value) <= 63 and _LABEL_VALUE.match(value)
+    return [] if ok else [invalid(path, value, _LABEL_VALUE_MESSAGE)]
 
 
 def label_selector_errors(path: str, selector: LabelSelector | None) -> list[FieldError]:
@@ -305,36 +295,30 @@ def resource_flavor_errors(flavor: kueue.ResourceFlavor) -> list[FieldError]:
     return errors
 
 
+def _present(errors: list[FieldError], value: Any, expected: type[T], path: str, message: str) -> T | None:
+    """`value` when it is an `expected`; None when it is missing, or (the error recorded) of another type."""
+    if value is None or isinstance(value, expected):
+        return value
+    errors.append(invalid(path, type(value).__name__, message))
+    return None
+
+
 def _pod_spec_errors(spec: Any, path: str) -> list[FieldError]:
     """The shape of a pod spec's containers and resources (the API server's schema would refuse it)."""
     if not isinstance(spec, dict):
         return [invalid(path, type(spec).__name__, "must be an object")]
     errors: list[FieldError] = []
     for container_list in ("initContainers", "containers"):
-        containers = spec.get(container_list)
-        if containers is None:
-            continue
-        if not isinstance(containers, list):
-            errors.append(invalid(f"{path}.{container_list}", type(containers).__name__, "must be a list of containers"))
-            continue
-        for j, container in enumerate(containers):
+        containers = _present(errors, spec.get(container_list), list, f"{path}.{container_list}", "must be a list of containers")
+        for j, container in enumerate(containers or []):
             where = f"{path}.{container_list}[{j}]"
             if not isinstance(container, dict):
                 errors.append(invalid(where, type(container).__name__, "must be a container object"))
                 continue
-            resources = container.get("resources")
-            if resources is None:
-                continue
-            if not isinstance(resources, dict):
-                errors.append(invalid(f"{where}.resources", type(resources).__name__, "must be an object"))
-                continue
+            resources = _present(errors, container.get("resources"), dict, f"{where}.resources", "must be an object") or {}
             for kind in ("requests", "limits"):
-                values = resources.get(kind)
-                if values is None:
-                    continue
-                if not isinstance(values, dict):
-                    errors.append(invalid(f"{where}.resources.{kind}", type(values).__name__, "must be a map of resource name to quantity"))
-                    continue
+                message = "must be a map of resource name to quantity"
+                values = _present(errors, resources.get(kind), dict, f"{where}.resources.{kind}", message) or {}
                 for name, raw in values.items():
                     try:
                         Quantity.parse(raw)

@@ -9,7 +9,6 @@ import shutil
 import sys
 import sysconfig
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ import yaml
 from manager.cli.files import checkout_crds_dir
 from manager.dev import federation, jobset, supervise
 from manager.dev.binaries import REPO_ROOT, BinariesError, binary_dir, jobset_dir
-from manager.dev.local import ClusterError, Component, LocalCluster, LocalProvider, free_port, pid_alive, wait_for
+from manager.dev.local import ClusterError, Component, LocalCluster, LocalProvider, free_port, pid_alive, wait_ready
 
 DEFAULT_DIR = Path(os.environ.get("KFED_DEV_DIR", Path.home() / ".kfed" / "dev"))
 
@@ -141,16 +140,7 @@ def start_controller(cluster: LocalCluster, component: str, *, config_file: Path
     process.start()
     cluster.components[component] = process
 
-    def ready() -> bool:
-        if not process.running():
-            raise ClusterError(f"{component} exited; see {process.log}")
-        with urllib.request.urlopen(f"http://127.0.0.1:{health}/readyz", timeout=2) as response:
-            return bool(response.status == 200)
-
-    try:
-        wait_for(ready, timeout=60, what=f"{cluster.name} {component} ready")
-    except ClusterError as err:
-        raise ClusterError(f"{err}; see {process.log}") from None
+    wait_ready(process, health, what=f"{cluster.name} {component}")
     return process
 
 

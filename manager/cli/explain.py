@@ -40,6 +40,7 @@ from manager.engine.workload import (
     NAMESPACE_NOT_SELECTED,
     WorkloadInfo,
     build_info,
+    check_states,
     conditions_of,
     has_quota_reservation,
     is_admitted,
@@ -394,7 +395,7 @@ async def cmd_explain(args: argparse.Namespace) -> int:
                 cq = None
         remotes: list[Remote] = []
         # The MultiKueue check: on the Workload once it has quota, else on its ClusterQueue.
-        named = [s.name for s in (wl.status.admission_checks if wl.status else None) or []] + (cq.admission_check_names if cq else [])
+        named = [*check_states(wl), *(cq.admission_check_names if cq else [])]
         mk = multikueue_check_name(named, checks)
         params = checks[mk].spec.parameters if mk is not None else None
         if params is not None:

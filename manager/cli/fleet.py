@@ -7,11 +7,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import contextlib
 import json
 import os
 import shutil
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -64,6 +65,16 @@ async def manager_client(args: argparse.Namespace) -> KubeClient:
         raise CommandError(str(err)) from None
     client.retry_attempts = 2
     return client
+
+
+@contextlib.asynccontextmanager
+async def manager_session(args: argparse.Namespace) -> AsyncIterator[KubeClient]:
+    """The manager's client for one command, closed when the command ends."""
+    client = await manager_client(args)
+    try:
+        yield client
+    finally:
+        await client.close()
 
 
 def check_context(kubeconfig: Any, context: str | None, path: Path) -> None:
@@ -258,8 +269,7 @@ class Shown:
 
 async def _refresh(args: argparse.Namespace, produce: Callable[[KubeClient], Coroutine[Any, Any, Shown]]) -> int:
     """Print what `produce` makes from the manager; with --watch, again whenever it changes."""
-    client = await manager_client(args)
-    try:
+    async with manager_session(args) as client:
         last: Shown | None = None
         while True:
             shown = await produce(client)
@@ -269,8 +279,6 @@ async def _refresh(args: argparse.Namespace, produce: Callable[[KubeClient], Cor
             if not getattr(args, "watch", False):
                 return 0
             await asyncio.sleep(args.interval)  # --watch reads the manager again every --interval
-    finally:
-        await client.close()
 
 
 def _show(shown: Shown, previous: Shown | None, args: argparse.Namespace) -> None:

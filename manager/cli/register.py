@@ -32,7 +32,7 @@ from manager.api.core import Namespace, Secret
 from manager.api.manifest import YamlRefusedError, iter_yaml
 from manager.api.meta import DNS_LABEL_PATTERN
 from manager.api.rbac import Rule
-from manager.cli.fleet import CommandError, Reporter, manager_client, run_async
+from manager.cli.fleet import CommandError, Reporter, manager_client, manager_session, run_async
 from manager.engine.workload import is_multikueue_check
 from manager.kube.client import KubeClient, KubeconfigError
 from manager.kube.errors import AlreadyExistsError, ForbiddenError, KubeError, NotFoundError
@@ -442,9 +442,8 @@ async def _create_registration(
 
 @run_async
 async def cmd_unregister(args: argparse.Namespace) -> int:
-    manager = await manager_client(args)
     report = Reporter(args.output)
-    try:
+    async with manager_session(args) as manager:
         for config in (await manager.list(kueue.MultiKueueConfig)).items:
             if args.name in config.spec.clusters:
                 remaining = [name for name in config.spec.clusters if name != args.name]
@@ -468,8 +467,6 @@ async def cmd_unregister(args: argparse.Namespace) -> int:
                 pass
         report.done(cluster=args.name, unregistered=True)
         return 0
-    finally:
-        await manager.close()
 
 
 def add_commands(commands: Any) -> None:

@@ -30,7 +30,7 @@ from manager.engine.selectors import selector_matches
 from manager.engine.workload import is_multikueue_check
 from manager.kube.client import KubeClient
 from manager.kube.errors import KubeError
-from manager.kube.leader import LeaderConfig, LeaderElector
+from manager.kube.leader import LeaderElector
 from manager.runtime import logs
 from manager.runtime.certs import ServingCert, ensure_serving_cert
 from manager.runtime.metrics import ROLE_FOLLOWER, ROLE_LEADER, ROLE_STANDALONE, LocalQueueRef, Metrics, use
@@ -264,17 +264,7 @@ class Process:
             self.groups.elected()
             await self.stop.wait()
             return 0
-        elector = LeaderElector(
-            self.client,
-            LeaderConfig(
-                namespace=opts.namespace,
-                name=opts.leader_election_id,
-                identity=opts.identity,
-                lease_duration=opts.lease_duration,
-                renew_deadline=opts.renew_deadline,
-                retry_period=opts.retry_period,
-            ),
-        )
+        elector = LeaderElector(self.client, opts.leader_config())
         self.elector = elector
         if not await elector.acquire(self.stop):
             return 0

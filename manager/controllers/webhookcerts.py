@@ -10,6 +10,7 @@ import base64
 import datetime
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,35 +24,25 @@ from manager.runtime.runnables import Runnable, always, leader
 log = logging.getLogger("kfed.webhookcerts")
 
 
+@dataclass(eq=False)
 class WebhookCertManager:
-    def __init__(
-        self,
-        client: KubeClient,
-        *,
-        namespace: str,
-        secret: str,
-        names: tuple[str, ...],
-        ips: tuple[str, ...],
-        directory: Path,
-        validity: datetime.timedelta,
-        rotate_before: datetime.timedelta,
-        check_interval: float,
-        on_change: Callable[[ServingCert], Awaitable[None]],
-        clock: Callable[[], datetime.datetime] = utcnow,
-    ) -> None:
-        self.client = client
-        self.namespace = namespace
-        self.secret = secret
-        self.names = names
-        self.ips = ips
-        self.directory = directory
-        self.validity = validity
-        self.rotate_before = rotate_before
-        self.check_interval = check_interval
-        self.on_change = on_change
-        self.clock = clock
-        self.serving: dict[str, bytes] | None = None
-        self.rotations = 0
+    """The serving certificate in Secret `namespace`/`secret`, for `names` and `ips`: written to
+    `directory` when it changes, rotated by the lease holder `rotate_before` it expires."""
+
+    client: KubeClient
+    _: KW_ONLY
+    namespace: str
+    secret: str
+    names: tuple[str, ...]
+    ips: tuple[str, ...]
+    directory: Path
+    validity: datetime.timedelta
+    rotate_before: datetime.timedelta
+    check_interval: float
+    on_change: Callable[[ServingCert], Awaitable[None]]
+    clock: Callable[[], datetime.datetime] = utcnow
+    serving: dict[str, bytes] | None = field(default=None, init=False)
+    rotations: int = field(default=0, init=False)
 
     async def _read(self) -> tuple[dict[str, bytes] | None, str]:
         try:

@@ -11,8 +11,6 @@ The manager runs no JobSet controller: there JobSets are MultiKueue's to dispatc
 
 from __future__ import annotations
 
-import base64
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,7 +19,7 @@ import yaml
 
 from manager.api.jobset import JOBSET_NAME_LABEL
 from manager.dev import federation, supervise
-from manager.dev.local import ClusterError, Component, LocalCluster, free_port, wait_for
+from manager.dev.local import ClusterError, Component, LocalCluster, free_port, wait_for, wait_ready, webhooks_by_url
 from manager.runtime import pki
 
 COMPONENT = "jobset-controller"
@@ -73,27 +71,11 @@ def _targets_pods(webhook: dict[str, Any]) -> bool:
 def webhook_configurations(manifests: str, url: str, ca_pem: bytes) -> list[dict[str, Any]]:
     """The release's webhook configurations, each webhook calling `url` + its path with `ca_pem`,
     the Pod webhooks only for JobSet pods."""
-    ca_bundle = base64.b64encode(ca_pem).decode()
-    configurations = []
-    for document in yaml.safe_load_all(manifests):
-        if not document or document.get("kind") not in CONFIGURATION_NAMES:
-            continue
-        webhooks = []
-        for webhook in document["webhooks"]:
-            path = webhook["clientConfig"]["service"]["path"]
-            registered = {**webhook, "clientConfig": {"url": f"{url}{path}", "caBundle": ca_bundle}}
-            if _targets_pods(webhook):
-                registered["objectSelector"] = JOBSET_POD_SELECTOR
-            webhooks.append(registered)
-        configurations.append(
-            {
-                "apiVersion": document["apiVersion"],
-                "kind": document["kind"],
-                "metadata": {"name": CONFIGURATION_NAMES[document["kind"]]},
-                "webhooks": webhooks,
-            }
-        )
-    return configurations
+
+    def adapt(webhook: dict[str, Any]) -> dict[str, Any]:
+        return {**webhook, "objectSelector": JOBSET_POD_SELECTOR} if _targets_pods(webhook) else webhook
+
+    return webhooks_by_url(manifests, url, ca_pem, names=CONFIGURATION_NAMES, adapt=adapt)
 
 
 @dataclass
@@ -137,14 +119,8 @@ class JobSetController:
         process.start()
         self.cluster.components[COMPONENT] = process
 
-        def ready() -> bool:
-            if not process.running():
-                raise ClusterError(f"{self.cluster.name} {COMPONENT} exited")
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/readyz", timeout=2) as response:
-                return bool(response.status == 200)
-
+        wait_ready(process, self.health_port, what=f"{self.cluster.name} {COMPONENT}")
         try:
-            wait_for(ready, timeout=60, what=f"{self.cluster.name} {COMPONENT} ready")
             for obj in webhook_configurations((self.bin_dir / WEBHOOK_MANIFESTS).read_text(), self.url, ca.cert_pem):
                 federation.apply(self.cluster, obj)
             wait_for(self._webhooks_called, timeout=60, what=f"the apiserver of {self.cluster.name} calling JobSet's webhooks")

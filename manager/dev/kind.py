@@ -11,11 +11,9 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import yaml
 
 from manager.dev.binaries import REPO_ROOT
+from manager.dev.local import ClusterDirectory
 
 
 class ProviderUnavailableError(RuntimeError):
@@ -57,23 +55,12 @@ def kind_binary() -> str:
 
 
 @dataclass
-class KindCluster:
-    name: str
-    directory: Path
+class KindCluster(ClusterDirectory):
     jobs: bool = True
 
     @property
     def container(self) -> str:
         return f"kfed-{self.name}-control-plane"
-
-    @property
-    def kubeconfig_path(self) -> Path:
-        return self.directory / "kubeconfig"
-
-    def kubeconfig(self) -> dict[str, Any]:
-        loaded = yaml.safe_load(self.kubeconfig_path.read_text())
-        assert isinstance(loaded, dict)
-        return loaded
 
     def stop(self) -> None:
         subprocess.run([kind_binary(), "delete", "cluster", "--name", f"kfed-{self.name}"], check=False)

@@ -121,6 +121,55 @@ class Component:
         self.pid = None
 
 
+def wait_ready(process: Component, health_port: int, *, what: str, timeout: float = 60) -> None:
+    """Wait until `process` (named `what` in errors) answers 200 on its loopback /readyz at
+    `health_port`; ClusterError, naming its log, when it does not in `timeout` seconds."""
+
+    def ready() -> bool:
+        if not process.running():
+            raise ClusterError(f"{what} exited")
+        with urllib.request.urlopen(f"http://{LOOPBACK}:{health_port}/readyz", timeout=2) as response:
+            return bool(response.status == 200)
+
+    try:
+        wait_for(ready, timeout=timeout, what=f"{what} ready")
+    except ClusterError as err:
+        raise ClusterError(f"{err}; see {process.log}") from None
+
+
+def webhooks_by_url(
+    manifests: str,
+    url: str,
+    ca_pem: bytes,
+    *,
+    names: dict[str, str],
+    adapt: Callable[[dict[str, Any]], dict[str, Any] | None] = lambda webhook: webhook,
+) -> list[dict[str, Any]]:
+    """A release's webhook configurations (of the kinds in `names`, named by it) registered by
+    URL, as a controller runs without a Service in front of it: each webhook calls `url` + its
+    Service path and trusts `ca_pem`; `adapt` changes a webhook, or drops it by returning None."""
+    ca_bundle = base64.b64encode(ca_pem).decode()
+    configurations = []
+    for document in yaml.safe_load_all(manifests):
+        if not document or document.get("kind") not in names:
+            continue
+        webhooks = []
+        for webhook in document["webhooks"]:
+            path = webhook["clientConfig"]["service"]["path"]
+            adapted = adapt({**webhook, "clientConfig": {"url": f"{url}{path}", "caBundle": ca_bundle}})
+            if adapted is not None:
+                webhooks.append(adapted)
+        configurations.append(
+            {
+                "apiVersion": document["apiVersion"],
+                "kind": document["kind"],
+                "metadata": {"name": names[document["kind"]]},
+                "webhooks": webhooks,
+            }
+        )
+    return configurations
+
+
 def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -138,11 +187,26 @@ def pid_alive(pid: int) -> bool:
 
 
 @dataclass
-class LocalCluster:
-    """One cluster's files, ports and processes."""
+class ClusterDirectory:
+    """A development cluster's name and directory, which holds its admin kubeconfig."""
 
     name: str
     directory: Path
+
+    @property
+    def kubeconfig_path(self) -> Path:
+        return self.directory / "kubeconfig"
+
+    def kubeconfig(self) -> dict[str, Any]:
+        loaded = yaml.safe_load(self.kubeconfig_path.read_text())
+        assert isinstance(loaded, dict)
+        return loaded
+
+
+@dataclass
+class LocalCluster(ClusterDirectory):
+    """One cluster's files, ports and processes."""
+
     bin_dir: Path
     jobs: bool = False
     nodes: int = 4
@@ -162,21 +226,12 @@ class LocalCluster:
         return f"https://{LOOPBACK}:{self.apiserver_port}"
 
     @property
-    def kubeconfig_path(self) -> Path:
-        return self.directory / "kubeconfig"
-
-    @property
     def audit_log_path(self) -> Path:
         return self.directory / "logs" / "audit.log"
 
     @property
     def etcd_url(self) -> str:
         return f"http://{LOOPBACK}:{self.etcd_port}"
-
-    def kubeconfig(self) -> dict[str, Any]:
-        loaded = yaml.safe_load(self.kubeconfig_path.read_text())
-        assert isinstance(loaded, dict)
-        return loaded
 
     # --- set-up -------------------------------------------------------------------------------
 

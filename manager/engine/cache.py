@@ -15,7 +15,7 @@ from manager.api.kueue import ClusterQueue, Cohort, LocalQueue, ResourceFlavor, 
 from manager.api.meta import MAX_CONDITION_MESSAGE, LabelSelector
 from manager.engine.quota import Quota, QuotaNode, recompute_tree
 from manager.engine.units import FlavorResource, amount
-from manager.engine.workload import WorkloadInfo, missing_cluster_queue_message, missing_local_queue_message
+from manager.engine.workload import WorkloadInfo, is_multikueue_controller, missing_cluster_queue_message, missing_local_queue_message
 
 
 @dataclass(slots=True)
@@ -252,7 +252,7 @@ class Cache:
                 inactive.append(name)
             if check.controller == c.PROVISIONING_CONTROLLER_NAME:
                 provisioning.append(name)
-            if check.controller == c.MULTIKUEUE_CONTROLLER_NAME:
+            if is_multikueue_controller(check.controller):
                 multikueue.append(name)
                 if on_flavors and set(on_flavors) != all_flavors:
                     per_flavor.append(name)

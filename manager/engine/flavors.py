@@ -8,7 +8,7 @@ taints and node affinity and then for quota; flavorFungibility decides when to s
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 
 from manager.api import constants as c
 from manager.engine.cache import Cache, ClusterQueueInfo
@@ -160,29 +160,19 @@ def should_try_next_flavor(mode: tuple[int, int], cq: ClusterQueueInfo) -> bool:
     return mode[1] != 0 and cq.when_can_borrow == "TryNextFlavor"
 
 
+@dataclass(eq=False)
 class FlavorAssigner:
     """Assigns flavors for one workload in one ClusterQueue, against the current tree state."""
 
-    def __init__(
-        self,
-        cache: Cache,
-        cq: ClusterQueueInfo,
-        wl: WorkloadInfo,
-        *,
-        oracle: Oracle,
-        fair_sharing: bool,
-        ignore_undeclared: bool = False,
-        cycle: int = 0,
-        last: LastAssignment | None = None,
-    ) -> None:
-        self.cache = cache
-        self.cq = cq
-        self.wl = wl
-        self.oracle = oracle
-        self.fair_sharing = fair_sharing
-        self.ignore_undeclared = ignore_undeclared
-        self.cycle = cycle
-        self.last = last
+    cache: Cache
+    cq: ClusterQueueInfo
+    wl: WorkloadInfo
+    _: KW_ONLY
+    oracle: Oracle
+    fair_sharing: bool
+    ignore_undeclared: bool = False
+    cycle: int = 0
+    last: LastAssignment | None = None
 
     def can_preempt_while_borrowing(self) -> bool:
         cq = self.cq

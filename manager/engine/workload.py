@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal, TypeGuard, cast
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeGuard, cast
 
 from manager.api import constants as c
 from manager.api.config import Configuration
@@ -369,19 +369,40 @@ def owner_name(wl: Workload) -> str:
     return owner.name if owner is not None else wl.name
 
 
+class AdmissionChecks(Protocol):
+    """AdmissionChecks by name: a dict, or a cache of them."""
+
+    def get(self, name: str, /) -> AdmissionCheck | None: ...
+
+
+def is_multikueue_controller(controller_name: str) -> bool:
+    """Whether an AdmissionCheck's controllerName is MultiKueue's (the one test, as Kueue decides)."""
+    return controller_name == c.MULTIKUEUE_CONTROLLER_NAME
+
+
 def is_multikueue_check(check: AdmissionCheck | None) -> TypeGuard[AdmissionCheck]:
     """Whether an AdmissionCheck is MultiKueue's (by its controllerName, as Kueue decides)."""
-    return check is not None and check.spec.controller_name == c.MULTIKUEUE_CONTROLLER_NAME
+    return check is not None and is_multikueue_controller(check.spec.controller_name)
 
 
-def multikueue_check_name(names: Iterable[str], checks: Mapping[str, AdmissionCheck]) -> str | None:
+def multikueue_check_name(names: Iterable[str], checks: AdmissionChecks) -> str | None:
     """The first of `names` that is a MultiKueue AdmissionCheck."""
     return next((name for name in names if is_multikueue_check(checks.get(name))), None)
 
 
-def multikueue_check_state(wl: Workload, checks: Mapping[str, AdmissionCheck]) -> AdmissionCheckState | None:
+def check_states(wl: Workload) -> dict[str, AdmissionCheckState]:
+    """The Workload's admission check states, by check name, in its status order."""
+    return {state.name: state for state in (wl.status.admission_checks if wl.status else None) or []}
+
+
+def admission_check_state(wl: Workload, name: str) -> AdmissionCheckState | None:
+    """The Workload's state of the admission check `name`, if it has one."""
+    return check_states(wl).get(name)
+
+
+def multikueue_check_state(wl: Workload, checks: AdmissionChecks) -> AdmissionCheckState | None:
     """The Workload's state of its MultiKueue admission check, if it has one."""
-    states = {state.name: state for state in (wl.status.admission_checks if wl.status else None) or []}
+    states = check_states(wl)
     name = multikueue_check_name(states, checks)
     return states[name] if name is not None else None
 

@@ -18,7 +18,7 @@ import time
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypedDict, TypeVar, Unpack
 from urllib.parse import quote
 
 import aiohttp
@@ -53,6 +53,15 @@ JSON_PATCH = "application/json-patch+json"
 USER_AGENT = f"kfed/{_package_version()} (python; kubernetes_asyncio)"
 # As kubernetes_asyncio sets it: one watch event of a large object can exceed aiohttp's default.
 WATCH_READ_BUFFER = 2**21
+
+
+class RequestOptions(TypedDict, total=False):
+    """What a raw request may say besides its method and path (all optional)."""
+
+    query: list[tuple[str, str]]
+    body: Any
+    content_type: str  # application/json unless said
+    what: str  # the call in error messages; "METHOD path" unless said
 
 
 class KubeconfigError(ValueError):
@@ -172,16 +181,10 @@ class KubeClient:
 
     # --- raw requests ------------------------------------------------------------------------------
     async def _send(
-        self,
-        method: str,
-        path: str,
-        *,
-        query: list[tuple[str, str]] | None = None,
-        body: Any = None,
-        content_type: str = "application/json",
-        timeout: float | aiohttp.ClientTimeout | None = None,
-        what: str = "",
+        self, method: str, path: str, *, timeout: float | aiohttp.ClientTimeout | None = None, **options: Unpack[RequestOptions]
     ) -> aiohttp.ClientResponse:
+        query, body, what = options.get("query"), options.get("body"), options.get("what", "")
+        content_type = options.get("content_type", "application/json")
         await self.limiter.acquire()
         self.stats.requests += 1
         self.stats.by_verb[method] = self.stats.by_verb.get(method, 0) + 1
@@ -212,18 +215,11 @@ class KubeClient:
             raise error_from_response(response.status, raw, retry_after=response.headers.get("Retry-After"), what=what)
         return response
 
-    async def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        query: list[tuple[str, str]] | None = None,
-        body: Any = None,
-        content_type: str = "application/json",
-        what: str = "",
-    ) -> dict[str, Any]:
+    async def request(self, method: str, path: str, **options: Unpack[RequestOptions]) -> dict[str, Any]:
         """One call, the JSON answer as a dict. Raises a KubeError subclass."""
-        response = await self._send(method, path, query=query, body=body, content_type=content_type, what=what or f"{method} {path}")
+        what = options.get("what", "")
+        sent: RequestOptions = {**options, "what": what or f"{method} {path}"}
+        response = await self._send(method, path, **sent)
         try:
             raw = await response.read()
         except (TimeoutError, aiohttp.ClientError) as err:

@@ -14,6 +14,7 @@ import binascii
 import contextlib
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import KW_ONLY, dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -46,37 +47,26 @@ def _what_connects(cluster: kueue.MultiKueueCluster) -> tuple[Any, ...]:
     return cluster.spec, cluster.metadata.deletion_timestamp, annotations.get(WORKER_NAMESPACES_ANNOTATION)
 
 
+@dataclass(eq=False)
 class ClusterController:
     """Keeps `remotes` (one RemoteCluster per MultiKueueCluster) in line with the objects."""
 
-    def __init__(
-        self,
-        client: KubeClient,
-        *,
-        namespace: str,
-        origin: str,
-        qps: float,
-        burst: int,
-        path_prefix: str,
-        allow_insecure_http: bool = False,
-        clusters: Informer[kueue.MultiKueueCluster],
-        secrets: Informer[Secret],
-        on_connection_change: Callable[[RemoteCluster], None],
-        on_remote_object: Callable[[RemoteCluster, str, str], None],
-        clock: Callable[[], datetime] = utcnow,
-        adapters: Sequence[JobAdapter[Any]] = (BATCH_JOB,),
-    ) -> None:
-        self.client = client
-        self.adapters = tuple(adapters)  # the job kinds each worker is watched for
-        self.namespace = namespace
-        self.origin = origin
-        self.qps = qps
-        self.burst = burst
-        self.path_prefix = path_prefix
-        self.allow_insecure_http = allow_insecure_http
-        self.clusters = clusters
-        self.secrets = secrets
-        self.clock = clock
+    client: KubeClient
+    _: KW_ONLY
+    namespace: str
+    origin: str
+    qps: float
+    burst: int
+    path_prefix: str
+    allow_insecure_http: bool = False
+    clusters: Informer[kueue.MultiKueueCluster]
+    secrets: Informer[Secret]
+    on_connection_change: Callable[[RemoteCluster], None]
+    on_remote_object: Callable[[RemoteCluster, str, str], None]
+    clock: Callable[[], datetime] = utcnow
+    adapters: Sequence[JobAdapter[Any]] = (BATCH_JOB,)  # the job kinds each worker is watched for
+
+    def __post_init__(self) -> None:
         self.remotes: dict[str, RemoteCluster] = {}
         # Clusters whose object went away while a config still lists them: when it went (the
         # worker-lost clock for what they admitted; Kueue would use "now" forever).
@@ -84,8 +74,6 @@ class ClusterController:
         # What each cluster's Active condition should say: judged by every replica (each keeps
         # its own connections warm), written by the lease holder's status controller.
         self.verdicts: dict[str, tuple[str, str, str]] = {}
-        self._on_connection_change = on_connection_change
-        self._on_remote_object = on_remote_object
         self.controller = Controller("multikueuecluster", self.reconcile, workers=4)
         self.status_controller = Controller("multikueuecluster-status", self._publish, workers=2)
         self._connected = REGISTRY.gauge("kfed_multikueue_cluster_connected", "1 when the worker cluster is connected.", ("cluster",))
@@ -94,8 +82,8 @@ class ClusterController:
         self._latency = REGISTRY.histogram(
             "kfed_multikueue_remote_request_seconds", "Latency of requests to worker clusters.", ("cluster", "verb")
         )
-        clusters.add_handler(self._on_cluster)
-        secrets.add_handler(self._on_secret)
+        self.clusters.add_handler(self._on_cluster)
+        self.secrets.add_handler(self._on_secret)
 
     # --- events ------------------------------------------------------------------------------------
     def _on_cluster(self, kind: str, old: kueue.MultiKueueCluster | None, new: kueue.MultiKueueCluster | None) -> None:
@@ -119,7 +107,7 @@ class ClusterController:
         self._reconnects.set(remote.reconnects, remote.name)
         self._failures.set(remote.failed_attempts, remote.name)
         self.controller.enqueue(remote.name)
-        self._on_connection_change(remote)
+        self.on_connection_change(remote)
 
     def _observe(self, cluster: str, verb: str, seconds: float) -> None:
         self._latency.observe(seconds, cluster, verb)
@@ -131,7 +119,7 @@ class ClusterController:
             remote = self.remotes.pop(name, None)
             if remote is not None:
                 await remote.stop()
-                self._on_connection_change(remote)
+                self.on_connection_change(remote)
             self.removed_at.setdefault(name, self.clock())
             self.verdicts.pop(name, None)
             self._connected.set(0, name)
@@ -145,7 +133,7 @@ class ClusterController:
                 qps=self.qps,
                 burst=self.burst,
                 on_change=self._remote_changed,
-                on_object=self._on_remote_object,
+                on_object=self.on_remote_object,
                 observe_latency=self._observe,
                 clock=self.clock,
                 adapters=self.adapters,
@@ -158,14 +146,14 @@ class ClusterController:
             # what it admitted keeps running.
             await remote.stop(reason=str(err))
             await self._write_status(cluster, "False", err.reason, f"load client config failed: {err}")
-            self._on_connection_change(remote)
+            self.on_connection_change(remote)
             return None
         try:
             namespaces = worker_namespaces(cluster.metadata.annotations)
         except ValueError as err:
             await remote.stop(reason=str(err))
             await self._write_status(cluster, "False", REASON_BAD_NAMESPACES, str(err))
-            self._on_connection_change(remote)
+            self.on_connection_change(remote)
             return None
         remote.start(kubeconfig, namespaces=namespaces)
         agent = remote.agent_verdict()
@@ -250,27 +238,22 @@ class ClusterController:
             self.controller.enqueue(cluster.name)
 
 
+@dataclass(eq=False)
 class AdmissionCheckController:
     """Writes `Active` on every AdmissionCheck whose controller is MultiKueue."""
 
-    def __init__(
-        self,
-        client: KubeClient,
-        *,
-        checks: Informer[kueue.AdmissionCheck],
-        configs: Informer[kueue.MultiKueueConfig],
-        clusters: Informer[kueue.MultiKueueCluster],
-        clock: Callable[[], datetime] = utcnow,
-    ) -> None:
-        self.client = client
-        self.checks = checks
-        self.configs = configs
-        self.clusters = clusters
-        self.clock = clock
+    client: KubeClient
+    _: KW_ONLY
+    checks: Informer[kueue.AdmissionCheck]
+    configs: Informer[kueue.MultiKueueConfig]
+    clusters: Informer[kueue.MultiKueueCluster]
+    clock: Callable[[], datetime] = utcnow
+
+    def __post_init__(self) -> None:
         self.controller = Controller("multikueue-admissioncheck", self.reconcile, workers=2)
-        checks.add_handler(lambda kind, old, new: self._enqueue((new or old).name))
-        configs.add_handler(lambda kind, old, new: self.resync())
-        clusters.add_handler(self._on_cluster)
+        self.checks.add_handler(lambda kind, old, new: self._enqueue((new or old).name))
+        self.configs.add_handler(lambda kind, old, new: self.resync())
+        self.clusters.add_handler(self._on_cluster)
 
     def _enqueue(self, name: str) -> None:
         self.controller.enqueue(name)

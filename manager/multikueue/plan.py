@@ -23,7 +23,7 @@ from manager.api.kueue import AdmissionCheckState, Workload
 from manager.api.meta import DNS_LABEL_PATTERN, MAX_CONDITION_MESSAGE, Condition, Resource, find_condition, is_condition_true
 from manager.engine.integrations.adapter import JobAdapter
 from manager.engine.integrations.registry import BATCH_JOB
-from manager.engine.workload import DEACTIVATION_TARGET, has_quota_reservation
+from manager.engine.workload import DEACTIVATION_TARGET, admission_check_state, has_quota_reservation
 
 REASON_MULTIKUEUE = "MultiKueue"
 # kfed's own mark on a copy: which reservation of the manager's Workload it was made for. A
@@ -106,13 +106,6 @@ class Plan:
 
 
 # --- small readers ---------------------------------------------------------------------------------
-def multikueue_check(wl: Workload, name: str) -> AdmissionCheckState | None:
-    for check in (wl.status.admission_checks if wl.status else None) or []:
-        if check.name == name:
-            return check
-    return None
-
-
 def _conditions(wl: Workload) -> list[Condition] | None:
     return wl.status.conditions if wl.status else None
 
@@ -187,7 +180,7 @@ def remote_copy(local: Workload, *, origin: str, check_name: str) -> dict[str, A
     labels = {k: v for k, v in (local.metadata.labels or {}).items() if k != c.JOB_UID_LABEL}
     labels[c.MULTIKUEUE_ORIGIN_LABEL] = origin
     annotations = dict(local.metadata.annotations or {})
-    annotations[DISPATCH_ROUND_ANNOTATION] = dispatch_round(local, multikueue_check(local, check_name))
+    annotations[DISPATCH_ROUND_ANNOTATION] = dispatch_round(local, admission_check_state(local, check_name))
     metadata: dict[str, Any] = {"name": local.name, "namespace": local.namespace, "labels": labels, "annotations": annotations}
     return {"apiVersion": f"{c.GROUP}/{c.STORAGE_VERSION}", "kind": "Workload", "metadata": metadata, "spec": local.spec.to_dict()}
 
@@ -197,7 +190,7 @@ def plan_workload(inputs: WorkloadInputs) -> Plan:
     """Kueue's MultiKueue rules for one manager Workload (reference section 2.2)."""
     plan = Plan()
     local = inputs.local
-    check = multikueue_check(local, inputs.check_name)
+    check = admission_check_state(local, inputs.check_name)
     if check is None or check.state == "Rejected":
         return plan
     available = [cl.name for cl in inputs.clusters if cl.connected]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable
+from dataclasses import KW_ONLY, InitVar, dataclass
 from datetime import datetime
 from typing import Any
 
@@ -24,7 +25,14 @@ from manager.controllers.caches import Caches
 from manager.controllers.events import EventRecorder, InvolvedObject
 from manager.engine.integrations.adapter import JobAdapter
 from manager.engine.integrations.registry import BATCH_JOB
-from manager.engine.workload import DEACTIVATION_TARGET, has_quota_reservation, is_admitted
+from manager.engine.workload import (
+    DEACTIVATION_TARGET,
+    admission_check_state,
+    check_states,
+    has_quota_reservation,
+    is_admitted,
+    multikueue_check_name,
+)
 from manager.kube.client import JSON_PATCH, KubeClient
 from manager.kube.errors import AlreadyExistsError, ConflictError, KubeError, NotFoundError
 from manager.kube.informer import Informer
@@ -39,7 +47,6 @@ from manager.multikueue.plan import (
     WorkloadInputs,
     incremental_nomination,
     may_still_run_on,
-    multikueue_check,
     plan_workload,
     remote_copy,
 )
@@ -59,26 +66,19 @@ def owner_kind(ref: Any) -> str:
     return f"{ref.api_version}, Kind={ref.kind}"
 
 
+@dataclass(eq=False)
 class WorkloadController:
-    def __init__(
-        self,
-        client: KubeClient,
-        caches: Caches,
-        *,
-        settings: Settings,
-        clusters: ClusterController,
-        configs: Informer[kueue.MultiKueueConfig],
-        recorder: EventRecorder | None = None,
-        clock: Callable[[], datetime] = utcnow,
-        workers: int = 16,
-    ) -> None:
-        self.client = client
-        self.caches = caches
-        self.settings = settings
-        self.clusters = clusters
-        self.configs = configs
-        self.recorder = recorder
-        self.clock = clock
+    client: KubeClient
+    caches: Caches
+    _: KW_ONLY
+    settings: Settings
+    clusters: ClusterController
+    configs: Informer[kueue.MultiKueueConfig]
+    recorder: EventRecorder | None = None
+    clock: Callable[[], datetime] = utcnow
+    workers: InitVar[int] = 16
+
+    def __post_init__(self, workers: int) -> None:
         self.controller = Controller("multikueue-workload", self.reconcile, workers=workers)
         self.deleted: dict[str, kueue.Workload] = {}
         self.problems: dict[tuple[str, str], str] = {}  # (workload key, cluster) -> why no copy there
@@ -100,18 +100,14 @@ class WorkloadController:
             ("cluster",),
             buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300, 900),
         )
-        caches.workloads.add_handler(self._on_local)
+        self.caches.workloads.add_handler(self._on_local)
 
     # --- events ------------------------------------------------------------------------------------
     def _is_multikueue(self, wl: kueue.Workload) -> bool:
         return self._check_name(wl) is not None
 
     def _check_name(self, wl: kueue.Workload) -> str | None:
-        for check in (wl.status.admission_checks if wl.status else None) or []:
-            ac = self.caches.admission_checks.get(check.name)
-            if ac is not None and ac.spec.controller_name == c.MULTIKUEUE_CONTROLLER_NAME:
-                return check.name
-        return None
+        return multikueue_check_name(check_states(wl), self.caches.admission_checks)
 
     def _on_local(self, kind: str, old: kueue.Workload | None, new: kueue.Workload | None) -> None:
         wl = new or old
@@ -296,7 +292,7 @@ class WorkloadController:
         nomination by one step every round while nothing admits the workload."""
         if self.settings.dispatcher_name != c.DISPATCHER_INCREMENTAL:
             return False
-        check = multikueue_check(local, check_name)
+        check = admission_check_state(local, check_name)
         status = local.status
         if check is None or check.state != "Pending" or not has_quota_reservation(local) or (status and status.cluster_name):
             self.round_started.pop(local.key, None)

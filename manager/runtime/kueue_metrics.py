@@ -59,6 +59,16 @@ class MetricSpec:
     buckets: tuple[float, ...] = ()
 
 
+# The labels of Kueue's per-priority workload metrics, per ClusterQueue and per LocalQueue.
+_CQ_PRIORITY = ("cluster_queue", "priority_class", "replica_role")
+_LQ_PRIORITY = ("name", "namespace", "priority_class", "replica_role")
+
+
+def _wait_time(name: str, labels: tuple[str, ...], help: str, group: str, *, buckets: int = 14) -> MetricSpec:
+    """One of Kueue's wait-time histograms, on its exponential wait buckets."""
+    return MetricSpec(name, HISTOGRAM, labels, help, group, buckets=kueue_wait_buckets(buckets))
+
+
 # Help texts Kueue repeats across metrics, kept once here.
 _EVICTION_REASON_HELP = (
     "The label 'reason' can have the following values:\n"
@@ -159,47 +169,42 @@ KUEUE_METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "kueue_quota_reserved_workloads_total",
         COUNTER,
-        ("cluster_queue", "priority_class", "replica_role"),
+        _CQ_PRIORITY,
         "The total number of quota reserved workloads per 'cluster_queue'",
         CLUSTER_QUEUE,
     ),  # QuotaReservedWorkloadsTotal
     MetricSpec(
         "kueue_finished_workloads_total",
         COUNTER,
-        ("cluster_queue", "priority_class", "replica_role"),
+        _CQ_PRIORITY,
         "The total number of finished workloads per 'cluster_queue'",
         CLUSTER_QUEUE,
     ),  # FinishedWorkloadsTotal
-    MetricSpec(
+    _wait_time(
         "kueue_quota_reserved_wait_time_seconds",
-        HISTOGRAM,
-        ("cluster_queue", "priority_class", "replica_role"),
-        ("The time between a workload was created or requeued until it got quota reservation, per 'cluster_queue'"),
+        _CQ_PRIORITY,
+        "The time between a workload was created or requeued until it got quota reservation, per 'cluster_queue'",
         CLUSTER_QUEUE,
-        buckets=kueue_wait_buckets(14),
     ),  # QuotaReservedWaitTime
     MetricSpec(
         "kueue_admitted_workloads_total",
         COUNTER,
-        ("cluster_queue", "priority_class", "replica_role"),
+        _CQ_PRIORITY,
         "The total number of admitted workloads per 'cluster_queue'",
         CLUSTER_QUEUE,
     ),  # AdmittedWorkloadsTotal
-    MetricSpec(
+    _wait_time(
         "kueue_admission_wait_time_seconds",
-        HISTOGRAM,
-        ("cluster_queue", "priority_class", "replica_role"),
+        _CQ_PRIORITY,
         "The time between a workload was created or requeued until admission, per 'cluster_queue'",
         CLUSTER_QUEUE,
-        buckets=kueue_wait_buckets(16),
+        buckets=16,
     ),  # AdmissionWaitTime
-    MetricSpec(
+    _wait_time(
         "kueue_admission_checks_wait_time_seconds",
-        HISTOGRAM,
-        ("cluster_queue", "priority_class", "replica_role"),
+        _CQ_PRIORITY,
         "The time from when a workload got the quota reservation until admission, per 'cluster_queue'",
         CLUSTER_QUEUE,
-        buckets=kueue_wait_buckets(14),
     ),  # AdmissionChecksWaitTime
     MetricSpec(
         "kueue_evicted_workloads_total",
@@ -292,47 +297,41 @@ KUEUE_METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "kueue_local_queue_quota_reserved_workloads_total",
         COUNTER,
-        ("name", "namespace", "priority_class", "replica_role"),
+        _LQ_PRIORITY,
         "The total number of quota reserved workloads per 'local_queue'",
         LOCAL_QUEUE,
     ),  # LocalQueueQuotaReservedWorkloadsTotal
     MetricSpec(
         "kueue_local_queue_finished_workloads_total",
         COUNTER,
-        ("name", "namespace", "priority_class", "replica_role"),
+        _LQ_PRIORITY,
         "The total number of finished workloads per 'local_queue'",
         LOCAL_QUEUE,
     ),  # LocalQueueFinishedWorkloadsTotal
-    MetricSpec(
+    _wait_time(
         "kueue_local_queue_quota_reserved_wait_time_seconds",
-        HISTOGRAM,
-        ("name", "namespace", "priority_class", "replica_role"),
-        ("The time between a workload was created or requeued until it got quota reservation, per 'local_queue'"),
+        _LQ_PRIORITY,
+        "The time between a workload was created or requeued until it got quota reservation, per 'local_queue'",
         LOCAL_QUEUE,
-        buckets=kueue_wait_buckets(14),
     ),  # LocalQueueQuotaReservedWaitTime
     MetricSpec(
         "kueue_local_queue_admitted_workloads_total",
         COUNTER,
-        ("name", "namespace", "priority_class", "replica_role"),
+        _LQ_PRIORITY,
         "The total number of admitted workloads per 'local_queue'",
         LOCAL_QUEUE,
     ),  # LocalQueueAdmittedWorkloadsTotal
-    MetricSpec(
+    _wait_time(
         "kueue_local_queue_admission_wait_time_seconds",
-        HISTOGRAM,
-        ("name", "namespace", "priority_class", "replica_role"),
+        _LQ_PRIORITY,
         "The time between a workload was created or requeued until admission, per 'local_queue'",
         LOCAL_QUEUE,
-        buckets=kueue_wait_buckets(14),
     ),  # LocalQueueAdmissionWaitTime
-    MetricSpec(
+    _wait_time(
         "kueue_local_queue_admission_checks_wait_time_seconds",
-        HISTOGRAM,
-        ("name", "namespace", "priority_class", "replica_role"),
+        _LQ_PRIORITY,
         "The time from when a workload got the quota reservation until admission, per 'local_queue'",
         LOCAL_QUEUE,
-        buckets=kueue_wait_buckets(14),
     ),  # LocalQueueAdmissionChecksWaitTime
     MetricSpec(
         "kueue_local_queue_evicted_workloads_total",

@@ -19,7 +19,7 @@ import logging
 from collections.abc import Callable, Iterable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
 from prometheus_client import CollectorRegistry, disable_created_metrics
 from prometheus_client import Counter as PromCounter
@@ -27,6 +27,7 @@ from prometheus_client import Gauge as PromGauge
 from prometheus_client import Histogram as PromHistogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
+from prometheus_client.metrics import MetricWrapperBase
 
 from manager.runtime.kueue_metrics import (
     CLUSTER_QUEUE_RESOURCES,
@@ -74,41 +75,44 @@ class LocalQueueRef:
 
 
 # --- kfed's own metrics -----------------------------------------------------------------------------
-class Counter:
-    def __init__(self, metric: PromCounter, label_names: tuple[str, ...], also: Callable[[tuple[str, ...], float], None] | None) -> None:
-        self._metric = metric
+M = TypeVar("M", bound=MetricWrapperBase)
+
+
+class _Labelled(Generic[M]):
+    """A prometheus-client metric whose label values are checked against its names on every use."""
+
+    def __init__(self, metric: M, label_names: tuple[str, ...]) -> None:
+        self._metric: M = metric
         self.label_names = label_names
+
+    def _child(self, values: tuple[str, ...]) -> M:
+        return self._metric.labels(*values) if values else self._metric
+
+
+class Counter(_Labelled[PromCounter]):
+    def __init__(self, metric: PromCounter, label_names: tuple[str, ...], also: Callable[[tuple[str, ...], float], None] | None) -> None:
+        super().__init__(metric, label_names)
         self._also = also
 
     def inc(self, *labels: str, amount: float = 1.0) -> None:
         values = _check(self.label_names, labels)
-        (self._metric.labels(*values) if values else self._metric).inc(amount)
+        self._child(values).inc(amount)
         if self._also is not None:
             self._also(values, amount)
 
 
-class Gauge:
-    def __init__(self, metric: PromGauge, label_names: tuple[str, ...]) -> None:
-        self._metric = metric
-        self.label_names = label_names
-
+class Gauge(_Labelled[PromGauge]):
     def set(self, value: float, *labels: str) -> None:
-        values = _check(self.label_names, labels)
-        (self._metric.labels(*values) if values else self._metric).set(value)
+        self._child(_check(self.label_names, labels)).set(value)
 
     def remove(self, *labels: str) -> None:
         with contextlib.suppress(KeyError):  # never set
             self._metric.remove(*_check(self.label_names, labels))
 
 
-class Histogram:
-    def __init__(self, metric: PromHistogram, label_names: tuple[str, ...]) -> None:
-        self._metric = metric
-        self.label_names = label_names
-
+class Histogram(_Labelled[PromHistogram]):
     def observe(self, value: float, *labels: str) -> None:
-        values = _check(self.label_names, labels)
-        (self._metric.labels(*values) if values else self._metric).observe(value)
+        self._child(_check(self.label_names, labels)).observe(value)
 
 
 def _check(names: tuple[str, ...], values: tuple[str, ...]) -> tuple[str, ...]:

@@ -11,6 +11,8 @@ import os
 import socket
 from dataclasses import dataclass
 
+from manager.kube.leader import LeaderConfig
+
 
 @dataclass
 class Options:
@@ -41,6 +43,12 @@ class Options:
     webhook_cert_validity: str
     webhook_cert_rotate_before: str
     webhook_cert_check_interval: float
+
+    def leader_config(self) -> LeaderConfig:
+        """The leader election these flags ask for: the Lease --leader-election-id in --namespace, held as --identity."""
+        return LeaderConfig(
+            self.namespace, self.leader_election_id, self.identity, self.lease_duration, self.renew_deadline, self.retry_period
+        )
 
 
 def _env(name: str, default: str | None) -> str | None:

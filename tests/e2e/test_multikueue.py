@@ -16,9 +16,9 @@ from manager.api import constants as c
 from manager.api import kueue
 from manager.api.core import Job, Secret
 from manager.api.meta import find_condition, is_condition_true
+from manager.engine.workload import admission_check_state
 from manager.kube.client import KubeClient
 from manager.kube.errors import NotFoundError
-from manager.multikueue.plan import multikueue_check
 from tests.e2e.federation import (
     CHECK,
     GC_INTERVAL,
@@ -47,7 +47,7 @@ def cluster_condition(obj: Any) -> tuple[str, str, str] | None:
 
 async def admitted_on(kube: Clients, ns: str, job: str) -> str | None:
     wl = await kube.manager_workload(ns, job)
-    check = multikueue_check(wl, CHECK) if wl else None
+    check = admission_check_state(wl, CHECK) if wl else None
     if (
         wl is None
         or check is None
@@ -83,7 +83,7 @@ async def test_a_job_runs_on_exactly_one_worker_and_its_status_comes_back(kube: 
     finished = find_condition(wl.status.conditions, c.FINISHED)
     assert finished is not None and (finished.status, finished.reason) == ("True", "Succeeded")
     assert wl.status.cluster_name in ("worker1", "worker2")
-    check = multikueue_check(wl, CHECK)
+    check = admission_check_state(wl, CHECK)
     assert check is not None and check.message == f'The workload was admitted on "{wl.status.cluster_name}"'
     # Pods ran on one worker only, and every remote object is gone after the finish.
     pods = {name: (await client.request("GET", f"/api/v1/namespaces/{ns}/pods"))["items"] for name, client in kube.workers.items()}
@@ -186,7 +186,7 @@ async def test_a_worker_without_the_local_queue_is_reported_on_the_manager_workl
 
     async def reported() -> Any:
         wl = await kube.manager_workload(ns, "lost")
-        check = multikueue_check(wl, CHECK) if wl else None
+        check = admission_check_state(wl, CHECK) if wl else None
         return check if check is not None and "worker2" in check.message else None
 
     check = await eventually(reported, timeout=60, what="the manager's check naming worker2's problem")
@@ -215,7 +215,7 @@ async def test_a_lost_worker_is_given_up_after_the_timeout_and_cleaned_when_it_r
         moved = await eventually(lambda: _admitted_elsewhere(kube, ns), timeout=WORKER_LOST_TIMEOUT * 4, what="re-admission on worker2")
         assert moved == "worker2"
         wl = await kube.manager_workload(ns, "resilient")
-        check = multikueue_check(wl, CHECK) if wl else None
+        check = admission_check_state(wl, CHECK) if wl else None
         assert check is not None and check.retry_count == 1
     finally:
         fed.start_apiserver("worker1")
@@ -257,7 +257,7 @@ async def test_a_short_blip_causes_no_eviction(fed: Federation, kube: Clients, t
     await eventually(back, timeout=60, what="worker1 connected again")
     wl = await kube.manager_workload(ns, "steady")
     assert wl is not None and wl.status is not None
-    check = multikueue_check(wl, CHECK)
+    check = admission_check_state(wl, CHECK)
     assert check is not None and check.state == "Ready" and not check.retry_count
     assert wl.status.cluster_name == "worker1"
     assert not is_condition_true(wl.status.conditions, c.EVICTED)
@@ -338,7 +338,7 @@ async def test_a_job_preempted_on_the_manager_is_stopped_on_its_worker_and_quota
 
     async def dispatched_again() -> str | None:
         wl = await kube.manager_workload(ns, "victim")
-        check = multikueue_check(wl, CHECK) if wl else None
+        check = admission_check_state(wl, CHECK) if wl else None
         where = await admitted_on(kube, ns, "victim")
         manager_job = await kube.manager.get(Job, "victim", namespace=ns)
         # Running as the manager knows it: its Job reports the worker's active pod.
@@ -486,7 +486,7 @@ async def test_a_foreign_job_with_the_same_name_is_never_touched_and_the_conflic
 
     async def reported() -> Any:
         wl = await kube.manager_workload(ns, "shared-name")
-        check = multikueue_check(wl, CHECK) if wl else None
+        check = admission_check_state(wl, CHECK) if wl else None
         return check if check is not None and "worker1" in check.message and "did not create" in check.message else None
 
     check = await eventually(reported, timeout=60, what="the conflict on worker1 said on the manager's check")

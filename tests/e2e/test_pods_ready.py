@@ -16,7 +16,7 @@ from manager.api import constants as c
 from manager.api import kueue
 from manager.api.core import Job
 from manager.api.meta import find_condition
-from manager.multikueue.plan import multikueue_check
+from manager.engine.workload import admission_check_state
 from tests.e2e.federation import CHECK, PARKED, Clients, Federation, build, job_manifest, stop
 from tests.harness import Provider, eventually
 
@@ -53,7 +53,7 @@ async def test_a_job_whose_pods_never_get_ready_on_its_worker_is_evicted_there_a
         evicted = find_condition(wl.status.conditions if wl and wl.status else None, c.EVICTED)
         if evicted is not None:
             manager_evictions.append((evicted.status, evicted.reason, evicted.message))
-        check = multikueue_check(wl, CHECK) if wl else None
+        check = admission_check_state(wl, CHECK) if wl else None
         return wl if check is not None and (check.retry_count or 0) >= 1 and check.state == "Ready" else None
 
     wl = await eventually(retried, timeout=120, interval=0.2, what="the manager's Workload retried after an eviction on its worker")

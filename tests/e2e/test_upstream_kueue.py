@@ -26,8 +26,8 @@ from manager.api.core import Job
 from manager.api.meta import find_condition, is_condition_true
 from manager.dev import federation
 from manager.dev.local import LocalCluster
+from manager.engine.workload import admission_check_state
 from manager.kube.client import KubeClient
-from manager.multikueue.plan import multikueue_check
 from tests.conftest import REPO_ROOT
 from tests.e2e.federation import CHECK, GC_INTERVAL, LQ, PARKED, RUNS, WORKER_LOST_TIMEOUT, Clients, job_manifest, join, write_config
 from tests.harness import Provider, eventually
@@ -167,7 +167,7 @@ async def queues_ready(
 
 async def admitted_on(kube: Clients, ns: str, job: str) -> str | None:
     wl = await kube.manager_workload(ns, job)
-    check = multikueue_check(wl, CHECK) if wl else None
+    check = admission_check_state(wl, CHECK) if wl else None
     conditions = wl.status.conditions if wl and wl.status else None
     if wl is None or check is None or check.state != "Ready" or not is_condition_true(conditions, "Admitted"):
         return None

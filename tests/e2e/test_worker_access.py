@@ -33,10 +33,11 @@ from manager.cli import register
 from manager.dev import federation
 from manager.dev.audit import AuditEntry, denied_to, groups_of, read_audit_log, requests_of
 from manager.dev.local import LocalCluster, LocalProvider
+from manager.engine.workload import admission_check_state
 from manager.kube.client import KubeClient
 from manager.kube.errors import NotFoundError
 from manager.multikueue.agent import AGENT_LEASE_NAMESPACE
-from manager.multikueue.plan import WORKER_NAMESPACES_ANNOTATION, multikueue_check
+from manager.multikueue.plan import WORKER_NAMESPACES_ANNOTATION
 from tests.conftest import REPO_ROOT
 from tests.e2e.federation import LQ, job_manifest, kueue_object, write_config
 from tests.harness import Provider, eventually
@@ -270,7 +271,7 @@ async def name_taken_by_a_foreign_job(kube: Kube, ns: str, tag: str) -> None:
 
     async def reported() -> bool:
         wl = await manager_workload(kube, ns, "taken")
-        check = multikueue_check(wl, tag) if wl else None
+        check = admission_check_state(wl, tag) if wl else None
         return check is not None and "did not create" in check.message
 
     await eventually(reported, timeout=90, what=f"the foreign Job {ns}/taken reported on the manager")
@@ -390,7 +391,7 @@ async def test_named_namespaces_get_the_job_and_workload_rights_from_rolebinding
 
     async def refused() -> str | None:
         wl = await manager_workload(kube, unnamed, "elsewhere")
-        check = multikueue_check(wl, tag) if wl else None
+        check = admission_check_state(wl, tag) if wl else None
         return check.message if check is not None and "not among the worker's namespaces" in check.message else None
 
     message = await eventually(refused, timeout=60, what=f"{unnamed}/elsewhere held back with the reason")

@@ -35,7 +35,9 @@ from manager.kube.errors import (
     error_from_response,
     rejected_by_unreachable_webhook,
 )
+from manager.kube.leader import LeaderConfig
 from manager.kube.ratelimit import TokenBucket
+from manager.runtime import options
 from manager.runtime.logs import REDACTED, JsonFormatter
 
 
@@ -269,3 +271,9 @@ def test_a_task_that_swallowed_a_cancellation_is_cancelled_again_until_it_ends()
 
     assert asyncio.run(scenario())
     assert swallowed == 1
+
+
+def test_the_leader_election_flags_name_the_lease_and_its_timing() -> None:
+    argv = ["--namespace", "ns", "--leader-election-id", "lease", "--identity", "me", "--lease-duration", "30"]
+    argv += ["--renew-deadline", "20", "--retry-period", "4"]
+    assert options.parse(argv, component="manager").leader_config() == LeaderConfig("ns", "lease", "me", 30.0, 20.0, 4.0)

@@ -11,6 +11,7 @@ from manager.api import constants as c
 from manager.api.core import Job
 from manager.api.kueue import Workload
 from manager.engine.integrations.registry import BATCH_JOB, enabled
+from manager.engine.workload import admission_check_state
 from manager.multikueue.plan import (
     DISPATCH_ROUND_ANNOTATION,
     ClusterHealth,
@@ -21,7 +22,6 @@ from manager.multikueue.plan import (
     incremental_nomination,
     made_for_this_round,
     may_still_run_on,
-    multikueue_check,
     plan_gc,
     plan_workload,
     remote_copy,
@@ -72,7 +72,7 @@ def local(
 
 
 def remote(*conditions: dict[str, Any], spec: dict[str, Any] | None = None, round_of: Workload | None = None) -> Workload:
-    annotations = {DISPATCH_ROUND_ANNOTATION: dispatch_round(round_of, multikueue_check(round_of, "mk"))} if round_of else None
+    annotations = {DISPATCH_ROUND_ANNOTATION: dispatch_round(round_of, admission_check_state(round_of, "mk"))} if round_of else None
     meta: dict[str, Any] = {"name": "wl", "namespace": "ns"}
     if annotations:
         meta["annotations"] = annotations
@@ -199,7 +199,7 @@ def test_which_copies_belong_to_the_current_reservation(
     wl = local(retry_count=retry_count, conditions=[cond(c.EVICTED, reason="Preempted")] if evicted else [])
     assert wl.status is not None and wl.status.conditions is not None
     wl.status.conditions[0].last_transition_time = datetime.strptime(reserved_at, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
-    assert made_for_this_round(copy_round, wl, multikueue_check(wl, "mk")) is current
+    assert made_for_this_round(copy_round, wl, admission_check_state(wl, "mk")) is current
 
 
 # --- finish, eviction and drift -----------------------------------------------------------------------------
