@@ -34,7 +34,7 @@ from manager.engine.jobs import prebuilt_workload_name
 from manager.kube.client import KubeClient
 from manager.kube.errors import AlreadyExistsError, NotFoundError
 from manager.kube.informer import Informer
-from manager.runtime.controller import Controller, Result
+from manager.runtime.controller import Controller, Result, RetryWithBackoff
 from manager.runtime.expectations import Expectations
 from manager.runtime.runnables import Runnable, leader
 
@@ -140,6 +140,8 @@ class JobController:
             plan = plan_job(replace(inputs, runs_elsewhere=await self.runs_elsewhere(inputs.workload)))
         for action in plan.actions:
             await self._apply(key, job, action)
+        if plan.retry_with_backoff:
+            raise RetryWithBackoff(f"{self.adapter.kind} {key} could not be handled yet")
         return Result(requeue_after=plan.requeue_after) if plan.requeue_after is not None else None
 
     async def _apply(self, key: str, job: Resource | None, action: Action) -> None:

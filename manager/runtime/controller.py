@@ -25,6 +25,12 @@ class Result:
 Reconcile = Callable[[str], Awaitable[Result | None]]
 
 
+class RetryWithBackoff(Exception):
+    """Raised by a reconcile that could not finish for a reason time may fix (an object it
+    refers to is not there yet): the key is retried with its growing backoff, as
+    controller-runtime retries a reconcile that returned an error, without a warning."""
+
+
 class Controller:
     """Level-triggered: `enqueue(key)` from event handlers; `reconcile(key)` reads caches and writes.
 
@@ -71,6 +77,10 @@ class Controller:
                     self.queue.add_after(key, result.requeue_after)
             except asyncio.CancelledError:
                 raise
+            except RetryWithBackoff as err:
+                outcome = "retry"
+                log.debug("retrying with backoff", extra={"controller": self.name, "key": key, "error": str(err)})
+                self.queue.add_rate_limited(key)
             except ConflictError as err:
                 outcome = "conflict"
                 log.debug("stale snapshot; requeueing", extra={"controller": self.name, "key": key, "error": str(err)})

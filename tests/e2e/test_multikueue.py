@@ -33,6 +33,7 @@ from tests.e2e.federation import (
 )
 from tests.harness import Provider, eventually
 from tests.integration.controllers import SYSTEM_NAMESPACE
+from tests.integration.test_job_integrations import KWOK_RUN_TIME
 
 
 @pytest.fixture
@@ -402,16 +403,28 @@ async def test_short_jobs_under_preemption_churn_each_run_exactly_once(kube: Cli
         await kube.queues(ns, manager_cpu=2, worker_cpu={"worker1": 4, "worker2": 4}, labels=RUNS, tag=tag)
         await make_priority_classes(kube, tag)
         jobs = []
-        for i in range(10):
-            for level in ("low", "high"):
+        for level in ("low", "high"):
+            for i in range(10):
                 name = f"{level}-{i}"
-                await kube.manager.create(Job, job_manifest(name, ns, priority_class=f"{tag}-{level}"))
+                manifest = job_manifest(name, ns, priority_class=f"{tag}-{level}")
+                if level == "low":
+                    # Some low Jobs finish at once and some run for a second or two, so that
+                    # preemptions both race a finish and stop a running Job.
+                    manifest["spec"]["template"]["metadata"] = {"annotations": {KWOK_RUN_TIME: f"{i % 3}s"}}
+                await kube.manager.create(Job, manifest)
                 jobs.append(name)
+            if level == "low":
+                # The high Jobs come once low ones hold the manager's quota: they must preempt.
+                await eventually(lambda: _any_dispatched(kube, ns, jobs), timeout=60, what="a low Job dispatched to a worker")
 
         async def all_complete() -> bool:
             return all([await job_completed(kube, ns, name) is not None for name in jobs])
 
-        await eventually(all_complete, timeout=300, what="every Job Complete on the manager")
+        try:
+            await eventually(all_complete, timeout=300, what="every Job Complete on the manager")
+        except pytest.fail.Exception:
+            stories = [await workload_story(kube, ns, name) for name in jobs if await job_completed(kube, ns, name) is None]
+            pytest.fail("Jobs not Complete on the manager after 300s:\n" + "\n".join(stories))
 
         async def cleaned() -> bool:
             remote_jobs, wls = await kube.remote_jobs(ns), await kube.remote_workloads(ns)
@@ -434,6 +447,39 @@ async def test_short_jobs_under_preemption_churn_each_run_exactly_once(kube: Cli
         assert wl is not None and is_condition_true(wl.status.conditions if wl.status else None, c.FINISHED), name
         preempted += bool(find_condition(wl.status.conditions if wl.status else None, c.PREEMPTED))
     assert preempted > 0, "no Job was preempted: the test exercised no race"
+
+
+async def _any_dispatched(kube: Clients, ns: str, jobs: list[str]) -> bool:
+    for job in jobs:
+        wl = await kube.manager_workload(ns, job)
+        if wl is not None and wl.status is not None and wl.status.cluster_name:
+            return True
+    return False
+
+
+async def workload_story(kube: Clients, ns: str, job: str) -> str:
+    """One line on where a Job's Workload stands, on the manager and on each worker, for a
+    failure message."""
+    wl = await kube.manager_workload(ns, job)
+    if wl is None:
+        return f"{job}: no Workload"
+    status = wl.status
+    conditions = ", ".join(f"{cond.type}={cond.status}/{cond.reason}" for cond in (status.conditions if status else None) or [])
+    checks = ", ".join(f"{check.name}={check.state}" for check in (status.admission_checks if status else None) or [])
+    requeue = status.requeue_state.to_dict() if status and status.requeue_state else None
+    copies = {
+        worker: [
+            ", ".join(f"{cond.type}={cond.status}" for cond in (copy.status.conditions if copy.status else None) or [])
+            for copy in items
+            if copy.name == wl.name
+        ]
+        for worker, items in (await kube.remote_workloads(ns)).items()
+    }
+    remote_jobs = {worker: [j.name for j in items if j.name == job] for worker, items in (await kube.remote_jobs(ns)).items()}
+    return (
+        f"{job}: active={wl.spec.active} cluster={status.cluster_name if status else None} [{conditions}] checks [{checks}] "
+        f"requeue={requeue} copies={copies} remote jobs={remote_jobs}"
+    )
 
 
 # --- the garbage collector -------------------------------------------------------------------------------------

@@ -416,6 +416,23 @@ async def test_a_job_for_a_missing_queue_stays_suspended_with_a_clear_condition(
     assert message == "LocalQueue does-not-exist doesn't exist"
 
 
+async def test_a_job_whose_priority_class_comes_later_gets_its_workload_once_the_class_exists(
+    manager: ControllerProcess, kube: KubeClient, names: Any
+) -> None:
+    """Same as Kueue: the job reconciler retries, with backoff, a Job it could not turn into a
+    Workload; a WorkloadPriorityClass created after the Job (or not yet in the cache) is found."""
+    ns, cq, flavor, priority = names("latepc"), names("latepc-cq"), names("latepc-flavor"), names("late")
+    await make_queues(kube, ns, cq=cq, cpu=2, flavor=flavor, node_labels={})
+    job = await kube.create(Job, job_manifest("early", ns, priority_class=priority))
+    await kube.create(
+        kueue.WorkloadPriorityClass,
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass", "metadata": {"name": priority}, "value": 500},
+    )
+    wl = await eventually(lambda: workload_of(kube, job), timeout=60, what="the Workload, once its priority class exists")
+    assert wl.spec.priority == 500
+    assert wl.spec.priority_class_ref is not None and wl.spec.priority_class_ref.name == priority
+
+
 async def test_an_invalid_cluster_queue_is_rejected_with_the_field_path(manager: ControllerProcess, kube: KubeClient, names: Any) -> None:
     bad = {
         "apiVersion": "kueue.x-k8s.io/v1beta2",

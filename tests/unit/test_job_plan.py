@@ -176,13 +176,15 @@ def test_a_job_naming_a_missing_prebuilt_workload_waits_suspended(kind: str) -> 
 
 
 @both
-def test_a_job_whose_workload_cannot_be_built_says_why_and_stays_suspended(kind: str) -> None:
+def test_a_job_whose_workload_cannot_be_built_says_why_stays_suspended_and_is_tried_again(kind: str) -> None:
     adapter, make = KINDS[kind]
     result = plan(adapter, make(suspend=False, labels={c.QUEUE_NAME_LABEL: "q", c.PRIORITY_CLASS_LABEL: "missing"}), None)
     assert kinds(result) == ["Warn", "PatchJob"]
     warn = result.actions[0]
     assert isinstance(warn, Warn) and warn.event.reason == "FailedCreateWorkload"
     assert warn.event.message == f'metadata.labels[{c.PRIORITY_CLASS_LABEL}]: WorkloadPriorityClass "missing" not found'
+    # The class may only be missing from a cache that has not seen it yet: retried with backoff.
+    assert result.retry_with_backoff
 
 
 @both

@@ -105,6 +105,9 @@ class JobPlan:
     # The plan needs to know whether a worker may still run the job (`runs_elsewhere` was
     # None): the shell asks the workers (a live read) and plans again with the answer.
     ask_runs_elsewhere: bool = False
+    # The job could not be handled for a reason time may fix (a priority class not seen yet):
+    # try again with the key's growing backoff, as Kueue's reconciler does with its error.
+    retry_with_backoff: bool = False
 
 
 @dataclass(frozen=True)
@@ -240,7 +243,9 @@ def plan_job(inputs: JobInputs) -> JobPlan:
                 adapter, job, workload_priority_classes=inputs.workload_priority_classes, priority_classes=inputs.priority_classes
             )
         except JobConversionError as err:
-            return JobPlan([Warn(Event("Warning", "FailedCreateWorkload", str(err))), *_ensure_suspended(adapter, job)])
+            return JobPlan(
+                [Warn(Event("Warning", "FailedCreateWorkload", str(err))), *_ensure_suspended(adapter, job)], retry_with_backoff=True
+            )
         new.metadata.creation_timestamp = None
         created = Event("Normal", "CreatedWorkload", f"Created Workload: {new.key}")
         return JobPlan([CreateWorkload(new, created), *_ensure_suspended(adapter, job)])
