@@ -519,7 +519,7 @@ async def cmd_cancel(args: argparse.Namespace) -> int:
         report = Reporter(args.output)
         deleted, missing = [], []
         for target in targets:
-            kind, shown = JOB_KINDS[target.kind], f"{target.kind}/{target.name}"
+            kind, shown = JOB_KINDS[target.kind], str(target)
             if args.dry_run:
                 try:
                     job = await client.get(kind.model, target.name, namespace=namespace)
@@ -566,6 +566,10 @@ class ObjectName:
     kind: str  # job, jobset or workload; "" for a bare name
     name: str
 
+    def __str__(self) -> str:
+        """kubectl's `kind/NAME`."""
+        return f"{self.kind}/{self.name}"
+
 
 OBJECT_KINDS = {
     "job": "job",
@@ -591,6 +595,10 @@ class JobKind:
     kind: str
     model: type[Resource]
     pod_label: str
+
+    def pod_selector(self, name: str) -> str:
+        """The pods of the job called `name`: the label its controller puts on each."""
+        return f"{self.pod_label}={name}"
 
 
 # The job kinds of the CLI's `job/` and `jobset/` names, one home for what each command needs.

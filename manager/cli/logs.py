@@ -15,7 +15,6 @@ from manager.cli import views
 from manager.cli.fleet import (
     JOB_KINDS,
     CommandError,
-    JobKind,
     ObjectName,
     add_cluster_options,
     manager_client,
@@ -59,8 +58,7 @@ def where_it_runs(wl: kueue.Workload, checks: dict[str, kueue.AdmissionCheck], n
 
 
 async def _find(manager: KubeClient, target: ObjectName, namespace: str) -> kueue.Workload:
-    kind = JOB_KINDS[target.kind]
-    shown = f"{target.kind}/{target.name}"
+    kind, shown = JOB_KINDS[target.kind], str(target)
     workloads = (await manager.list(kueue.Workload, namespace=namespace)).items
     wl = next(
         (
@@ -79,11 +77,6 @@ async def _find(manager: KubeClient, target: ObjectName, namespace: str) -> kueu
     raise CommandError(f"{shown} has no Workload: see `kfed explain {shown} -n {namespace}`")
 
 
-def pod_selector(kind: JobKind, name: str) -> str:
-    """The pods of a job: the label its controller puts on each."""
-    return f"{kind.pod_label}={name}"
-
-
 async def _print(source: KubeClient, pod: Pod, container: str, *, follow: bool, prefix: str) -> bool:
     try:
         async for line in source.pod_logs(pod.name, namespace=pod.namespace, container=container, follow=follow):
@@ -98,7 +91,7 @@ async def _print(source: KubeClient, pod: Pod, container: str, *, follow: bool, 
 @run_async
 async def cmd_logs(args: argparse.Namespace) -> int:
     target = parse_object_name(args.name, "job", allowed=tuple(JOB_KINDS))
-    name, shown = target.name, f"{target.kind}/{target.name}"
+    name, shown = target.name, str(target)
     namespace = args.namespace or "default"
     manager = await manager_client(args)
     source = manager
@@ -117,7 +110,7 @@ async def cmd_logs(args: argparse.Namespace) -> int:
             except CommandError as err:
                 raise CommandError(f"{shown} runs on {cluster}, but kfed cannot reach it: {err}") from None
             where = f"worker {cluster}"
-        selector = pod_selector(JOB_KINDS[target.kind], name)
+        selector = JOB_KINDS[target.kind].pod_selector(name)
         pods = sorted((await source.list(Pod, namespace=namespace, label_selector=selector)).items, key=lambda p: p.name)
         if not pods:
             raise CommandError(f"{shown} runs on {where} but has no pods there yet: try again in a moment")

@@ -145,25 +145,25 @@ class ClusterController:
             # Same as Kueue: the client is kept but disconnected, so the worker-lost clock of
             # what it admitted keeps running.
             await remote.stop(reason=str(err))
-            await self._write_status(cluster, "False", err.reason, f"load client config failed: {err}")
+            self._judge(cluster, "False", err.reason, f"load client config failed: {err}")
             self.on_connection_change(remote)
             return None
         try:
             namespaces = worker_namespaces(cluster.metadata.annotations)
         except ValueError as err:
             await remote.stop(reason=str(err))
-            await self._write_status(cluster, "False", REASON_BAD_NAMESPACES, str(err))
+            self._judge(cluster, "False", REASON_BAD_NAMESPACES, str(err))
             self.on_connection_change(remote)
             return None
         remote.start(kubeconfig, namespaces=namespaces)
         agent = remote.agent_verdict()
         if remote.connected and agent.running is False:
-            await self._write_status(cluster, "False", REASON_AGENT_NOT_RUNNING, agent.message)
+            self._judge(cluster, "False", REASON_AGENT_NOT_RUNNING, agent.message)
         elif remote.connected:
-            await self._write_status(cluster, "True", "Active", "Connected")
+            self._judge(cluster, "True", "Active", "Connected")
         elif remote.failed_attempts > 0 and remote.next_attempt is not None:
             message = connection_failed_message(remote.last_error, attempts=remote.failed_attempts, next_attempt=remote.next_attempt)
-            await self._write_status(cluster, "False", "ClientConnectionFailed", message)
+            self._judge(cluster, "False", "ClientConnectionFailed", message)
         return None
 
     async def _load(self, cluster: kueue.MultiKueueCluster) -> dict[str, Any]:
@@ -189,7 +189,8 @@ class ClusterController:
             raise KubeconfigRejectedError(REASON_BAD, f'key "{c.MULTIKUEUE_SECRET_KEY}" in secret "{ref.location}" is not base64') from None
         return parse_kubeconfig(raw, allow_http=self.allow_insecure_http)
 
-    async def _write_status(self, cluster: kueue.MultiKueueCluster, status: str, reason: str, message: str) -> None:
+    def _judge(self, cluster: kueue.MultiKueueCluster, status: str, reason: str, message: str) -> None:
+        """Record what the cluster's Active condition should say; the lease holder writes it."""
         self.verdicts[cluster.name] = (status, reason, message[:MAX_CONDITION_MESSAGE])
         self.status_controller.enqueue(cluster.name)
 
