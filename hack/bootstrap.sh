@@ -8,10 +8,12 @@ if [[ ! -x "$venv/bin/python" ]]; then
   python3 -m venv "$venv"
 fi
 stamp="$venv/.kfed-installed"
-if [[ ! -f "$stamp" || "$root/pyproject.toml" -nt "$stamp" ]]; then
+constraints="$root/hack/constraints.txt"
+if [[ ! -f "$stamp" || "$root/pyproject.toml" -nt "$stamp" || "$constraints" -nt "$stamp" ]]; then
   echo "==> installing kfed and its dev tools into $venv" >&2
   "$venv/bin/python" -m pip install --quiet --upgrade pip >&2
-  "$venv/bin/python" -m pip install --quiet -e "$root[dev]" >&2
+  # Pinned to the versions the tests last passed with (hack/constraints.txt).
+  "$venv/bin/python" -m pip install --quiet -c "$constraints" -e "$root[dev]" >&2
   touch "$stamp"
 fi
 echo "$venv"

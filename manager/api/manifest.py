@@ -183,7 +183,19 @@ def _check_flow_depth(text: str) -> None:
         return
     depth = 0
     document = -1
-    for event in yaml.parse(text, Loader=_LOADER):
+    events = yaml.parse(text, Loader=_LOADER)
+    while True:
+        try:
+            event = next(events)
+        except StopIteration:
+            return
+        except yaml.MarkedYAMLError as err:
+            # libyaml 0.2.6 (PyYAML 6.0.4) scans ahead and stops at its own flow limit (1,000
+            # levels) before handing out the events that reach ours.
+            if "nesting depth" not in str(err.problem):
+                raise
+            line = err.problem_mark.line + 1 if err.problem_mark is not None else None
+            raise YamlRefusedError(f"nested deeper than {MAX_DEPTH} levels", line, max(document, 0)) from None
         if isinstance(event, yaml.DocumentStartEvent):
             document += 1
         elif isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):

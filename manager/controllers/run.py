@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import signal
 import ssl
@@ -24,10 +25,9 @@ from manager.controllers.caches import Caches
 from manager.controllers.events import EventRecorder
 from manager.controllers.jobs import JobController
 from manager.controllers.webhookcerts import WebhookCertManager
-from manager.controllers.webhooks import WebhookEndpoint, install, make_app, server_ssl_context
+from manager.controllers.webhooks import WebhookEndpoint, install, make_app, queue_uses_multikueue, server_ssl_context
 from manager.engine.integrations.registry import Registry, enabled
 from manager.engine.selectors import selector_matches
-from manager.engine.workload import is_multikueue_check
 from manager.kube.client import KubeClient
 from manager.kube.errors import KubeError
 from manager.kube.leader import LeaderElector
@@ -163,16 +163,9 @@ class Process:
         context = server_ssl_context(str(cert.cert_file), str(cert.key_file))
         self.ssl_context = context
 
-        def uses_multikueue(namespace: str, queue: str) -> bool:
-            lq = self.caches.local_queues.get(f"{namespace}/{queue}")
-            cq = self.caches.cluster_queues.get(lq.spec.cluster_queue or "") if lq else None
-            if cq is None:
-                return False
-            return any(is_multikueue_check(self.caches.admission_checks.get(name)) for name in cq.admission_check_names)
-
-        port = await self._serve(
-            make_app(uses_multikueue=uses_multikueue, adapters=self.integrations.adapters), opts.webhook_address, context
-        )
+        uses_multikueue = functools.partial(queue_uses_multikueue, self.caches, self.client)
+        app = make_app(uses_multikueue=uses_multikueue, adapters=self.integrations.adapters)
+        port = await self._serve(app, opts.webhook_address, context)
         if opts.webhook_service:
             namespace, _, name = opts.webhook_service.partition("/")
             self.webhook_endpoint = WebhookEndpoint(cert.ca_pem, service_namespace=namespace, service_name=name)

@@ -13,11 +13,12 @@ The handlers are pure functions of the review (plus a read of the caches); `serv
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import logging
 import ssl
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,11 +27,13 @@ from aiohttp import web
 from manager.api import constants as c
 from manager.api import conversion, kueue
 from manager.api.manifest import validate_object
+from manager.controllers.caches import Caches
 from manager.engine.integrations.adapter import JobAdapter
 from manager.engine.integrations.registry import BATCH_JOB, DEFAULT
 from manager.engine.jobs import prebuilt_workload_name, queue_name_of
-from manager.kube.client import KubeClient
-from manager.kube.errors import ForbiddenError, NotFoundError
+from manager.engine.workload import is_multikueue_check
+from manager.kube.client import KubeClient, R
+from manager.kube.errors import ForbiddenError, KubeError, NotFoundError
 
 log = logging.getLogger("kfed.webhooks")
 
@@ -38,6 +41,7 @@ MUTATE_JOB_PATH = "/mutate-batch-v1-job"
 DEFAULT_ADAPTERS = DEFAULT.adapters
 VALIDATE_PATH = "/validate-kueue-x-k8s-io"
 CONVERT_PATH = "/convert"
+WEBHOOK_READ_TIMEOUT = 5.0  # seconds; the apiserver gives a webhook 10
 MUTATING_CONFIGURATION = "kfed-mutating-webhook-configuration"
 VALIDATING_CONFIGURATION = "kfed-validating-webhook-configuration"
 # Every kfed kind is validated and converted (Kueue's webhooks cover the same set).
@@ -62,28 +66,68 @@ def mutate_path(adapter: JobAdapter[Any]) -> str:
     return f"/mutate-{group}-{adapter.model.VERSION}-{adapter.kind.lower()}"
 
 
+def queued_job(review: dict[str, Any]) -> tuple[str, str] | None:
+    """The (namespace, queue) of a job being created with a queue name; None for anything else."""
+    request = review.get("request") or {}
+    if request.get("operation") != "CREATE":
+        return None
+    meta = (request.get("object") or {}).get("metadata") or {}
+    queue = queue_name_of(meta.get("labels"), meta.get("annotations"))
+    if not queue:
+        return None
+    return meta.get("namespace") or request.get("namespace") or "", queue
+
+
 def default_job(
     review: dict[str, Any], *, uses_multikueue: Callable[[str, str], bool], adapter: JobAdapter[Any] = BATCH_JOB
 ) -> dict[str, Any]:
     """Suspend a queued job of the adapter's kind at creation; `uses_multikueue(namespace,
     queue)` says whether its ClusterQueue dispatches to worker clusters."""
     request = review.get("request") or {}
+    queued = queued_job(review)
+    if queued is None:
+        return _review(request, allowed=True)
+    namespace, queue = queued
     job = request.get("object") or {}
-    if request.get("operation") != "CREATE":
-        return _review(request, allowed=True)
     meta = job.get("metadata") or {}
-    queue = queue_name_of(meta.get("labels"), meta.get("annotations"))
-    if not queue:
-        return _review(request, allowed=True)
     spec = job.get("spec") or {}
     patch: list[dict[str, Any]] = []
     if spec.get("suspend") is not True:
         patch.append({"op": "add", "path": "/spec/suspend", "value": True})
-    namespace = meta.get("namespace") or request.get("namespace") or ""
     if adapter.can_default_managed_by(spec.get("managedBy")) and not prebuilt_workload_name(meta) and uses_multikueue(namespace, queue):
         # "add" replaces a managedBy naming the kind's own controller (RFC 6902).
         patch.append({"op": "add", "path": "/spec/managedBy", "value": c.MULTIKUEUE_MANAGED_BY})
     return _review(request, allowed=True, patch=patch)
+
+
+async def queue_uses_multikueue(caches: Caches, client: KubeClient, namespace: str, queue: str) -> bool:
+    """Whether a job queued to `namespace/queue` dispatches through a MultiKueue check. The
+    caches answer; an object they have not seen yet (a queue created a moment before the job)
+    is read from the apiserver, so a job submitted right after its queue is still marked for
+    MultiKueue. Kueue's webhook reads only its cache, and leaves such a job to run locally."""
+    lq = caches.local_queues.get(f"{namespace}/{queue}") or await _read(client, kueue.LocalQueue, queue, namespace)
+    cq_name = lq.spec.cluster_queue if lq else None
+    cq = (caches.cluster_queues.get(cq_name) or await _read(client, kueue.ClusterQueue, cq_name)) if cq_name else None
+    if cq is None:
+        return False
+    for name in cq.admission_check_names:
+        if is_multikueue_check(caches.admission_checks.get(name) or await _read(client, kueue.AdmissionCheck, name)):
+            return True
+    return False
+
+
+async def _read(client: KubeClient, model: type[R], name: str, namespace: str | None = None) -> R | None:
+    """One object from the apiserver, or None when it does not exist or cannot be read in time
+    (the webhook then answers as for an unknown queue). The bound keeps the answer inside the
+    apiserver's 10 s webhook timeout."""
+    try:
+        async with asyncio.timeout(WEBHOOK_READ_TIMEOUT):
+            return await client.get(model, name, namespace=namespace)
+    except NotFoundError:
+        return None
+    except (KubeError, TimeoutError) as err:
+        log.warning("webhook: cannot read %s %s: %s", model.KIND, name, err)
+        return None
 
 
 def validate(review: dict[str, Any]) -> dict[str, Any]:
@@ -118,8 +162,20 @@ def convert_review(review: dict[str, Any]) -> dict[str, Any]:
 
 
 # --- the server -----------------------------------------------------------------------------------
-def make_app(*, uses_multikueue: Callable[[str, str], bool], adapters: Sequence[JobAdapter[Any]] = DEFAULT_ADAPTERS) -> web.Application:
-    async def handle(request: web.Request, handler: Callable[[dict[str, Any]], dict[str, Any]]) -> web.Response:
+def _pure(handler: Callable[[dict[str, Any]], dict[str, Any]]) -> Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]:
+    async def run(review: dict[str, Any]) -> dict[str, Any]:
+        return handler(review)
+
+    return run
+
+
+def make_app(
+    *, uses_multikueue: Callable[[str, str], Awaitable[bool]], adapters: Sequence[JobAdapter[Any]] = DEFAULT_ADAPTERS
+) -> web.Application:
+    """The webhook server. `uses_multikueue(namespace, queue)` may read the cluster: it is
+    awaited once per queued job, before the pure handler runs."""
+
+    async def handle(request: web.Request, handler: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]) -> web.Response:
         try:
             review = await request.json()
         except ValueError:
@@ -128,19 +184,24 @@ def make_app(*, uses_multikueue: Callable[[str, str], bool], adapters: Sequence[
             return web.json_response({"error": "the body is nested too deeply"}, status=400)
         if not isinstance(review, dict):
             return web.json_response({"error": "the body is not an AdmissionReview or ConversionReview object"}, status=400)
-        return web.json_response(handler(review))
+        return web.json_response(await handler(review))
 
     def mutate_job(adapter: JobAdapter[Any]) -> Callable[[web.Request], Any]:
+        async def default(review: dict[str, Any]) -> dict[str, Any]:
+            queued = queued_job(review)
+            federated = await uses_multikueue(*queued) if queued else False
+            return default_job(review, uses_multikueue=lambda namespace, queue: federated, adapter=adapter)
+
         async def mutate(request: web.Request) -> web.Response:
-            return await handle(request, lambda r: default_job(r, uses_multikueue=uses_multikueue, adapter=adapter))
+            return await handle(request, default)
 
         return mutate
 
     async def validate_kueue(request: web.Request) -> web.Response:
-        return await handle(request, validate)
+        return await handle(request, _pure(validate))
 
     async def convert(request: web.Request) -> web.Response:
-        return await handle(request, convert_review)
+        return await handle(request, _pure(convert_review))
 
     app = web.Application(client_max_size=8 * 1024 * 1024)
     for adapter in adapters:

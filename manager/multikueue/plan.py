@@ -285,8 +285,14 @@ def plan_workload(inputs: WorkloadInputs) -> Plan:
             plan.delete.append(cluster)
             del remotes[cluster]
 
-    # 7. The earliest Admitted copy wins.
-    admitted = _earliest({k: v for k, v in remotes.items() if k not in inputs.blocked}, c.ADMITTED)
+    # 7. The earliest Admitted copy wins; once a winner is recorded, it keeps winning (kfed: two
+    #    copies admitted in the same second tie, and a second pass must not pick the other).
+    candidates = {k: v for k, v in remotes.items() if k not in inputs.blocked}
+    admitted = _earliest(candidates, c.ADMITTED)
+    if check.state == "Ready" and cluster_name in candidates:
+        recorded = find_condition(_conditions(candidates[cluster_name]), c.ADMITTED)
+        if recorded is not None and recorded.status == "True":
+            admitted = (cluster_name, recorded)
     if admitted is None:
         if check.state == "Ready":
             health = {cl.name: cl for cl in inputs.clusters}

@@ -20,7 +20,7 @@ from typing import Any
 
 from manager.api import constants as c
 from manager.api import kueue
-from manager.api.meta import MAX_CONDITION_MESSAGE, Condition, OwnerReference, Resource, utcnow
+from manager.api.meta import MAX_CONDITION_MESSAGE, Condition, OwnerReference, Resource, format_time, utcnow
 from manager.controllers.caches import Caches
 from manager.controllers.events import EventRecorder, InvolvedObject
 from manager.engine.integrations.adapter import JobAdapter
@@ -322,6 +322,14 @@ class WorkloadController:
         check_name: str,
     ) -> Result | None:
         requeue = plan.requeue_after
+        recorded_first = plan.check is not None and plan.check.cluster_name is not None
+        if recorded_first:
+            # A new winner is recorded before any worker is touched. The write carries the
+            # Workload's resourceVersion, so a pass planned from a stale view (which may pick
+            # the other of two copies admitted in the same second) fails here, having deleted
+            # and created nothing; after a crash, the next pass finds the recorded winner.
+            local = await self._write_check(local, check_name, plan)
+            self._log_check(key, plan)
         for cluster in plan.delete:
             if cluster in connected:
                 await self._remove_remote(connected[cluster], key)
@@ -345,10 +353,9 @@ class WorkloadController:
         for cluster in plan.create:
             if await self._create_remote(connected[cluster], key, local, check_name):
                 requeue = PROBLEM_RETRY if requeue is None else min(requeue, PROBLEM_RETRY)
-        if plan.check is not None or plan.nominate is not None:
+        if not recorded_first and (plan.check is not None or plan.nominate is not None):
             await self._write_check(local, check_name, plan)
-            if plan.check is not None:
-                log.info("admission check", extra={"key": key, "state": plan.check.state, "detail": plan.check.message})
+            self._log_check(key, plan)
         cq = local.status.admission.cluster_queue if local.status and local.status.admission else ""
         if plan.admitted_on is not None:
             self._admitted.inc(cq, plan.admitted_on)
@@ -492,9 +499,9 @@ class WorkloadController:
             await self.client.patch(adapter.model, job.name, adapter.lost_pods_status(job), namespace=job.namespace, subresource="status")
 
     # --- writes on the manager ---------------------------------------------------------------------
-    async def _patch_local(self, local: kueue.Workload, status: dict[str, Any]) -> None:
+    async def _patch_local(self, local: kueue.Workload, status: dict[str, Any]) -> kueue.Workload:
         patch = {"metadata": {"resourceVersion": local.metadata.resource_version}, "status": status}
-        await self.client.patch(kueue.Workload, local.name, patch, namespace=local.namespace, subresource="status")
+        return await self.client.patch(kueue.Workload, local.name, patch, namespace=local.namespace, subresource="status")
 
     async def _finish(self, local: kueue.Workload, reason: str, message: str) -> None:
         """Kueue's workloadfinish.Finish with the worker's reason and message."""
@@ -505,7 +512,13 @@ class WorkloadController:
         conditions = [x.to_dict() for x in old or [] if x.type != c.FINISHED] + [cond.to_dict()]
         await self._patch_local(local, {"conditions": conditions})
 
-    async def _write_check(self, local: kueue.Workload, check_name: str, plan: Plan) -> None:
+    @staticmethod
+    def _log_check(key: str, plan: Plan) -> None:
+        if plan.check is not None:
+            log.info("admission check", extra={"key": key, "state": plan.check.state, "detail": plan.check.message})
+
+    async def _write_check(self, local: kueue.Workload, check_name: str, plan: Plan) -> kueue.Workload:
+        """Write the plan's check update and nomination; returns the Workload as written."""
         status: dict[str, Any] = {}
         update = plan.check
         if update is not None:
@@ -517,7 +530,7 @@ class WorkloadController:
                     entry["state"] = update.state
                     entry["message"] = update.message
                     if check.state != update.state or update.state in ("Ready", "Retry"):
-                        entry["lastTransitionTime"] = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+                        entry["lastTransitionTime"] = format_time(now)
                 checks.append(entry)
             status["admissionChecks"] = checks
             if update.cluster_name is not None:
@@ -526,4 +539,4 @@ class WorkloadController:
                 status["nominatedClusterNames"] = None
         if plan.nominate is not None and "nominatedClusterNames" not in status:
             status["nominatedClusterNames"] = plan.nominate or None
-        await self._patch_local(local, status)
+        return await self._patch_local(local, status)

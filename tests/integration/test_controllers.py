@@ -11,6 +11,8 @@ from manager.api import constants as c
 from manager.api import kueue
 from manager.api.core import Job
 from manager.api.meta import find_condition, is_condition_true
+from manager.controllers.caches import Caches
+from manager.controllers.webhooks import queue_uses_multikueue
 from manager.dev.local import LocalCluster
 from manager.kube.client import KubeClient
 from manager.kube.errors import InvalidError, NotFoundError
@@ -471,3 +473,28 @@ async def test_v1beta1_objects_are_converted_by_the_webhook(manager: ControllerP
     assert stored.spec.cohort_name == cohort
     with pytest.raises(NotFoundError):
         await kube.get(kueue.ClusterQueue, names("never-made"))
+
+
+async def test_a_job_submitted_right_after_its_queue_is_marked_for_multikueue(kube: KubeClient, names: Any) -> None:
+    """The defaulting webhook decides managedBy from its caches. A queue created a moment before
+    the job may not be in them yet; the webhook then reads it from the apiserver, so the job is
+    still dispatched to a worker rather than run on the manager."""
+    ns, cq, check = names("fresh"), names("fresh-cq"), names("fresh-check")
+    await kube.create(
+        kueue.AdmissionCheck,
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "AdmissionCheck",
+            "metadata": {"name": check},
+            "spec": {"controllerName": c.MULTIKUEUE_CONTROLLER_NAME},
+        },
+    )
+    await make_queues(kube, ns, cq=cq, cpu=4, flavor=names("fresh-flavor"), node_labels=RUNS, lq="federated")
+    await kube.patch(kueue.ClusterQueue, cq, {"spec": {"admissionChecksStrategy": {"admissionChecks": [{"name": check}]}}})
+    other = names("fresh-other")
+    await make_queues(kube, other, cq=names("fresh-local"), cpu=4, flavor=names("fresh-flavor"), node_labels=RUNS, lq="local")
+
+    unsynced = Caches.create(kube)  # never started: it has seen none of these objects
+    assert await queue_uses_multikueue(unsynced, kube, ns, "federated")
+    assert not await queue_uses_multikueue(unsynced, kube, other, "local")
+    assert not await queue_uses_multikueue(unsynced, kube, ns, "no-such-queue")

@@ -149,6 +149,19 @@ def test_the_earliest_admitted_copy_wins_and_the_others_are_deleted() -> None:
     assert plan.requeue_after == TIMEOUT.total_seconds()
 
 
+def test_a_recorded_winner_keeps_winning_over_a_copy_admitted_in_the_same_second() -> None:
+    """Two copies admitted in the same second tie, and the tie goes to the first name. Once w2
+    is recorded, a later pass that still sees w1's copy must not move the Job to w1."""
+    wl = local(state="Ready", cluster_name="w2")
+    same_second = "2026-11-21T11:30:01Z"
+    remotes = {"w1": remote(cond(c.ADMITTED, at=same_second), round_of=wl), "w2": remote(cond(c.ADMITTED, at=same_second), round_of=wl)}
+    plan = plan_workload(inputs(wl, up("w1", "w2"), remotes))
+    assert plan.sync_job == "w2" and plan.delete == ["w1"] and plan.check is None
+    # Before anything is recorded, the same copies make w1 the winner (Kueue's tie-break).
+    first = plan_workload(inputs(local(), up("w1", "w2"), remotes))
+    assert first.sync_job == "w1" and first.check is not None and first.check.cluster_name == "w1"
+
+
 def test_quota_reserved_on_a_worker_is_not_admitted_there() -> None:
     wl = local()
     plan = plan_workload(inputs(wl, up("w1"), {"w1": remote(cond(c.QUOTA_RESERVED), round_of=wl)}))

@@ -204,7 +204,10 @@ def test_alias_bombs_of_any_shape_are_refused_quickly(width: int, levels: int, i
     ],
 )
 async def test_the_webhook_server_answers_bad_bodies_with_400(body: bytes, error: str) -> None:
-    app = make_app(uses_multikueue=lambda namespace, queue: False)
+    async def never(namespace: str, queue: str) -> bool:
+        return False
+
+    app = make_app(uses_multikueue=never)
     async with TestClient(TestServer(app)) as client:
         for path in (VALIDATE_PATH, MUTATE_JOB_PATH):
             started = time.monotonic()
