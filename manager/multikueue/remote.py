@@ -5,8 +5,8 @@ health.
 Same as Kueue's remoteClient: a connection counts only once every watch is open; a watch
 that fails marks the cluster disconnected (the first drop is remembered, so the
 worker-lost timeout runs from it) and the client is rebuilt with backoff, 5 s doubling to a
-320 s cap (tenacity). Each worker has its own client, rate limiter and task, so a slow or
-dead worker never holds up another.
+320 s cap (tenacity), or sooner when the worker's apiserver sends Retry-After. Each worker has
+its own client, rate limiter and task, so a slow or dead worker never holds up another.
 """
 
 from __future__ import annotations
@@ -43,7 +43,31 @@ WATCH_START_MAX_SECONDS = 600.0
 
 
 class ConnectionFailedError(Exception):
-    """The worker could not be reached or a watch could not be opened; the message is safe to show."""
+    """The worker could not be reached or a watch could not be opened; the message is safe to
+    show. `retry_after` is the worker apiserver's Retry-After, when it sent one."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+def reconnect_wait(backoff: float, retry_after: float | None) -> float:
+    """Seconds until the next connection attempt: the backoff step, or sooner when the worker's
+    apiserver said when to come back (a restarting apiserver answers 429 "storage is
+    (re)initializing" with Retry-After: 1), so a short blip stays shorter than workerLostTimeout."""
+    if retry_after is None:
+        return backoff
+    return min(backoff, max(retry_after, 0.0))
+
+
+_BACKOFF = wait_exponential(multiplier=RETRY_BASE_SECONDS, max=RETRY_MAX_SECONDS)
+
+
+def backoff_wait(state: RetryCallState) -> float:
+    """tenacity's wait: the exponential backoff, shortened by a Retry-After."""
+    failure = state.outcome.exception() if state.outcome is not None else None
+    retry_after = failure.retry_after if isinstance(failure, ConnectionFailedError) else None
+    return reconnect_wait(_BACKOFF(state), retry_after)
 
 
 class RemoteCluster:
@@ -165,7 +189,7 @@ class RemoteCluster:
         while True:
             retrying = AsyncRetrying(
                 retry=retry_if_exception_type(ConnectionFailedError),
-                wait=wait_exponential(multiplier=RETRY_BASE_SECONDS, max=RETRY_MAX_SECONDS),
+                wait=backoff_wait,
                 before_sleep=self._before_sleep,
                 reraise=True,
             )
@@ -211,7 +235,7 @@ class RemoteCluster:
             # Same as Kueue: the connection counts once every watch is open; time-bound it.
             await asyncio.wait_for(asyncio.gather(*(informer.relist() for informer in self._informers())), timeout=deadline)
         except (KubeError, TimeoutError) as err:
-            raise ConnectionFailedError(_describe(err)) from None
+            raise ConnectionFailedError(_describe(err), retry_after=getattr(err, "retry_after", None)) from None
         self.connected = True
         self.lost_since = None
         if self.failed_attempts:

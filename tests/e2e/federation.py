@@ -25,7 +25,9 @@ from tests.integration.test_controllers import job_manifest as job_manifest
 
 CHECK = "mk"
 CONFIG = "mk"
-WORKER_LOST_TIMEOUT = 15  # seconds; short, so that the tests can wait it out
+# seconds: short, so that the tests can wait it out, and above an apiserver restart plus the
+# reconnection attempts at 0, 5 and 15 s
+WORKER_LOST_TIMEOUT = 25
 GC_INTERVAL = 2
 RUNS = {"type": "kwok"}  # the fake nodes' label: pods schedule and complete
 PARKED = {"kfed-test/pool": "parked"}  # no node has it: pods stay Pending, the Job stays active

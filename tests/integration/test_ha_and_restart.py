@@ -161,9 +161,15 @@ async def test_only_the_leader_admits_and_a_standby_takes_over_when_it_dies(proc
         what="the new leader admitting into the freed quota",
     )
     assert {w.name for w in first_batch[2:]} <= {w.name for w in second_batch}
-    # Nothing was admitted twice, by either replica.
-    events = await quota_reserved_events(kube, ns)
-    assert events and all(count == 1 for count in events.values()), events
+
+    # Nothing was admitted twice, by either replica. The leader sends its Events after its
+    # writes, so wait for the fifth; a sixth (a second admission) would fail the count below.
+    async def all_events_recorded() -> dict[str, int] | None:
+        events = await quota_reserved_events(kube, ns)
+        return events if sum(events.values()) >= 5 else None
+
+    events = await eventually(all_events_recorded, timeout=30, what="5 QuotaReserved events")
+    assert all(count == 1 for count in events.values()), events
     assert sum(events.values()) == 5
 
 
