@@ -1,0 +1,165 @@
+"""Capacity-aware dispatch (pure): where a manager Workload fits among the workers.
+
+Each worker's quotas are its ResourceFlavors, ClusterQueues, Cohorts and LocalQueues as the
+manager watches them, with the usage its ClusterQueues report (`status.flavorsReservation`)
+plus the copies this manager has sent there that are not admitted yet. The fit is the
+engine's own flavor assignment (`FlavorAssigner`, without preemption) on that worker's quota
+tree, through the LocalQueue of the Workload's name in its namespace, as the worker's Kueue
+(or kfed) will run it.
+
+`choose_worker` picks one worker: where it fits now, the most free capacity left, then by
+name. A Workload that fits nowhere now waits; one that would fit no worker even with every
+queue empty is said so, with each worker's largest offer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from manager.api.kueue import ClusterQueue, Cohort, LocalQueue, ResourceFlavor, Workload
+from manager.engine.cache import Cache, ClusterQueueInfo
+from manager.engine.flavors import FIT, Assignment, FlavorAssigner
+from manager.engine.requests import RequestError
+from manager.engine.units import FlavorResource, amount, format_amount
+from manager.engine.workload import WorkloadInfo, build_info
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class WorkerQuotas:
+    """One worker's queue objects, as last seen."""
+
+    flavors: Sequence[ResourceFlavor] = ()
+    cluster_queues: Sequence[ClusterQueue] = ()
+    cohorts: Sequence[Cohort] = ()
+    local_queues: Sequence[LocalQueue] = ()
+
+
+@dataclass(frozen=True)
+class Fit:
+    """A Workload on one worker: whether it fits in what is free now, whether it would fit with
+    the worker's queues empty, the smallest share of a used quota left free after it (for ties),
+    what the worker could ever give per resource, and why it does not fit."""
+
+    now: bool
+    ever: bool
+    free_after: float = 0.0
+    offers: dict[str, int] = field(default_factory=dict)  # resource -> engine units
+    reason: str = ""
+    usage: dict[FlavorResource, int] = field(default_factory=dict)  # the worker's flavors, when it fits now
+
+
+def _usage_of(cq: ClusterQueue) -> dict[FlavorResource, int]:
+    usage: dict[FlavorResource, int] = {}
+    for flavor in (cq.status.flavors_reservation if cq.status else None) or []:
+        for resource in flavor.resources or []:
+            value = amount(resource.name, resource.total) if resource.total is not None else 0
+            if value:
+                usage[(flavor.name, resource.name)] = value
+    return usage
+
+
+def _assign(cache: Cache, cq: ClusterQueueInfo, info: WorkloadInfo) -> Assignment:
+    return FlavorAssigner(cache, cq, info, oracle=_no_preemption, fair_sharing=False).assign()
+
+
+def _no_preemption(cq: ClusterQueueInfo, wl: WorkloadInfo, fr: FlavorResource, quantity: int) -> tuple[str, int]:
+    return "NoCandidates", 0
+
+
+def _offers(cq: ClusterQueueInfo) -> dict[str, int]:
+    """Per resource, the most one flavor of this ClusterQueue could ever give a Workload: its
+    subtree's quota (nominal plus what it may borrow, within its borrowing limit)."""
+    offers: dict[str, int] = {}
+    for fr in cq.node.quota:
+        offers[fr[1]] = max(offers.get(fr[1], 0), cq.node.potential_available(fr))
+    return offers
+
+
+def workload_info(wl: Workload) -> WorkloadInfo:
+    """The engine's view of a manager Workload (priority does not matter for a fit)."""
+    created = wl.metadata.creation_timestamp or _EPOCH
+    return build_info(wl, priority=0, created=created)
+
+
+def fit_on(info: WorkloadInfo, quotas: WorkerQuotas, *, in_flight: Iterable[Mapping[FlavorResource, int]] = ()) -> Fit:
+    """Whether the Workload fits on this worker. `in_flight` is the usage of copies sent there
+    and not admitted yet (the worker's ClusterQueue status does not count them)."""
+    where = f"{info.namespace}/{info.queue_name}"
+    lq = next((q for q in quotas.local_queues if f"{q.namespace}/{q.name}" == where), None)
+    if lq is None:
+        return Fit(False, False, reason=f"no LocalQueue {where}")
+    cache = Cache(flavors=quotas.flavors, cluster_queues=quotas.cluster_queues, cohorts=quotas.cohorts, local_queues=[lq])
+    cq = cache.cluster_queues.get(lq.spec.cluster_queue or "")
+    if cq is None:
+        return Fit(False, False, reason=f"no ClusterQueue {lq.spec.cluster_queue}")
+    offers = _offers(cq)
+    try:
+        empty = _assign(cache, cq, info)
+    except RequestError as err:
+        return Fit(False, False, offers=offers, reason=str(err))
+    if empty.representative_mode() != FIT:
+        return Fit(False, False, offers=offers, reason=empty.no_fit_reason)
+    for obj in quotas.cluster_queues:
+        queue = cache.cluster_queues.get(obj.name)
+        if queue is not None:
+            queue.node.add_usages(_usage_of(obj))
+    for usage in in_flight:
+        cq.node.add_usages(dict(usage))
+    now = _assign(cache, cq, info)
+    if now.representative_mode() != FIT:
+        return Fit(False, True, offers=offers, reason=now.no_fit_reason)
+    shares = []
+    for fr, value in now.usage.items():
+        total = cq.node.potential_available(fr)
+        if total > 0:
+            shares.append((cq.node.available(fr) - value) / total)
+    return Fit(True, True, free_after=min(shares, default=1.0), offers=offers, usage=dict(now.usage))
+
+
+@dataclass(frozen=True)
+class Choice:
+    """Where to send a Workload: a worker, or none with the reason (`never`: no worker could
+    ever admit it; otherwise it waits for room)."""
+
+    worker: str | None
+    never: bool = False
+    message: str = ""
+
+
+def choose_worker(fits: Mapping[str, Fit], *, needs: Mapping[str, int], skip: Iterable[str] = ()) -> Choice:
+    """The worker where the Workload fits now with the most free capacity left, then by name;
+    `skip` holds workers already tried in this round. `needs` is the Workload's total request
+    per resource, for the message when it can never fit."""
+    skipped = set(skip)
+    ready = [(-fit.free_after, name) for name, fit in fits.items() if fit.now and name not in skipped]
+    if ready:
+        return Choice(min(ready)[1])
+    if any(fit.ever for fit in fits.values()):
+        waiting = sorted(name for name, fit in fits.items() if fit.ever)
+        return Choice(None, message=f"waiting for room on {', '.join(waiting)}")
+    return Choice(None, never=True, message=never_fits_message(needs, fits))
+
+
+def never_fits_message(needs: Mapping[str, int], fits: Mapping[str, Fit]) -> str:
+    """For example: "needs cpu 12; largest worker offers cpu 8 (worker1), cpu 6 (worker2)"."""
+    wanted = ", ".join(f"{resource} {format_amount(resource, value)}" for resource, value in sorted(needs.items()))
+    offers = []
+    for resource in sorted(needs):
+        ranked = sorted(((fit.offers.get(resource, 0), name) for name, fit in fits.items()), key=lambda x: (-x[0], x[1]))
+        offers += [f"{resource} {format_amount(resource, value)} ({name})" for value, name in ranked]
+    if not fits:
+        return f"needs {wanted}; no worker is connected"
+    return f"needs {wanted}; largest worker offers {', '.join(offers)}"
+
+
+def total_requests(info: WorkloadInfo) -> dict[str, int]:
+    """The Workload's total request per resource, over its pod sets."""
+    needs: dict[str, int] = {}
+    for ps in info.pod_sets:
+        for resource, value in ps.total(ps.effective_count).items():
+            needs[resource] = needs.get(resource, 0) + value
+    return needs

@@ -1,0 +1,118 @@
+"""Capacity-aware dispatch, pure: where a Workload fits among the workers, by the engine's
+flavor assignment on each worker's own queues."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from manager.api.kueue import ClusterQueue, Cohort, LocalQueue, ResourceFlavor, Workload
+from manager.multikueue.capacity import Fit, WorkerQuotas, choose_worker, fit_on, never_fits_message, total_requests, workload_info
+
+pytestmark = pytest.mark.unit
+
+V = "kueue.x-k8s.io/v1beta2"
+
+
+def workload(cpu: str, *, count: int = 1, ns: str = "team", queue: str = "user-queue") -> Workload:
+    template = {"spec": {"containers": [{"name": "main", "resources": {"requests": {"cpu": cpu}}}]}}
+    return Workload.model_validate(
+        {
+            "apiVersion": V,
+            "kind": "Workload",
+            "metadata": {"name": "wl", "namespace": ns},
+            "spec": {"queueName": queue, "podSets": [{"name": "main", "count": count, "template": template}]},
+        }
+    )
+
+
+def worker(
+    nominal: int, *, used: int = 0, cohort: str | None = None, borrowing_limit: int | None = None, peers: tuple[tuple[str, int], ...] = ()
+) -> WorkerQuotas:
+    """One ClusterQueue `cq` (and optional cohort peers, each with only nominal quota) serving
+    team/user-queue, with `used` cpu reserved."""
+
+    def cq(name: str, cpu: int, used_cpu: int = 0, limit: int | None = None) -> ClusterQueue:
+        resource: dict[str, Any] = {"name": "cpu", "nominalQuota": cpu}
+        if limit is not None:
+            resource["borrowingLimit"] = limit
+        spec: dict[str, Any] = {
+            "resourceGroups": [{"coveredResources": ["cpu"], "flavors": [{"name": "default", "resources": [resource]}]}]
+        }
+        if cohort:
+            spec["cohortName"] = cohort
+        status = {"flavorsReservation": [{"name": "default", "resources": [{"name": "cpu", "total": str(used_cpu), "borrowed": "0"}]}]}
+        return ClusterQueue.model_validate(
+            {"apiVersion": V, "kind": "ClusterQueue", "metadata": {"name": name}, "spec": spec, "status": status}
+        )
+
+    queues = [cq("cq", nominal, used, borrowing_limit)] + [cq(name, cpu) for name, cpu in peers]
+    return WorkerQuotas(
+        flavors=[ResourceFlavor.model_validate({"apiVersion": V, "kind": "ResourceFlavor", "metadata": {"name": "default"}, "spec": {}})],
+        cluster_queues=queues,
+        cohorts=[Cohort.model_validate({"apiVersion": V, "kind": "Cohort", "metadata": {"name": cohort}, "spec": {}})] if cohort else [],
+        local_queues=[
+            LocalQueue.model_validate(
+                {
+                    "apiVersion": V,
+                    "kind": "LocalQueue",
+                    "metadata": {"name": "user-queue", "namespace": "team"},
+                    "spec": {"clusterQueue": "cq"},
+                }
+            )
+        ],
+    )
+
+
+@pytest.mark.parametrize(
+    ("cpu", "quotas", "now", "ever"),
+    [
+        ("2", worker(8), True, True),
+        ("2", worker(8, used=7), False, True),  # room only once running work finishes
+        ("12", worker(8), False, False),  # more than the queue could ever give
+        ("12", worker(8, cohort="pool", peers=(("other", 8),)), True, True),  # borrowed from the cohort
+        ("12", worker(8, cohort="pool", peers=(("other", 8),), borrowing_limit=2), False, False),  # within its borrowing limit
+    ],
+)
+def test_a_workload_fits_a_worker_as_that_workers_engine_would_admit_it(cpu: str, quotas: WorkerQuotas, now: bool, ever: bool) -> None:
+    fit = fit_on(workload_info(workload(cpu)), quotas)
+    assert (fit.now, fit.ever) == (now, ever), fit.reason
+
+
+def test_copies_sent_and_not_yet_admitted_count_against_the_worker() -> None:
+    info = workload_info(workload("4"))
+    assert fit_on(info, worker(8)).now
+    assert not fit_on(info, worker(8), in_flight=[{("default", "cpu"): 5000}]).now
+
+
+def test_a_worker_without_the_workloads_local_queue_is_no_fit() -> None:
+    fit = fit_on(workload_info(workload("1", queue="other-queue")), worker(8))
+    assert not fit.ever and fit.reason == "no LocalQueue team/other-queue"
+
+
+def test_the_worker_with_the_most_room_left_wins_then_the_first_name() -> None:
+    info = workload_info(workload("2"))
+    fits = {"w1": fit_on(info, worker(8, used=4)), "w2": fit_on(info, worker(8)), "w3": fit_on(info, worker(8))}
+    assert choose_worker(fits, needs=total_requests(info)).worker == "w2"
+    assert choose_worker(fits, needs=total_requests(info), skip=["w2"]).worker == "w3"
+
+
+def test_a_workload_that_fits_nowhere_now_waits_and_one_that_never_fits_says_each_workers_largest_offer() -> None:
+    busy = workload_info(workload("4"))
+    waiting = choose_worker({"w1": fit_on(busy, worker(8, used=6)), "w2": fit_on(busy, worker(4, used=1))}, needs=total_requests(busy))
+    assert (waiting.worker, waiting.never, waiting.message) == (None, False, "waiting for room on w1, w2")
+
+    huge = workload_info(workload("6", count=2))
+    fits = {"worker1": fit_on(huge, worker(8)), "worker2": fit_on(huge, worker(6))}
+    never = choose_worker(fits, needs=total_requests(huge))
+    assert never.worker is None and never.never
+    assert never.message == "needs cpu 12; largest worker offers cpu 8 (worker1), cpu 6 (worker2)"
+
+
+def test_with_no_worker_connected_the_message_says_so() -> None:
+    assert never_fits_message({"cpu": 1000}, {}) == "needs cpu 1; no worker is connected"
+
+
+def test_fit_results_are_values() -> None:
+    assert Fit(True, True) == Fit(True, True)
