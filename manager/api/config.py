@@ -71,12 +71,19 @@ class IncrementalDispatcherConfig(KubeModel):
     step_size: int | None = Field(default=None, ge=1)
 
 
+class CapacityAwareDispatcherConfig(KubeModel):
+    """kfed's own: how long a worker has to admit the one copy before the next worker is tried."""
+
+    admission_timeout: Duration | None = None
+
+
 class MultiKueueConfiguration(KubeModel):
     gc_interval: Duration | None = None
     origin: str | None = Field(default=None, max_length=63)
     worker_lost_timeout: Duration | None = None
     dispatcher_name: str | None = None
     incremental_dispatcher_config: IncrementalDispatcherConfig | None = None
+    capacity_aware_dispatcher_config: CapacityAwareDispatcherConfig | None = None
 
     @property
     def effective_origin(self) -> str:

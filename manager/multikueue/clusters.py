@@ -65,6 +65,8 @@ class ClusterController:
     on_remote_object: Callable[[RemoteCluster, str, str], None]
     clock: Callable[[], datetime] = utcnow
     adapters: Sequence[JobAdapter[Any]] = (BATCH_JOB,)  # the job kinds each worker is watched for
+    # Capacity-aware dispatch: each worker's queues are watched too, and a change is reported.
+    on_quotas: Callable[[RemoteCluster], None] | None = None
 
     def __post_init__(self) -> None:
         self.remotes: dict[str, RemoteCluster] = {}
@@ -137,6 +139,7 @@ class ClusterController:
                 observe_latency=self._observe,
                 clock=self.clock,
                 adapters=self.adapters,
+                on_quotas=self.on_quotas,
             )
             self.remotes[name] = remote
         try:

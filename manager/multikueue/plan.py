@@ -24,6 +24,7 @@ from manager.api.meta import DNS_LABEL_PATTERN, MAX_CONDITION_MESSAGE, Condition
 from manager.engine.integrations.adapter import JobAdapter
 from manager.engine.integrations.registry import BATCH_JOB
 from manager.engine.workload import DEACTIVATION_TARGET, admission_check_state, has_quota_reservation
+from manager.multikueue.capacity import Choice
 
 REASON_MULTIKUEUE = "MultiKueue"
 # kfed's own mark on a copy: which reservation of the manager's Workload it was made for. A
@@ -66,6 +67,8 @@ class WorkloadInputs:
     now: datetime
     worker_lost_timeout: timedelta
     dispatcher: str = c.DISPATCHER_ALL_AT_ONCE
+    # Capacity-aware dispatch: the nomination to make now (None: keep the current one).
+    placement: Choice | None = None
     deleted: bool = False
     owner_kind: str | None = JOB_ADAPTER_KIND  # the controller owner's GVK string; None: no owner
     # The GVK strings of the enabled kinds with a MultiKueue adapter (the shell asks the registry).
@@ -346,6 +349,14 @@ def plan_workload(inputs: WorkloadInputs) -> Plan:
         nominated = sorted(name for name in available if name not in inputs.blocked and name in accepting)
         if sorted(current) != nominated:
             plan.nominate = nominated
+    elif inputs.dispatcher == c.DISPATCHER_CAPACITY_AWARE and inputs.placement is not None:
+        # kfed's capacity-aware dispatcher: one copy, on the worker the shell chose by fit.
+        nominated = [inputs.placement.worker] if inputs.placement.worker else []
+        if current != nominated:
+            plan.nominate = nominated
+        message = inputs.placement.message[:MAX_MESSAGE]
+        if not nominated and check.message != message:
+            plan.check = CheckUpdate("Pending", message)
     else:
         nominated = [name for name in current if name not in inputs.blocked]
     for cluster in nominated:

@@ -23,7 +23,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wai
 
 from manager.api import constants as c
 from manager.api.core import Lease
-from manager.api.kueue import Workload
+from manager.api.kueue import ClusterQueue, Cohort, LocalQueue, ResourceFlavor, Workload
 from manager.api.meta import Resource, utcnow
 from manager.engine.integrations.adapter import JobAdapter
 from manager.engine.integrations.registry import BATCH_JOB
@@ -32,6 +32,7 @@ from manager.kube.client import KubeClient, KubeconfigError
 from manager.kube.errors import ForbiddenError, KubeError, NotFoundError
 from manager.kube.informer import InformerSet
 from manager.multikueue.agent import AGENT_LEASE_NAME, AGENT_LEASE_NAMESPACE, AgentLeaseWatch, AgentVerdict, LeaseSighting
+from manager.multikueue.capacity import WorkerQuotas
 from manager.runtime.tasks import cancel_and_wait
 
 log = logging.getLogger("kfed.multikueue.remote")
@@ -40,6 +41,7 @@ RETRY_BASE_SECONDS = 5
 RETRY_MAX_SECONDS = 320
 WATCH_START_BASE_SECONDS = 60.0  # Kueue's establish timeout: 1 min doubling to 10 min
 WATCH_START_MAX_SECONDS = 600.0
+QUOTA_WATCH_RETRY_SECONDS = 30.0
 
 
 class ConnectionFailedError(Exception):
@@ -88,8 +90,14 @@ class RemoteCluster:
         clock: Callable[[], datetime] = utcnow,
         monotonic: Callable[[], float] = time.monotonic,
         adapters: Sequence[JobAdapter[Any]] = (BATCH_JOB,),
+        on_quotas: Callable[[RemoteCluster], None] | None = None,
     ) -> None:
         self.name = name
+        # Capacity-aware dispatch: the worker's queues are watched too (`quotas()`), and
+        # `on_quotas(self)` is called when they change. Failing to watch them never ends the
+        # connection: the worker's capacity is then unknown.
+        self.on_quotas = on_quotas
+        self.quota_informers: dict[str, InformerSet[Any]] | None = None
         # The job kinds to watch (as Kueue does, a worker must serve each: a watch that cannot
         # be opened fails the connection).
         self.adapters = tuple(adapters)
@@ -251,6 +259,9 @@ class RemoteCluster:
         Lease is read alongside; failing to read it never ends the connection."""
         watches = [asyncio.create_task(informer.watch_until_error()) for informer in self._informers()]
         agent = asyncio.create_task(self._poll_agent(), name=f"multikueue-agent-lease-{self.name}")
+        side = [agent]
+        if self.on_quotas is not None:
+            side.append(asyncio.create_task(self._watch_quotas(), name=f"multikueue-quotas-{self.name}"))
         try:
             done, _ = await asyncio.wait(watches, return_when=asyncio.FIRST_COMPLETED)
             for task in done:
@@ -259,9 +270,59 @@ class RemoteCluster:
                     raise ConnectionFailedError(_describe(failure))
             raise ConnectionFailedError("the watch ended")
         finally:
-            await cancel_and_wait([*watches, agent])
+            await cancel_and_wait([*watches, *side])
             self.agent.forget()
             self._agent_running = None
+            self.quota_informers = None
+
+    async def _watch_quotas(self) -> None:
+        """Watch the worker's ResourceFlavors, ClusterQueues, Cohorts and LocalQueues for as
+        long as the connection lasts; a failure (no right to read them, a worker without
+        Cohorts) leaves the capacity unknown and is tried again."""
+        while True:
+            client = self.client
+            assert client is not None
+            informers: dict[str, InformerSet[Any]] = {
+                model.KIND: InformerSet(client, model, namespaces=self.namespaces if model is LocalQueue else None)
+                for model in (ResourceFlavor, ClusterQueue, Cohort, LocalQueue)
+            }
+            try:
+                await asyncio.gather(*(informer.relist() for informer in informers.values()))
+                for informer in informers.values():
+                    informer.add_handler(self._on_quota_object)
+                self.quota_informers = informers
+                self._quotas_changed()
+                watches = [asyncio.create_task(informer.watch_until_error()) for informer in informers.values()]
+                try:
+                    done, _ = await asyncio.wait(watches, return_when=asyncio.FIRST_COMPLETED)
+                    for task in done:
+                        task.result()
+                finally:
+                    await cancel_and_wait(watches)
+            except (KubeError, TimeoutError) as err:
+                log.warning("cannot watch the worker's queues; its capacity is unknown", extra={"cluster": self.name, "error": str(err)})
+            self.quota_informers = None
+            self._quotas_changed()
+            await asyncio.sleep(QUOTA_WATCH_RETRY_SECONDS)
+
+    def _on_quota_object(self, kind: str, old: Any, new: Any) -> None:
+        self._quotas_changed()
+
+    def _quotas_changed(self) -> None:
+        if self.on_quotas is not None:
+            self.on_quotas(self)
+
+    def quotas(self) -> WorkerQuotas | None:
+        """The worker's queues as last seen while connected; None while unknown."""
+        informers = self.quota_informers
+        if informers is None or not self.connected:
+            return None
+        return WorkerQuotas(
+            flavors=informers[ResourceFlavor.KIND].items(),
+            cluster_queues=informers[ClusterQueue.KIND].items(),
+            cohorts=informers[Cohort.KIND].items(),
+            local_queues=informers[LocalQueue.KIND].items(),
+        )
 
     # --- the admission side ---------------------------------------------------------------------------
     def agent_verdict(self) -> AgentVerdict:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from manager.api import constants as c
 from manager.api import kueue
 from manager.api.core import Secret
 from manager.controllers.run import Process
@@ -39,6 +40,9 @@ class MultiKueue:
             adapters=process.integrations.multikueue,
             on_connection_change=lambda remote: self.on_connection_change(remote),
             on_remote_object=lambda remote, ns, name: self.workloads.on_remote_object(remote, ns, name),
+            on_quotas=(
+                (lambda remote: self.workloads.on_quotas(remote)) if self.settings.dispatcher_name == c.DISPATCHER_CAPACITY_AWARE else None
+            ),
         )
         self.workloads = WorkloadController(
             client, process.caches, settings=self.settings, clusters=self.clusters, configs=self.configs, recorder=process.recorder

@@ -12,6 +12,7 @@ from manager.multikueue.kubeconfig import DEFAULT_PATH_PREFIX
 DEFAULT_GC_INTERVAL = timedelta(minutes=1)
 DEFAULT_WORKER_LOST_TIMEOUT = timedelta(minutes=15)
 DEFAULT_STEP_SIZE = 3
+DEFAULT_ADMISSION_TIMEOUT = timedelta(seconds=30)
 
 
 @dataclass(frozen=True)
@@ -21,6 +22,7 @@ class Settings:
     worker_lost_timeout: timedelta = DEFAULT_WORKER_LOST_TIMEOUT
     dispatcher_name: str = c.DISPATCHER_ALL_AT_ONCE
     step_size: int = DEFAULT_STEP_SIZE
+    admission_timeout: timedelta = DEFAULT_ADMISSION_TIMEOUT  # capacity-aware: a copy's time to be admitted
     kubeconfig_path_prefix: str = DEFAULT_PATH_PREFIX
 
     @classmethod
@@ -35,12 +37,18 @@ class Settings:
             raise ValueError(
                 f"multiKueue.incrementalDispatcherConfig: Invalid value: only valid with dispatcherName {c.DISPATCHER_INCREMENTAL}"
             )
+        capacity = mk.capacity_aware_dispatcher_config
+        if capacity is not None and mk.dispatcher_name != c.DISPATCHER_CAPACITY_AWARE:
+            raise ValueError(
+                f"multiKueue.capacityAwareDispatcherConfig: Invalid value: only valid with dispatcherName {c.DISPATCHER_CAPACITY_AWARE}"
+            )
         return cls(
             origin=mk.origin or c.DEFAULT_MULTIKUEUE_ORIGIN,
             gc_interval=_duration(mk.gc_interval, DEFAULT_GC_INTERVAL),
             worker_lost_timeout=_duration(mk.worker_lost_timeout, DEFAULT_WORKER_LOST_TIMEOUT),
             dispatcher_name=mk.dispatcher_name or c.DISPATCHER_ALL_AT_ONCE,
             step_size=step or DEFAULT_STEP_SIZE,
+            admission_timeout=_duration(capacity.admission_timeout if capacity else None, DEFAULT_ADMISSION_TIMEOUT),
             kubeconfig_path_prefix=kubeconfig_path_prefix,
         )
 

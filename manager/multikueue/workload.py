@@ -25,6 +25,8 @@ from manager.controllers.caches import Caches
 from manager.controllers.events import EventRecorder, InvolvedObject
 from manager.engine.integrations.adapter import JobAdapter
 from manager.engine.integrations.registry import BATCH_JOB
+from manager.engine.requests import RequestError
+from manager.engine.units import FlavorResource
 from manager.engine.workload import (
     DEACTIVATION_TARGET,
     admission_check_state,
@@ -36,6 +38,7 @@ from manager.engine.workload import (
 from manager.kube.client import JSON_PATCH, KubeClient
 from manager.kube.errors import AlreadyExistsError, ConflictError, KubeError, NotFoundError
 from manager.kube.informer import Informer
+from manager.multikueue.capacity import Choice, Fit, choose_worker, fit_on, total_requests, workload_info
 from manager.multikueue.clusters import ClusterController
 from manager.multikueue.plan import (
     REASON_EVICTED_ON_MANAGER,
@@ -84,6 +87,13 @@ class WorkloadController:
         self.problems: dict[tuple[str, str], str] = {}  # (workload key, cluster) -> why no copy there
         self.blocked: dict[tuple[str, str], str] = {}  # (workload key, cluster) -> a foreign Job
         self.round_started: dict[str, datetime] = {}  # Incremental dispatcher rounds
+        # Capacity-aware dispatch: when each nomination was made, the workers tried in this
+        # round, the usage of each copy sent and not yet admitted (worker, usage on its
+        # flavors), and the Workloads waiting for room somewhere.
+        self.nominated_at: dict[str, datetime] = {}
+        self.tried: dict[str, set[str]] = {}
+        self.in_flight: dict[str, tuple[str, dict[FlavorResource, int]]] = {}
+        self.waiting: set[str] = set()
         self.dispatched_at: dict[str, datetime] = {}
         self._dispatched = REGISTRY.counter(
             "kfed_multikueue_workloads_dispatched_total", "Remote Workload copies created, per cluster.", ("cluster_queue", "cluster")
@@ -119,6 +129,11 @@ class WorkloadController:
 
     def on_remote_object(self, remote: RemoteCluster, namespace: str, name: str) -> None:
         self.controller.enqueue(f"{namespace}/{name}")
+
+    def on_quotas(self, remote: RemoteCluster) -> None:
+        """A worker's queues changed: the Workloads waiting for room may fit now."""
+        for key in list(self.waiting):
+            self.controller.enqueue(key)
 
     def on_connection_change(self, remote: RemoteCluster) -> None:
         """A worker came or went: every MultiKueue workload may have something new to do."""
@@ -258,6 +273,7 @@ class WorkloadController:
         now = self.clock()
         if await self._dispatch_incrementally(local, check_name, names, now):
             return None
+        placement = self._placement(local, check_name, health, connected, now)
         inputs = WorkloadInputs(
             local=local,
             check_name=check_name,
@@ -275,11 +291,87 @@ class WorkloadController:
             problems={cl: msg for (k, cl), msg in self.problems.items() if k == key},
             blocked={cl: msg for (k, cl), msg in self.blocked.items() if k == key},
             remote_jobs=frozenset(name for name, remote in connected.items() if remote.jobs_for(key)),
+            placement=placement,
         )
         plan = plan_workload(inputs)
-        return await self._execute(key, local, adapter, job, plan, connected, check_name)
+        result = await self._execute(key, local, adapter, job, plan, connected, check_name)
+        since = self.nominated_at.get(key)
+        if since is not None:  # look again when the nominated worker's time is up
+            due = max((since + self.settings.admission_timeout - now).total_seconds(), 0.1)
+            if result is None or result.requeue_after is None or result.requeue_after > due:
+                result = Result(requeue_after=due)
+        return result
+
+    # --- capacity-aware dispatch -------------------------------------------------------------------
+    def _placement(
+        self, local: kueue.Workload, check_name: str, health: list[ClusterHealth], connected: dict[str, RemoteCluster], now: datetime
+    ) -> Choice | None:
+        """The capacity-aware dispatcher's nomination for a Workload waiting to be dispatched, or
+        None to keep the current one (or for any other dispatcher). A nominated worker has
+        `admission_timeout` to admit the copy; then the next worker where it fits is tried."""
+        if self.settings.dispatcher_name != c.DISPATCHER_CAPACITY_AWARE:
+            return None
+        key = local.key
+        check = admission_check_state(local, check_name)
+        status = local.status
+        if check is None or check.state != "Pending" or not has_quota_reservation(local) or (status and status.cluster_name):
+            self._forget_placement(key)
+            return None
+        current = list(status.nominated_cluster_names or []) if status else []
+        accepting = sorted(h.name for h in health if h.connected and h.accepts_new)
+        since = self.nominated_at.get(key)
+        if current and since is None:
+            self.nominated_at[key] = now  # nominated before this process started: its time runs from now
+            return None
+        if current and set(current) <= set(accepting) and since is not None and now - since < self.settings.admission_timeout:
+            return None
+        try:
+            info = workload_info(local)
+        except RequestError as err:
+            return Choice(None, message=f"cannot read the workload's requests: {err}")
+        fits = {}
+        for name in accepting:
+            quotas = connected[name].quotas()
+            # A worker whose queues cannot be read may still be tried, after those that fit.
+            fits[name] = Fit(True, True, free_after=-1.0) if quotas is None else fit_on(info, quotas, in_flight=self._in_flight(name, key))
+        tried = self.tried.setdefault(key, set())
+        tried.update(current)
+        needs = total_requests(info)
+        choice = choose_worker(fits, needs=needs, skip=tried)
+        if choice.worker is None and any(fit.now for fit in fits.values()):
+            tried.clear()  # every worker where it fits was tried: a new round
+            choice = choose_worker(fits, needs=needs)
+        if choice.worker is None:
+            self.nominated_at.pop(key, None)
+            self.in_flight.pop(key, None)
+            self.waiting.add(key)
+            return choice
+        self.waiting.discard(key)
+        self.nominated_at[key] = now
+        self.in_flight[key] = (choice.worker, fits[choice.worker].usage)
+        return choice
+
+    def _in_flight(self, worker: str, key: str) -> list[dict[FlavorResource, int]]:
+        """The usage of the other copies sent to `worker` that it has not reserved quota for yet
+        (its ClusterQueues' status does not count them)."""
+        remote = self.clusters.remotes.get(worker)
+        usages = []
+        for other, (where, usage) in self.in_flight.items():
+            if other == key or where != worker:
+                continue
+            copy = remote.workload(other) if remote is not None else None
+            if copy is None or not has_quota_reservation(copy):
+                usages.append(usage)
+        return usages
+
+    def _forget_placement(self, key: str) -> None:
+        self.nominated_at.pop(key, None)
+        self.tried.pop(key, None)
+        self.in_flight.pop(key, None)
+        self.waiting.discard(key)
 
     def _forget(self, key: str) -> None:
+        self._forget_placement(key)
         self.deleted.pop(key, None)
         self.round_started.pop(key, None)
         self.dispatched_at.pop(key, None)

@@ -94,7 +94,14 @@ class Federation:
             self.process = None
 
 
-def build(provider: Any, directory: Path, *, worker_config: dict[str, Any] | None = None, jobset_bin: Path | None = None) -> Federation:
+def build(
+    provider: Any,
+    directory: Path,
+    *,
+    worker_config: dict[str, Any] | None = None,
+    jobset_bin: Path | None = None,
+    multikueue: dict[str, Any] | None = None,
+) -> Federation:
     """The federation; `worker_config` is a Kueue Configuration for the workers' agents. With
     `jobset_bin` (hack/jobset/build.sh's output) every cluster gets the JobSet CRD, each worker
     its JobSet controller, and kfed's processes integrate JobSets as well as Jobs, as
@@ -126,7 +133,7 @@ def build(provider: Any, directory: Path, *, worker_config: dict[str, Any] | Non
         agent.wait_ready()
         wait_webhooks(worker, agent)
         fed.agents[name] = agent
-    write_config(fed.config_file, origin=None, more=integrations)
+    write_config(fed.config_file, origin=None, more=integrations, multikueue=multikueue)
     join(manager, fed.workers)
     fed.start_manager()
     return fed
@@ -220,13 +227,13 @@ def build_second_manager(fed: Federation, provider: Any, directory: Path, *, ori
     return second
 
 
-def write_config(path: Path, *, origin: str | None, more: dict[str, Any] | None = None) -> None:
+def write_config(path: Path, *, origin: str | None, more: dict[str, Any] | None = None, multikueue: dict[str, Any] | None = None) -> None:
     """The manager's Kueue Configuration: short GC and worker-lost periods, so tests can wait
     them out, and the sections in `more`."""
-    multikueue: dict[str, Any] = {"gcInterval": f"{GC_INTERVAL}s", "workerLostTimeout": f"{WORKER_LOST_TIMEOUT}s"}
+    section: dict[str, Any] = {"gcInterval": f"{GC_INTERVAL}s", "workerLostTimeout": f"{WORKER_LOST_TIMEOUT}s", **(multikueue or {})}
     if origin:
-        multikueue["origin"] = origin
-    config = {"apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration", "multiKueue": multikueue, **(more or {})}
+        section["origin"] = origin
+    config = {"apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration", "multiKueue": section, **(more or {})}
     path.write_text(yaml.safe_dump(config))
 
 
