@@ -52,6 +52,14 @@ APPLY_PATCH = "application/apply-patch+yaml"
 # its code path; tests/e2e/test_worker_access.py compares them with the audit log of a run.
 # The ClusterRole is bound cluster-wide, or, when the administrator names the namespaces, by
 # a RoleBinding in each (the same rules as deploy/multikueue-worker-access; a test keeps them equal).
+# remote.py watches the worker's queues for the capacity-aware dispatcher (read only; where the
+# role is bound per namespace, the cluster-scoped ones stay unreadable and the worker's capacity
+# counts as unknown). Optional: register's checklist does not require it.
+QUEUE_READ_RULE: dict[str, list[str]] = {
+    "apiGroups": [c.GROUP],
+    "resources": ["clusterqueues", "cohorts", "localqueues", "resourceflavors"],
+    "verbs": ["list", "watch"],
+}
 WORKLOAD_RULES: list[dict[str, list[str]]] = [
     # remote.py lists and watches our Jobs; workload.py creates one on the winner, and gets it
     # when the name is taken (ours, or a foreign Job left alone); deleted with the copy and by gc.py.
@@ -64,6 +72,7 @@ WORKLOAD_RULES: list[dict[str, list[str]]] = [
     {"apiGroups": [c.GROUP], "resources": ["workloads"], "verbs": ["create", "delete", "list", "patch", "watch"]},
     # workload.py: a copy evicted on the manager gets its DeactivationTarget condition.
     {"apiGroups": [c.GROUP], "resources": ["workloads/status"], "verbs": ["patch"]},
+    QUEUE_READ_RULE,
 ]
 # Whether the worker's kfed agent runs (remote.py reads its leader-election Lease): that one
 # Lease, read only, through a Role in its namespace.
@@ -75,7 +84,7 @@ AGENT_LEASE_RULES: list[dict[str, list[str]]] = [
 def required_access(namespaces: tuple[str, ...] | None) -> list[tuple[str, str, str, str, str]]:
     """(group, resource, subresource, verb, namespace) for each right MultiKueue needs: in each
     named namespace, or cluster-wide ("") where the manager watches the whole cluster."""
-    accesses = [access for rule in WORKLOAD_RULES for access in Rule.from_dict(rule).accesses()]
+    accesses = [access for rule in WORKLOAD_RULES if rule is not QUEUE_READ_RULE for access in Rule.from_dict(rule).accesses()]
     return [(a.group, a.resource, a.subresource, a.verb, ns) for ns in namespaces or ("",) for a in accesses]
 
 

@@ -49,8 +49,13 @@ SA = service_account_user(SYSTEM_NAMESPACE, register.SERVICE_ACCOUNT)
 OURS = (f"ClusterRole {register.SERVICE_ACCOUNT}", f"Role {AGENT_LEASE_NAMESPACE}/{register.AGENT_LEASE_ROLE}")
 # Rights of our roles that the flow below does not use, each with the code path that needs
 # it: JobSets go through the same paths as Jobs (manager/engine/integrations/jobset.py), for a
-# manager that enables them; this flow runs batch/v1 Jobs.
-ALLOWED_UNUSED: tuple[str, ...] = tuple(f"{verb} jobset.x-k8s.io/jobsets " for verb in ("create", "delete", "get", "list", "watch"))
+# manager that enables them; this flow runs batch/v1 Jobs. The worker's queues are read by the
+# capacity-aware dispatcher only (manager/multikueue/remote.py, `_watch_quotas`); this flow
+# dispatches AllAtOnce.
+JOBSET_RIGHTS = tuple(f"{verb} jobset.x-k8s.io/jobsets " for verb in ("create", "delete", "get", "list", "watch"))
+QUEUES = ("clusterqueues", "cohorts", "localqueues", "resourceflavors")
+QUEUE_RIGHTS = tuple(f"{verb} kueue.x-k8s.io/{plural} " for verb in ("list", "watch") for plural in QUEUES)
+ALLOWED_UNUSED: tuple[str, ...] = JOBSET_RIGHTS + QUEUE_RIGHTS
 PARKED = {"kfed-test/pool": "parked"}  # no node has it: the pod stays Pending, the Job active
 ORIGIN = c.DEFAULT_MULTIKUEUE_ORIGIN
 

@@ -3,16 +3,23 @@ flavor assignment on each worker's own queues."""
 
 from __future__ import annotations
 
+import re
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
+from manager.api import constants as c
+from manager.api.config import Configuration
 from manager.api.kueue import ClusterQueue, Cohort, LocalQueue, ResourceFlavor, Workload
 from manager.multikueue.capacity import Fit, WorkerQuotas, choose_worker, fit_on, never_fits_message, total_requests, workload_info
+from manager.multikueue.settings import Settings
 
 pytestmark = pytest.mark.unit
 
 V = "kueue.x-k8s.io/v1beta2"
+CONFIG_VERSION = "config.kueue.x-k8s.io/v1beta2"
+TWO_MINUTES = {"admissionTimeout": "2m"}
 
 
 def workload(cpu: str, *, count: int = 1, ns: str = "team", queue: str = "user-queue") -> Workload:
@@ -116,3 +123,28 @@ def test_with_no_worker_connected_the_message_says_so() -> None:
 
 def test_fit_results_are_values() -> None:
     assert Fit(True, True) == Fit(True, True)
+
+
+@pytest.mark.parametrize(
+    ("multikueue", "expected"),
+    [
+        ({"dispatcherName": c.DISPATCHER_CAPACITY_AWARE}, timedelta(seconds=30)),
+        (
+            {"dispatcherName": c.DISPATCHER_CAPACITY_AWARE, "capacityAwareDispatcherConfig": {"admissionTimeout": "2m"}},
+            timedelta(minutes=2),
+        ),
+        (
+            {"capacityAwareDispatcherConfig": TWO_MINUTES},
+            f"multiKueue.capacityAwareDispatcherConfig: Invalid value: only valid with dispatcherName {c.DISPATCHER_CAPACITY_AWARE}",
+        ),
+    ],
+)
+def test_the_admission_timeout_is_read_from_the_configuration(multikueue: dict[str, Any], expected: timedelta | str) -> None:
+    config = Configuration.model_validate(
+        {"apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration", "multiKueue": multikueue}
+    )
+    if isinstance(expected, str):
+        with pytest.raises(ValueError, match=re.escape(expected)):
+            Settings.from_configuration(config)
+    else:
+        assert Settings.from_configuration(config).admission_timeout == expected
