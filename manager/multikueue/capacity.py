@@ -49,6 +49,7 @@ class Fit:
     free_after: float = 0.0
     offers: dict[str, int] = field(default_factory=dict)  # resource -> engine units
     reason: str = ""
+    missing: bool = False  # the worker lacks the LocalQueue or its ClusterQueue: `reason` says which
     usage: dict[FlavorResource, int] = field(default_factory=dict)  # the worker's flavors, when it fits now
 
 
@@ -91,11 +92,11 @@ def fit_on(info: WorkloadInfo, quotas: WorkerQuotas, *, in_flight: Iterable[Mapp
     where = f"{info.namespace}/{info.queue_name}"
     lq = next((q for q in quotas.local_queues if f"{q.namespace}/{q.name}" == where), None)
     if lq is None:
-        return Fit(False, False, reason=f"no LocalQueue {where}")
+        return Fit(False, False, reason=f"LocalQueue {info.queue_name} doesn't exist", missing=True)
     cache = Cache(flavors=quotas.flavors, cluster_queues=quotas.cluster_queues, cohorts=quotas.cohorts, local_queues=[lq])
     cq = cache.cluster_queues.get(lq.spec.cluster_queue or "")
     if cq is None:
-        return Fit(False, False, reason=f"no ClusterQueue {lq.spec.cluster_queue}")
+        return Fit(False, False, reason=f"ClusterQueue {lq.spec.cluster_queue} doesn't exist", missing=True)
     offers = _offers(cq)
     try:
         empty = _assign(cache, cq, info)
@@ -145,15 +146,21 @@ def choose_worker(fits: Mapping[str, Fit], *, needs: Mapping[str, int], skip: It
 
 
 def never_fits_message(needs: Mapping[str, int], fits: Mapping[str, Fit]) -> str:
-    """For example: "needs cpu 12; largest worker offers cpu 8 (worker1), cpu 6 (worker2)"."""
+    """For example: "needs cpu 12; largest worker offers cpu 8 (worker1), cpu 6 (worker2)", and
+    each worker that lacks the queue, as "worker3: LocalQueue user-queue doesn't exist"."""
     wanted = ", ".join(f"{resource} {format_amount(resource, value)}" for resource, value in sorted(needs.items()))
-    offers = []
-    for resource in sorted(needs):
-        ranked = sorted(((fit.offers.get(resource, 0), name) for name, fit in fits.items()), key=lambda x: (-x[0], x[1]))
-        offers += [f"{resource} {format_amount(resource, value)} ({name})" for value, name in ranked]
     if not fits:
         return f"needs {wanted}; no worker is connected"
-    return f"needs {wanted}; largest worker offers {', '.join(offers)}"
+    parts = [f"needs {wanted}"]
+    queued = {name: fit for name, fit in fits.items() if not fit.missing}
+    if queued:
+        offers = []
+        for resource in sorted(needs):
+            ranked = sorted(((fit.offers.get(resource, 0), name) for name, fit in queued.items()), key=lambda x: (-x[0], x[1]))
+            offers += [f"{resource} {format_amount(resource, value)} ({name})" for value, name in ranked]
+        parts.append(f"largest worker offers {', '.join(offers)}")
+    parts += [f"{name}: {fit.reason}" for name, fit in sorted(fits.items()) if fit.missing]
+    return "; ".join(parts)
 
 
 def total_requests(info: WorkloadInfo) -> dict[str, int]:

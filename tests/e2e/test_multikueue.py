@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,13 +29,37 @@ from tests.e2e.federation import (
     WORKER_LOST_TIMEOUT,
     Clients,
     Federation,
+    build,
     build_second_manager,
     job_manifest,
     secret_manifest,
+    stop,
 )
 from tests.harness import Provider, eventually
 from tests.integration.controllers import SYSTEM_NAMESPACE
 from tests.integration.test_job_integrations import KWOK_RUN_TIME
+
+DISPATCHERS = {"all-at-once": c.DISPATCHER_ALL_AT_ONCE, "capacity-aware": c.DISPATCHER_CAPACITY_AWARE}
+
+
+@pytest.fixture(scope="module", params=sorted(DISPATCHERS))
+def dispatcher(request: pytest.FixtureRequest) -> str:
+    """Every test here runs with Kueue's AllAtOnce dispatcher and with kfed's capacity-aware one."""
+    return DISPATCHERS[request.param]
+
+
+@pytest.fixture(scope="module")
+def fed(fed: Federation, dispatcher: str, provider: Provider, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]:
+    """The tier's shared federation (AllAtOnce), or one of this module's own whose manager
+    dispatches capacity-aware."""
+    if dispatcher == c.DISPATCHER_ALL_AT_ONCE:
+        yield fed
+        return
+    created = build(provider, Path(tmp_path_factory.mktemp("capacity-aware")), multikueue={"dispatcherName": dispatcher})
+    try:
+        yield created
+    finally:
+        stop(created)
 
 
 @pytest.fixture
@@ -299,7 +325,9 @@ async def test_secret_rotation_and_an_invalid_secret_show_on_the_cluster_and_rec
 
 
 # --- the manager restarts ----------------------------------------------------------------------------------
-async def test_a_manager_restart_mid_dispatch_makes_no_duplicates_and_dispatch_resumes(fed: Federation, kube: Clients, tag: str) -> None:
+async def test_a_manager_restart_mid_dispatch_makes_no_duplicates_and_dispatch_resumes(
+    fed: Federation, kube: Clients, tag: str, dispatcher: str
+) -> None:
     ns = f"{tag}-restart"
     cqs = await kube.queues(ns, manager_cpu=4, worker_cpu={"worker1": 0, "worker2": 0}, labels=PARKED, tag=tag)
     await kube.manager.create(Job, job_manifest("survivor", ns))
@@ -308,7 +336,16 @@ async def test_a_manager_restart_mid_dispatch_makes_no_duplicates_and_dispatch_r
         wls = await kube.remote_workloads(ns)
         return all(len(items) == 1 for items in wls.values())
 
-    await eventually(copies_everywhere, timeout=60, what="a copy on each worker, waiting for quota")
+    async def held_on_the_manager() -> bool:
+        # Capacity-aware: no worker has room, so no copy is sent and the check says why.
+        wl = await kube.manager_workload(ns, "survivor")
+        check = admission_check_state(wl, CHECK) if wl else None
+        return check is not None and check.message.startswith("needs cpu 1; largest worker offers cpu 0")
+
+    if dispatcher == c.DISPATCHER_CAPACITY_AWARE:
+        await eventually(held_on_the_manager, timeout=60, what="the Workload held on the manager, no worker having room")
+    else:
+        await eventually(copies_everywhere, timeout=60, what="a copy on each worker, waiting for quota")
     fed.stop_manager(kill=True)
     try:
         await kube.set_quota(kube.workers["worker2"], cqs["worker2"], 4)

@@ -93,9 +93,12 @@ def test_copies_sent_and_not_yet_admitted_count_against_the_worker() -> None:
     assert not fit_on(info, worker(8), in_flight=[{("default", "cpu"): 5000}]).now
 
 
-def test_a_worker_without_the_workloads_local_queue_is_no_fit() -> None:
-    fit = fit_on(workload_info(workload("1", queue="other-queue")), worker(8))
-    assert not fit.ever and fit.reason == "no LocalQueue team/other-queue"
+def test_a_worker_without_the_workloads_local_queue_is_no_fit_and_is_named() -> None:
+    info = workload_info(workload("1", queue="other-queue"))
+    fit = fit_on(info, worker(8))
+    assert not fit.ever and fit.missing and fit.reason == "LocalQueue other-queue doesn't exist"
+    message = choose_worker({"w1": fit, "w2": fit_on(workload_info(workload("1")), worker(0))}, needs=total_requests(info)).message
+    assert message == "needs cpu 1; largest worker offers cpu 0 (w2); w1: LocalQueue other-queue doesn't exist"
 
 
 def test_the_worker_with_the_most_room_left_wins_then_the_first_name() -> None:
