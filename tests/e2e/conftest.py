@@ -7,17 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.federation import Clients, Federation, build, stop
+from tests.e2e.federation import Clients, Federation, running
 from tests.harness import Provider
 
 
 @pytest.fixture(scope="session")
 def fed(provider: Provider, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]:
-    created = build(provider, Path(tmp_path_factory.mktemp("federation")))
-    try:
+    with running(provider, Path(tmp_path_factory.mktemp("federation"))) as created:
         yield created
-    finally:
-        stop(created)
 
 
 @pytest.fixture

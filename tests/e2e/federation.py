@@ -6,7 +6,9 @@ MultiKueueConfig and an AdmissionCheck, as an administrator would set it up."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -137,6 +139,16 @@ def build(
     join(manager, fed.workers)
     fed.start_manager()
     return fed
+
+
+@contextlib.contextmanager
+def running(provider: Any, directory: Path, **options: Any) -> Iterator[Federation]:
+    """A federation (`build`'s options) for the length of the block, stopped after it."""
+    created = build(provider, directory, **options)
+    try:
+        yield created
+    finally:
+        stop(created)
 
 
 def stop(fed: Federation) -> None:

@@ -20,27 +20,22 @@ from manager.api.core import Job
 from manager.dev.local import POD_RUN_TIME_ANNOTATION
 from manager.engine.workload import admission_check_state
 from manager.kube.informer import Informer
-from tests.e2e.federation import CHECK, RUNS, Clients, Federation, build, job_manifest, stop
+from tests.e2e.federation import CHECK, RUNS, Clients, Federation, job_manifest, running
+from tests.e2e.test_multikueue import running_where
 from tests.harness import Provider, eventually
 
 
 @pytest.fixture(scope="module")
 def fed(provider: Provider, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]:
     """This module's own federation, its manager dispatching with the capacity-aware dispatcher."""
-    created = build(
-        provider,
-        Path(tmp_path_factory.mktemp("capacity")),
-        multikueue={"dispatcherName": c.DISPATCHER_CAPACITY_AWARE, "capacityAwareDispatcherConfig": {"admissionTimeout": "20s"}},
-    )
-    try:
+    settings = {"dispatcherName": c.DISPATCHER_CAPACITY_AWARE, "capacityAwareDispatcherConfig": {"admissionTimeout": "20s"}}
+    with running(provider, Path(tmp_path_factory.mktemp("capacity")), multikueue=settings) as created:
         yield created
-    finally:
-        stop(created)
 
 
 @pytest.fixture
 def tag() -> str:
-    return f"t{uuid.uuid4().hex[:6]}"
+    return f"a{uuid.uuid4().hex[:6]}"
 
 
 def long_job(name: str, ns: str, cpu: str, run_time: str = "600s") -> dict[str, Any]:
@@ -87,12 +82,7 @@ def message_is(kube: Clients, ns: str, job: str, expected: str) -> Callable[[], 
 
 
 def running_on_worker(kube: Clients, ns: str, job: str) -> Callable[[], Awaitable[list[str]]]:
-    return lambda: running_on(kube, ns, job)
-
-
-async def running_on(kube: Clients, ns: str, job: str) -> list[str]:
-    jobs = await kube.remote_jobs(ns)
-    return sorted(worker for worker, items in jobs.items() for j in items if j.name == job and j.spec.suspend is False)
+    return lambda: running_where(kube, ns, job)
 
 
 async def test_a_job_is_sent_only_to_the_worker_where_it_fits(kube: Clients, tag: str) -> None:
@@ -100,7 +90,7 @@ async def test_a_job_is_sent_only_to_the_worker_where_it_fits(kube: Clients, tag
     await kube.queues(ns, manager_cpu=8, worker_cpu={"worker1": 1, "worker2": 4}, labels=RUNS, tag=tag)
     async with copies_seen(kube, ns) as seen:
         await kube.manager.create(Job, job_manifest("train", ns, cpu="2"))
-        assert await eventually(lambda: running_on(kube, ns, "train"), timeout=60, what="train running on a worker") == ["worker2"]
+        assert await eventually(lambda: running_where(kube, ns, "train"), timeout=60, what="train running on a worker") == ["worker2"]
         wl = await kube.manager_workload(ns, "train")
         assert wl is not None and wl.status is not None and wl.status.cluster_name == "worker2"
     # worker1's queue has 1 cpu: it never got a copy, not even for a moment.
@@ -119,7 +109,7 @@ async def test_a_job_with_no_room_now_waits_and_goes_where_room_appears(kube: Cl
         waiting = "waiting for room on worker1, worker2"
         await eventually(message_is(kube, ns, "late", waiting), timeout=30, what="the waiting message")
         await kube.set_quota(kube.workers["worker2"], names["worker2"], 4)
-        assert await eventually(lambda: running_on(kube, ns, "late"), timeout=60, what="late running once worker2 grew") == ["worker2"]
+        assert await eventually(lambda: running_where(kube, ns, "late"), timeout=60, what="late running once worker2 grew") == ["worker2"]
     late = await kube.manager_workload(ns, "late")
     assert late is not None
     assert late.name not in seen["worker1"], seen

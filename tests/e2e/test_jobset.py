@@ -18,7 +18,7 @@ from manager.api.core import Job
 from manager.api.jobset import JobSet
 from manager.api.meta import find_condition, is_condition_true
 from manager.kube.client import KubeClient
-from tests.e2e.federation import RUNS, Clients, Federation, build, job_manifest, stop
+from tests.e2e.federation import RUNS, Clients, Federation, job_manifest, running
 from tests.e2e.test_cli import jobs_json, kfed
 from tests.e2e.test_multikueue import make_priority_classes
 from tests.harness import Provider, eventually, require_jobset
@@ -31,11 +31,8 @@ def fed(provider: Provider, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     """This module's own federation: JobSet's CRD everywhere, its controller on the workers, and
     kfed integrating JobSets (the tier's `kube` fixture opens its clients on it)."""
     jobset_bin = require_jobset()
-    created = build(provider, Path(tmp_path_factory.mktemp("jobset")), jobset_bin=jobset_bin)
-    try:
+    with running(provider, Path(tmp_path_factory.mktemp("jobset")), jobset_bin=jobset_bin) as created:
         yield created
-    finally:
-        stop(created)
 
 
 async def workload_of(client: KubeClient, ns: str, name: str) -> kueue.Workload | None:

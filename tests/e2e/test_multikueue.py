@@ -29,11 +29,10 @@ from tests.e2e.federation import (
     WORKER_LOST_TIMEOUT,
     Clients,
     Federation,
-    build,
     build_second_manager,
     job_manifest,
+    running,
     secret_manifest,
-    stop,
 )
 from tests.harness import Provider, eventually
 from tests.integration.controllers import SYSTEM_NAMESPACE
@@ -55,11 +54,8 @@ def fed(fed: Federation, dispatcher: str, provider: Provider, tmp_path_factory: 
     if dispatcher == c.DISPATCHER_ALL_AT_ONCE:
         yield fed
         return
-    created = build(provider, Path(tmp_path_factory.mktemp("capacity-aware")), multikueue={"dispatcherName": dispatcher})
-    try:
+    with running(provider, Path(tmp_path_factory.mktemp("capacity-aware")), multikueue={"dispatcherName": dispatcher}) as created:
         yield created
-    finally:
-        stop(created)
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from manager.api import kueue
 from manager.api.core import Job
 from manager.api.meta import find_condition
 from manager.engine.workload import admission_check_state
-from tests.e2e.federation import CHECK, PARKED, Clients, Federation, build, job_manifest, stop
+from tests.e2e.federation import CHECK, PARKED, Clients, Federation, job_manifest, running
 from tests.harness import Provider, eventually
 
 TIMEOUT = 3  # seconds, on the workers
@@ -28,11 +28,8 @@ def fed(provider: Provider, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     """This module's own federation, its workers with waitForPodsReady (the tier's `kube`
     fixture opens its clients on it)."""
     section = {"timeout": f"{TIMEOUT}s", "requeuingStrategy": {"backoffBaseSeconds": 1}}
-    created = build(provider, Path(tmp_path_factory.mktemp("podsready")), worker_config={"waitForPodsReady": section})
-    try:
+    with running(provider, Path(tmp_path_factory.mktemp("podsready")), worker_config={"waitForPodsReady": section}) as created:
         yield created
-    finally:
-        stop(created)
 
 
 async def test_a_job_whose_pods_never_get_ready_on_its_worker_is_evicted_there_and_dispatched_again(kube: Clients) -> None:
