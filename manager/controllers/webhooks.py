@@ -104,28 +104,32 @@ async def queue_uses_multikueue(caches: Caches, client: KubeClient, namespace: s
     """Whether a job queued to `namespace/queue` dispatches through a MultiKueue check. The
     caches answer; an object they have not seen yet (a queue created a moment before the job)
     is read from the apiserver, so a job submitted right after its queue is still marked for
-    MultiKueue. Kueue's webhook reads only its cache, and leaves such a job to run locally."""
-    lq = caches.local_queues.get(f"{namespace}/{queue}") or await _read(client, kueue.LocalQueue, queue, namespace)
-    cq_name = lq.spec.cluster_queue if lq else None
-    cq = (caches.cluster_queues.get(cq_name) or await _read(client, kueue.ClusterQueue, cq_name)) if cq_name else None
-    if cq is None:
+    MultiKueue. Kueue's webhook reads only its cache, and leaves such a job to run locally.
+    The reads together are bounded well inside the apiserver's 10 s webhook timeout."""
+    try:
+        async with asyncio.timeout(WEBHOOK_READ_TIMEOUT):
+            lq = caches.local_queues.get(f"{namespace}/{queue}") or await _read(client, kueue.LocalQueue, queue, namespace)
+            cq_name = lq.spec.cluster_queue if lq else None
+            cq = (caches.cluster_queues.get(cq_name) or await _read(client, kueue.ClusterQueue, cq_name)) if cq_name else None
+            if cq is None:
+                return False
+            for name in cq.admission_check_names:
+                if is_multikueue_check(caches.admission_checks.get(name) or await _read(client, kueue.AdmissionCheck, name)):
+                    return True
+            return False
+    except TimeoutError:
+        log.warning("webhook: cannot read the queue %s/%s in time; the job is not marked for MultiKueue", namespace, queue)
         return False
-    for name in cq.admission_check_names:
-        if is_multikueue_check(caches.admission_checks.get(name) or await _read(client, kueue.AdmissionCheck, name)):
-            return True
-    return False
 
 
 async def _read(client: KubeClient, model: type[R], name: str, namespace: str | None = None) -> R | None:
-    """One object from the apiserver, or None when it does not exist or cannot be read in time
-    (the webhook then answers as for an unknown queue). The bound keeps the answer inside the
-    apiserver's 10 s webhook timeout."""
+    """One object from the apiserver, or None when it does not exist or cannot be read (the
+    webhook then answers as for an unknown queue)."""
     try:
-        async with asyncio.timeout(WEBHOOK_READ_TIMEOUT):
-            return await client.get(model, name, namespace=namespace)
+        return await client.get(model, name, namespace=namespace)
     except NotFoundError:
         return None
-    except (KubeError, TimeoutError) as err:
+    except KubeError as err:
         log.warning("webhook: cannot read %s %s: %s", model.KIND, name, err)
         return None
 

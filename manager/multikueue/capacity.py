@@ -50,6 +50,7 @@ class Fit:
     offers: dict[str, int] = field(default_factory=dict)  # resource -> engine units
     reason: str = ""
     missing: bool = False  # the worker lacks the LocalQueue or its ClusterQueue: `reason` says which
+    cluster_queue: str = ""  # the worker's ClusterQueue that would admit it
     usage: dict[FlavorResource, int] = field(default_factory=dict)  # the worker's flavors, when it fits now
 
 
@@ -86,9 +87,10 @@ def workload_info(wl: Workload) -> WorkloadInfo:
     return build_info(wl, priority=0, created=created)
 
 
-def fit_on(info: WorkloadInfo, quotas: WorkerQuotas, *, in_flight: Iterable[Mapping[FlavorResource, int]] = ()) -> Fit:
+def fit_on(info: WorkloadInfo, quotas: WorkerQuotas, *, in_flight: Iterable[tuple[str, Mapping[FlavorResource, int]]] = ()) -> Fit:
     """Whether the Workload fits on this worker. `in_flight` is the usage of copies sent there
-    and not admitted yet (the worker's ClusterQueue status does not count them)."""
+    and not admitted yet, each with its ClusterQueue (the worker's ClusterQueue status does not
+    count them)."""
     where = f"{info.namespace}/{info.queue_name}"
     lq = next((q for q in quotas.local_queues if f"{q.namespace}/{q.name}" == where), None)
     if lq is None:
@@ -98,6 +100,9 @@ def fit_on(info: WorkloadInfo, quotas: WorkerQuotas, *, in_flight: Iterable[Mapp
     if cq is None:
         return Fit(False, False, reason=f"ClusterQueue {lq.spec.cluster_queue} doesn't exist", missing=True)
     offers = _offers(cq)
+    if not cq.active:
+        # A stopped queue, or one missing a flavor, admits nothing now; it may later.
+        return Fit(False, True, offers=offers, reason=f"ClusterQueue {cq.name} is inactive: {cq.inactive_message}", cluster_queue=cq.name)
     try:
         empty = _assign(cache, cq, info)
     except RequestError as err:
@@ -108,8 +113,10 @@ def fit_on(info: WorkloadInfo, quotas: WorkerQuotas, *, in_flight: Iterable[Mapp
         queue = cache.cluster_queues.get(obj.name)
         if queue is not None:
             queue.node.add_usages(_usage_of(obj))
-    for usage in in_flight:
-        cq.node.add_usages(dict(usage))
+    for queue_name, usage in in_flight:
+        queue = cache.cluster_queues.get(queue_name)
+        if queue is not None:
+            queue.node.add_usages(dict(usage))
     now = _assign(cache, cq, info)
     if now.representative_mode() != FIT:
         return Fit(False, True, offers=offers, reason=now.no_fit_reason)
@@ -118,7 +125,7 @@ def fit_on(info: WorkloadInfo, quotas: WorkerQuotas, *, in_flight: Iterable[Mapp
         total = cq.node.potential_available(fr)
         if total > 0:
             shares.append((cq.node.available(fr) - value) / total)
-    return Fit(True, True, free_after=min(shares, default=1.0), offers=offers, usage=dict(now.usage))
+    return Fit(True, True, free_after=min(shares, default=1.0), offers=offers, usage=dict(now.usage), cluster_queue=cq.name)
 
 
 @dataclass(frozen=True)

@@ -147,7 +147,7 @@ def _out_of_sync(wl: Workload) -> bool:
     return finished is not None and finished.reason == "OutOfSync"
 
 
-def _other_checks_ready(wl: Workload, name: str) -> bool:
+def other_checks_ready(wl: Workload, name: str) -> bool:
     return all(check.state == "Ready" for check in (wl.status.admission_checks if wl.status else None) or [] if check.name != name)
 
 
@@ -288,14 +288,16 @@ def plan_workload(inputs: WorkloadInputs) -> Plan:
             plan.delete.append(cluster)
             del remotes[cluster]
 
-    # 7. The earliest Admitted copy wins; once a winner is recorded, it keeps winning (kfed: two
-    #    copies admitted in the same second tie, and a second pass must not pick the other).
+    # 7. The earliest Admitted copy wins. Once a winner is recorded, only it can win (kfed): two
+    #    copies admitted in the same second tie, and a second pass must not pick the other; and
+    #    while the recorded winner is unreachable or its copy is gone, another admitted copy
+    #    (a worker that was cut off when the winner was chosen) must not start the Job a second
+    #    time. The lost-winner rules below then wait for it or retry.
     candidates = {k: v for k, v in remotes.items() if k not in inputs.blocked}
     admitted = _earliest(candidates, c.ADMITTED)
-    if check.state == "Ready" and cluster_name in candidates:
-        recorded = find_condition(_conditions(candidates[cluster_name]), c.ADMITTED)
-        if recorded is not None and recorded.status == "True":
-            admitted = (cluster_name, recorded)
+    if check.state == "Ready" and cluster_name:
+        recorded = find_condition(_conditions(candidates[cluster_name]), c.ADMITTED) if cluster_name in candidates else None
+        admitted = (cluster_name, recorded) if recorded is not None and recorded.status == "True" else None
     if admitted is None:
         if check.state == "Ready":
             health = {cl.name: cl for cl in inputs.clusters}
@@ -341,7 +343,7 @@ def plan_workload(inputs: WorkloadInputs) -> Plan:
     if check.state != "Pending" or cluster_name or local_evicted:
         return plan
     # 10. Nominate and synchronise the copies.
-    if not _other_checks_ready(local, inputs.check_name):
+    if not other_checks_ready(local, inputs.check_name):
         return plan
     current = list(local.status.nominated_cluster_names or []) if local.status else []
     accepting = {cl.name for cl in inputs.clusters if cl.accepts_new}

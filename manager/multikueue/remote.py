@@ -42,6 +42,7 @@ RETRY_MAX_SECONDS = 320
 WATCH_START_BASE_SECONDS = 60.0  # Kueue's establish timeout: 1 min doubling to 10 min
 WATCH_START_MAX_SECONDS = 600.0
 QUOTA_WATCH_RETRY_SECONDS = 30.0
+MIN_RETRY_AFTER_SECONDS = 1.0  # a Retry-After of 0 (or less) never makes a busy loop
 
 
 class ConnectionFailedError(Exception):
@@ -59,7 +60,7 @@ def reconnect_wait(backoff: float, retry_after: float | None) -> float:
     (re)initializing" with Retry-After: 1), so a short blip stays shorter than workerLostTimeout."""
     if retry_after is None:
         return backoff
-    return min(backoff, max(retry_after, 0.0))
+    return min(backoff, max(retry_after, MIN_RETRY_AFTER_SECONDS))
 
 
 _BACKOFF = wait_exponential(multiplier=RETRY_BASE_SECONDS, max=RETRY_MAX_SECONDS)
@@ -287,7 +288,11 @@ class RemoteCluster:
                 for model in (ResourceFlavor, ClusterQueue, Cohort, LocalQueue)
             }
             try:
-                await asyncio.gather(*(informer.relist() for informer in informers.values()))
+                try:
+                    await informers[Cohort.KIND].relist()
+                except NotFoundError:
+                    del informers[Cohort.KIND]  # a Kueue that serves no Cohorts: none to read
+                await asyncio.gather(*(informer.relist() for kind, informer in informers.items() if kind != Cohort.KIND))
                 for informer in informers.values():
                     informer.add_handler(self._on_quota_object)
                 self.quota_informers = informers
@@ -320,7 +325,7 @@ class RemoteCluster:
         return WorkerQuotas(
             flavors=informers[ResourceFlavor.KIND].items(),
             cluster_queues=informers[ClusterQueue.KIND].items(),
-            cohorts=informers[Cohort.KIND].items(),
+            cohorts=informers[Cohort.KIND].items() if Cohort.KIND in informers else [],
             local_queues=informers[LocalQueue.KIND].items(),
         )
 

@@ -12,6 +12,7 @@ precondition; a conflict means the view was stale and the key is reconciled agai
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Callable
 from dataclasses import KW_ONLY, InitVar, dataclass
@@ -20,7 +21,7 @@ from typing import Any
 
 from manager.api import constants as c
 from manager.api import kueue
-from manager.api.meta import MAX_CONDITION_MESSAGE, Condition, OwnerReference, Resource, format_time, utcnow
+from manager.api.meta import MAX_CONDITION_MESSAGE, Condition, OwnerReference, Resource, format_time, is_condition_true, utcnow
 from manager.controllers.caches import Caches
 from manager.controllers.events import EventRecorder, InvolvedObject
 from manager.engine.integrations.adapter import JobAdapter
@@ -50,6 +51,7 @@ from manager.multikueue.plan import (
     WorkloadInputs,
     incremental_nomination,
     may_still_run_on,
+    other_checks_ready,
     plan_workload,
     remote_copy,
 )
@@ -92,7 +94,7 @@ class WorkloadController:
         # flavors), and the Workloads waiting for room somewhere.
         self.nominated_at: dict[str, datetime] = {}
         self.tried: dict[str, set[str]] = {}
-        self.in_flight: dict[str, tuple[str, dict[FlavorResource, int]]] = {}
+        self.in_flight: dict[str, tuple[str, str, dict[FlavorResource, int]]] = {}  # key -> (worker, its ClusterQueue, usage)
         self.waiting: set[str] = set()
         self.dispatched_at: dict[str, datetime] = {}
         self._dispatched = REGISTRY.counter(
@@ -296,8 +298,8 @@ class WorkloadController:
         plan = plan_workload(inputs)
         result = await self._execute(key, local, adapter, job, plan, connected, check_name)
         since = self.nominated_at.get(key)
-        if since is not None:  # look again when the nominated worker's time is up
-            due = max((since + self.settings.admission_timeout - now).total_seconds(), 0.1)
+        if since is not None or key in self.waiting:  # look again when the nominated worker's time is up
+            due = max(((since or now) + self.settings.admission_timeout - now).total_seconds(), 0.1)
             if result is None or result.requeue_after is None or result.requeue_after > due:
                 result = Result(requeue_after=due)
         return result
@@ -314,17 +316,30 @@ class WorkloadController:
         key = local.key
         check = admission_check_state(local, check_name)
         status = local.status
-        if check is None or check.state != "Pending" or not has_quota_reservation(local) or (status and status.cluster_name):
+        # The planner's gates for a dispatch (an eviction in progress, other checks not Ready):
+        # nothing is placed, and nothing is counted against a worker, until they open.
+        if (
+            check is None
+            or check.state != "Pending"
+            or not has_quota_reservation(local)
+            or (status and status.cluster_name)
+            or is_condition_true(status.conditions if status else None, c.EVICTED)
+            or not other_checks_ready(local, check_name)
+        ):
             self._forget_placement(key)
             return None
         current = list(status.nominated_cluster_names or []) if status else []
-        accepting = sorted(h.name for h in health if h.connected and h.accepts_new)
+        accepting = sorted(h.name for h in health if h.connected and h.accepts_new and (key, h.name) not in self.blocked)
         since = self.nominated_at.get(key)
         if current and since is None:
             self.nominated_at[key] = now  # nominated before this process started: its time runs from now
             return None
-        if current and set(current) <= set(accepting) and since is not None and now - since < self.settings.admission_timeout:
-            return None
+        if current and set(current) <= set(accepting):
+            copy = connected[current[0]].workload(key)
+            # A copy the worker reserved quota for is kept: its admission may wait on the
+            # worker's own checks (a ProvisioningRequest), and moving it would only restart that.
+            if (copy is not None and has_quota_reservation(copy)) or (since is not None and now - since < self.settings.admission_timeout):
+                return None
         try:
             info = workload_info(local)
         except RequestError as err:
@@ -334,6 +349,9 @@ class WorkloadController:
             quotas = connected[name].quotas()
             # A worker whose queues cannot be read may still be tried, after those that fit.
             fits[name] = Fit(True, True, free_after=-1.0) if quotas is None else fit_on(info, quotas, in_flight=self._in_flight(name, key))
+            if name in current and not fits[name].now:
+                # The copy there may itself be what the worker reports as used.
+                fits[name] = dataclasses.replace(fits[name], now=fits[name].ever)
         tried = self.tried.setdefault(key, set())
         tried.update(current)
         needs = total_requests(info)
@@ -343,32 +361,42 @@ class WorkloadController:
             choice = choose_worker(fits, needs=needs)
         if choice.worker is None:
             self.nominated_at.pop(key, None)
-            self.in_flight.pop(key, None)
+            self._release(key)
             self.waiting.add(key)
             return choice
         self.waiting.discard(key)
         self.nominated_at[key] = now
-        self.in_flight[key] = (choice.worker, fits[choice.worker].usage)
+        if self.in_flight.get(key, ("", "", {}))[0] != choice.worker:
+            self._release(key)
+        fit = fits[choice.worker]
+        self.in_flight[key] = (choice.worker, fit.cluster_queue, fit.usage)
         return choice
 
-    def _in_flight(self, worker: str, key: str) -> list[dict[FlavorResource, int]]:
+    def _in_flight(self, worker: str, key: str) -> list[tuple[str, dict[FlavorResource, int]]]:
         """The usage of the other copies sent to `worker` that it has not reserved quota for yet
-        (its ClusterQueues' status does not count them)."""
+        (its ClusterQueues' status does not count them), each with its ClusterQueue there."""
         remote = self.clusters.remotes.get(worker)
         usages = []
-        for other, (where, usage) in self.in_flight.items():
+        for other, (where, cluster_queue, usage) in self.in_flight.items():
             if other == key or where != worker:
                 continue
             copy = remote.workload(other) if remote is not None else None
             if copy is None or not has_quota_reservation(copy):
-                usages.append(usage)
+                usages.append((cluster_queue, usage))
         return usages
+
+    def _release(self, key: str) -> None:
+        """A copy's usage no longer counts against its worker: the Workloads waiting for room
+        may fit now (no event on the worker says so)."""
+        if self.in_flight.pop(key, None) is not None:
+            for waiting in self.waiting:
+                self.controller.enqueue(waiting)
 
     def _forget_placement(self, key: str) -> None:
         self.nominated_at.pop(key, None)
         self.tried.pop(key, None)
-        self.in_flight.pop(key, None)
         self.waiting.discard(key)
+        self._release(key)
 
     def _forget(self, key: str) -> None:
         self._forget_placement(key)

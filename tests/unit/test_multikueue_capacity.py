@@ -3,6 +3,7 @@ flavor assignment on each worker's own queues."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from datetime import timedelta
 from typing import Any
@@ -90,7 +91,16 @@ def test_a_workload_fits_a_worker_as_that_workers_engine_would_admit_it(cpu: str
 def test_copies_sent_and_not_yet_admitted_count_against_the_worker() -> None:
     info = workload_info(workload("4"))
     assert fit_on(info, worker(8)).now
-    assert not fit_on(info, worker(8), in_flight=[{("default", "cpu"): 5000}]).now
+    assert not fit_on(info, worker(8), in_flight=[("cq", {("default", "cpu"): 5000})]).now
+    # A copy in flight to another ClusterQueue of the worker (no cohort shared) takes nothing here.
+    assert fit_on(info, worker(8, peers=(("other", 8),)), in_flight=[("other", {("default", "cpu"): 8000})]).now
+
+
+def test_an_inactive_queue_admits_nothing_now() -> None:
+    """A ClusterQueue whose flavor is missing on the worker is inactive there."""
+    quotas = dataclasses.replace(worker(8), flavors=[])
+    fit = fit_on(workload_info(workload("1")), quotas)
+    assert (fit.now, fit.ever) == (False, True) and fit.reason.startswith("ClusterQueue cq is inactive")
 
 
 def test_a_worker_without_the_workloads_local_queue_is_no_fit_and_is_named() -> None:

@@ -162,6 +162,19 @@ def test_a_recorded_winner_keeps_winning_over_a_copy_admitted_in_the_same_second
     assert first.sync_job == "w1" and first.check is not None and first.check.cluster_name == "w1"
 
 
+def test_while_the_recorded_winner_is_unreachable_another_admitted_copy_never_starts_the_job() -> None:
+    """w2 was cut off when w1 won, kept its copy and admitted it; now w1 is unreachable."""
+    wl = local(state="Ready", cluster_name="w1")
+    clusters = [ClusterHealth("w1", False, NOW - timedelta(minutes=1)), *up("w2")]
+    plan = plan_workload(inputs(wl, clusters, {"w2": remote(cond(c.ADMITTED), round_of=wl)}))
+    assert plan.sync_job is None and not plan.create_job and plan.check is None
+    assert plan.requeue_after == (TIMEOUT - timedelta(minutes=1)).total_seconds()
+    # Past workerLostTimeout the check is retried (and the Workload dispatched again from scratch).
+    lost = [ClusterHealth("w1", False, NOW - TIMEOUT), *up("w2")]
+    retried = plan_workload(inputs(wl, lost, {"w2": remote(cond(c.ADMITTED), round_of=wl)}))
+    assert retried.sync_job is None and retried.check is not None and retried.check.state == "Retry"
+
+
 def test_quota_reserved_on_a_worker_is_not_admitted_there() -> None:
     wl = local()
     plan = plan_workload(inputs(wl, up("w1"), {"w1": remote(cond(c.QUOTA_RESERVED), round_of=wl)}))

@@ -18,7 +18,8 @@ pytestmark = pytest.mark.unit
         (5.0, None, 5.0),  # no hint: the backoff step
         (10.0, 1.0, 1.0),  # a restarting apiserver asks for 1 s
         (5.0, 60.0, 5.0),  # never later than the backoff would have tried
-        (20.0, -3.0, 0.0),  # a nonsense hint is not a negative sleep
+        (20.0, -3.0, 1.0),  # a nonsense hint is not a busy loop
+        (20.0, 0.0, 1.0),
     ],
 )
 def test_the_wait_is_the_backoff_or_the_servers_retry_after_whichever_is_sooner(
