@@ -15,6 +15,7 @@ import contextlib
 import functools
 import json
 import os
+import random
 import signal
 import socket
 import ssl
@@ -48,10 +49,36 @@ class ClusterError(RuntimeError):
     """A cluster did not start or stopped answering; the message names the log to read."""
 
 
+def _ephemeral_ports() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
+# Ports handed out by this process, never handed out twice.
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((LOOPBACK, 0))
-        return int(sock.getsockname()[1])
+    """A loopback port nothing listens on, for a server started a moment later. It is chosen at
+    random below the kernel's ephemeral range: a port that bind(0) returns comes from that range,
+    and any outgoing connection may take it before the server binds it (seen: etcd failing with
+    "address already in use" as a cluster started)."""
+    low = min(_ephemeral_ports()[0], 32768)
+    for _ in range(1000):
+        port = random.randrange(max(1024, low - 12000), low)
+        if port in _HANDED_OUT:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((LOOPBACK, port))
+            except OSError:
+                continue
+        _HANDED_OUT.add(port)
+        return port
+    raise ClusterError("no free loopback port below the ephemeral range")
 
 
 def wait_for(condition: Callable[[], bool], *, timeout: float, what: str, interval: float = 0.2) -> None:
