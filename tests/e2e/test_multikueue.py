@@ -508,11 +508,21 @@ async def workload_story(kube: Clients, ns: str, job: str) -> str:
         ]
         for worker, items in (await kube.remote_workloads(ns)).items()
     }
-    remote_jobs = {worker: [j.name for j in items if j.name == job] for worker, items in (await kube.remote_jobs(ns)).items()}
+    remote_jobs = {worker: [_job_state(j) for j in items if j.name == job] for worker, items in (await kube.remote_jobs(ns)).items()}
+    manager_job = _job_state(await kube.manager.get(Job, job, namespace=ns))
     return (
         f"{job}: active={wl.spec.active} cluster={status.cluster_name if status else None} [{conditions}] checks [{checks}] "
-        f"requeue={requeue} copies={copies} remote jobs={remote_jobs}"
+        f"requeue={requeue} manager job {manager_job} copies={copies} remote jobs={remote_jobs}"
     )
+
+
+def _job_state(job: Job) -> str:
+    """A Job's suspension, pod counts and conditions, for a failure message."""
+    status = job.status
+    conditions = ",".join(f"{cond.type}={cond.status}" for cond in (status.conditions if status else None) or [])
+    raw = status.to_dict() if status else {}
+    counts = " ".join(f"{field}={raw.get(field)}" for field in ("active", "ready", "terminating", "succeeded"))
+    return f"(suspend={job.spec.suspend} {counts} [{conditions}])"
 
 
 # --- the garbage collector -------------------------------------------------------------------------------------
