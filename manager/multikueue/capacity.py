@@ -87,10 +87,17 @@ def workload_info(wl: Workload) -> WorkloadInfo:
     return build_info(wl, priority=0, created=created)
 
 
-def fit_on(info: WorkloadInfo, quotas: WorkerQuotas, *, in_flight: Iterable[tuple[str, Mapping[FlavorResource, int]]] = ()) -> Fit:
+def fit_on(
+    info: WorkloadInfo,
+    quotas: WorkerQuotas,
+    *,
+    in_flight: Iterable[tuple[str, Mapping[FlavorResource, int]]] = (),
+    reserved: Iterable[tuple[str, Mapping[FlavorResource, int]]] = (),
+) -> Fit:
     """Whether the Workload fits on this worker. `in_flight` is the usage of copies sent there
     and not admitted yet, each with its ClusterQueue (the worker's ClusterQueue status does not
-    count them)."""
+    count them); `reserved`, that of our copies the worker reserved quota for, which its
+    ClusterQueue status may not show yet (it is written after the reservation)."""
     where = f"{info.namespace}/{info.queue_name}"
     lq = next((q for q in quotas.local_queues if f"{q.namespace}/{q.name}" == where), None)
     if lq is None:
@@ -109,10 +116,16 @@ def fit_on(info: WorkloadInfo, quotas: WorkerQuotas, *, in_flight: Iterable[tupl
         return Fit(False, False, offers=offers, reason=str(err))
     if empty.representative_mode() != FIT:
         return Fit(False, False, offers=offers, reason=empty.no_fit_reason)
+    ours: dict[str, dict[FlavorResource, int]] = {}
+    for queue_name, usage in reserved:
+        summed = ours.setdefault(queue_name, {})
+        for fr, value in usage.items():
+            summed[fr] = summed.get(fr, 0) + value
     for obj in quotas.cluster_queues:
         queue = cache.cluster_queues.get(obj.name)
         if queue is not None:
-            queue.node.add_usages(_usage_of(obj))
+            reported, mine = _usage_of(obj), ours.get(obj.name, {})
+            queue.node.add_usages({fr: max(reported.get(fr, 0), mine.get(fr, 0)) for fr in reported.keys() | mine.keys()})
     for queue_name, usage in in_flight:
         queue = cache.cluster_queues.get(queue_name)
         if queue is not None:

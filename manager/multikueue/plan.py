@@ -356,18 +356,18 @@ def plan_workload(inputs: WorkloadInputs) -> Plan:
         nominated = [inputs.placement.worker] if inputs.placement.worker else []
         if current != nominated:
             plan.nominate = nominated
-        message = inputs.placement.message[:MAX_MESSAGE]
-        if not nominated and check.message != message:
-            plan.check = CheckUpdate("Pending", message)
     else:
         nominated = [name for name in current if name not in inputs.blocked]
     for cluster in nominated:
         if cluster in available and cluster in accepting and cluster not in remotes:
             plan.create.append(cluster)
     plan.delete += [cluster for cluster in sorted(remotes) if cluster not in nominated and cluster not in plan.delete]
-    problems = _problems(inputs, remotes, nominated)
-    if problems and check.message != problems:
-        plan.check = CheckUpdate("Pending", problems)
+    # One message says all that holds the Workload back (the capacity-aware dispatcher's reason
+    # for sending no copy, then the workers' problems), so that no two rules take turns at it.
+    waiting = inputs.placement.message if inputs.placement is not None and inputs.placement.worker is None else ""
+    message = "; ".join(part for part in (waiting, _problems(inputs, remotes, nominated)) if part)[:MAX_MESSAGE]
+    if message and check.message != message:
+        plan.check = CheckUpdate("Pending", message)
     return plan
 
 

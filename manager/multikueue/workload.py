@@ -31,10 +31,12 @@ from manager.engine.units import FlavorResource
 from manager.engine.workload import (
     DEACTIVATION_TARGET,
     admission_check_state,
+    admission_from_status,
     check_states,
     has_quota_reservation,
     is_admitted,
     multikueue_check_name,
+    usage_of,
 )
 from manager.kube.client import JSON_PATCH, KubeClient
 from manager.kube.errors import AlreadyExistsError, ConflictError, KubeError, NotFoundError
@@ -348,7 +350,10 @@ class WorkloadController:
         for name in accepting:
             quotas = connected[name].quotas()
             # A worker whose queues cannot be read may still be tried, after those that fit.
-            fits[name] = Fit(True, True, free_after=-1.0) if quotas is None else fit_on(info, quotas, in_flight=self._in_flight(name, key))
+            if quotas is None:
+                fits[name] = Fit(True, True, free_after=-1.0)
+            else:
+                fits[name] = fit_on(info, quotas, in_flight=self._in_flight(name, key), reserved=self._reserved(name, key))
             if name in current and not fits[name].now:
                 # The copy there may itself be what the worker reports as used.
                 fits[name] = dataclasses.replace(fits[name], now=fits[name].ever)
@@ -383,6 +388,18 @@ class WorkloadController:
             copy = remote.workload(other) if remote is not None else None
             if copy is None or not has_quota_reservation(copy):
                 usages.append((cluster_queue, usage))
+        return usages
+
+    def _reserved(self, worker: str, key: str) -> list[tuple[str, dict[FlavorResource, int]]]:
+        """The usage of our other copies on `worker` that it reserved quota for, each with its
+        ClusterQueue there, from the copies' own admission."""
+        remote = self.clusters.remotes.get(worker)
+        if remote is None or remote.workloads is None:
+            return []
+        usages = []
+        for copy in remote.workloads.items():
+            if copy.key != key and has_quota_reservation(copy) and copy.status is not None and copy.status.admission is not None:
+                usages.append((copy.status.admission.cluster_queue, usage_of(admission_from_status(copy))))
         return usages
 
     def _release(self, key: str) -> None:

@@ -96,6 +96,16 @@ def test_copies_sent_and_not_yet_admitted_count_against_the_worker() -> None:
     assert fit_on(info, worker(8, peers=(("other", 8),)), in_flight=[("other", {("default", "cpu"): 8000})]).now
 
 
+def test_our_reserved_copies_count_while_the_workers_queue_status_lags() -> None:
+    info = workload_info(workload("4"))
+    reported = worker(8, used=2)  # the status does not show our second copy yet
+    ours = [("cq", {("default", "cpu"): 2000}), ("cq", {("default", "cpu"): 4000})]
+    assert fit_on(info, reported).now
+    assert not fit_on(info, reported, reserved=ours).now
+    # Once the status shows more than our copies (other users' work), the status counts.
+    assert not fit_on(info, worker(8, used=6), reserved=[("cq", {("default", "cpu"): 2000})]).now
+
+
 def test_an_inactive_queue_admits_nothing_now() -> None:
     """A ClusterQueue whose flavor is missing on the worker is inactive there."""
     quotas = dataclasses.replace(worker(8), flavors=[])

@@ -12,6 +12,7 @@ from manager.api.core import Job
 from manager.api.kueue import Workload
 from manager.engine.integrations.registry import BATCH_JOB, enabled
 from manager.engine.workload import admission_check_state
+from manager.multikueue.capacity import Choice
 from manager.multikueue.plan import (
     DISPATCH_ROUND_ANNOTATION,
     ClusterHealth,
@@ -383,6 +384,24 @@ def test_a_worker_with_a_foreign_job_of_the_same_name_is_skipped_and_said() -> N
     remotes = {"w1": remote(cond(c.ADMITTED, at="2026-11-21T11:00:00Z"), round_of=wl), "w2": remote(cond(c.ADMITTED), round_of=wl)}
     plan = plan_workload(inputs(wl, up("w1", "w2"), remotes, blocked={"w1": "a Job that is not ours"}))
     assert plan.sync_job == "w2" and plan.delete == ["w1"]
+
+
+def test_the_capacity_aware_reason_and_a_workers_problem_share_one_stable_message() -> None:
+    """Two rules must not take turns at the check's message: each write would wake the next
+    pass, and the two would write for ever (seen: hundreds of writes a second)."""
+    waiting = Choice(None, never=True, message="needs cpu 1; largest worker offers cpu 0 (w2)")
+    blocked = {"w1": "a Job that is not ours"}
+    first = plan_workload(inputs(local(), up("w1", "w2"), dispatcher=c.DISPATCHER_CAPACITY_AWARE, placement=waiting, blocked=blocked))
+    assert first.check is not None
+    expected = (
+        "needs cpu 1; largest worker offers cpu 0 (w2); The workload cannot be admitted on some worker clusters: w1: a Job that is not ours"
+    )
+    assert first.check.message == expected
+    wl = local()
+    assert wl.status is not None and wl.status.admission_checks
+    wl.status.admission_checks[0].message = expected
+    again = plan_workload(inputs(wl, up("w1", "w2"), dispatcher=c.DISPATCHER_CAPACITY_AWARE, placement=waiting, blocked=blocked))
+    assert again.check is None
 
 
 # --- copies, GC and conditions -----------------------------------------------------------------------------
