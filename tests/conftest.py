@@ -3,6 +3,7 @@ The real-cluster fixtures are shared by the integration and e2e tiers: one provi
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -57,14 +58,21 @@ def jobs_cluster(provider: Provider) -> Any:
     return provider.create(["jobs"], jobs=True)[0]
 
 
-@pytest.fixture
-async def kube(cluster: Any) -> AsyncIterator[KubeClient]:
-    """kfed's own gateway to the test module's `cluster`, as a user's tooling would hold one."""
-    client = await KubeClient.from_kubeconfig(cluster.kubeconfig(), name="test")
+@contextlib.asynccontextmanager
+async def client_of(cluster: Any, name: str) -> AsyncIterator[KubeClient]:
+    """kfed's own gateway to a cluster of the harness, closed after the block."""
+    client = await KubeClient.from_kubeconfig(cluster.kubeconfig(), name=name)
     try:
         yield client
     finally:
         await client.close()
+
+
+@pytest.fixture
+async def kube(cluster: Any) -> AsyncIterator[KubeClient]:
+    """kfed's own gateway to the test module's `cluster`, as a user's tooling would hold one."""
+    async with client_of(cluster, "test") as client:
+        yield client
 
 
 @pytest.fixture

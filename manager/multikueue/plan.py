@@ -147,8 +147,24 @@ def _out_of_sync(wl: Workload) -> bool:
     return finished is not None and finished.reason == "OutOfSync"
 
 
-def other_checks_ready(wl: Workload, name: str) -> bool:
+def _other_checks_ready(wl: Workload, name: str) -> bool:
     return all(check.state == "Ready" for check in (wl.status.admission_checks if wl.status else None) or [] if check.name != name)
+
+
+def awaiting_dispatch(wl: Workload, check_name: str) -> bool:
+    """Whether copies may be nominated for the Workload now: it holds quota on the manager, its
+    MultiKueue check is Pending with no winner recorded, no eviction is in progress, and every
+    other check is Ready. The planner and the capacity-aware dispatcher share this gate."""
+    check = admission_check_state(wl, check_name)
+    status = wl.status
+    return (
+        check is not None
+        and check.state == "Pending"
+        and has_quota_reservation(wl)
+        and not (status and status.cluster_name)
+        and not is_condition_true(_conditions(wl), c.EVICTED)
+        and _other_checks_ready(wl, check_name)
+    )
 
 
 def dispatch_round(local: Workload, check: AdmissionCheckState | None) -> str:
@@ -339,11 +355,9 @@ def plan_workload(inputs: WorkloadInputs) -> Plan:
         plan.requeue_after = inputs.worker_lost_timeout.total_seconds()
         return plan
 
-    # 9. Nothing is dispatched while an eviction is in progress.
-    if check.state != "Pending" or cluster_name or local_evicted:
-        return plan
-    # 10. Nominate and synchronise the copies.
-    if not other_checks_ready(local, inputs.check_name):
+    # 9. Nothing is dispatched while an eviction is in progress, a winner is recorded, or
+    #    another check is not Ready yet. 10. Otherwise: nominate and synchronise the copies.
+    if not awaiting_dispatch(local, inputs.check_name):
         return plan
     current = list(local.status.nominated_cluster_names or []) if local.status else []
     accepting = {cl.name for cl in inputs.clusters if cl.accepts_new}

@@ -21,7 +21,7 @@ from typing import Any
 
 from manager.api import constants as c
 from manager.api import kueue
-from manager.api.meta import MAX_CONDITION_MESSAGE, Condition, OwnerReference, Resource, format_time, is_condition_true, utcnow
+from manager.api.meta import MAX_CONDITION_MESSAGE, Condition, OwnerReference, Resource, format_time, utcnow
 from manager.controllers.caches import Caches
 from manager.controllers.events import EventRecorder, InvolvedObject
 from manager.engine.integrations.adapter import JobAdapter
@@ -51,9 +51,9 @@ from manager.multikueue.plan import (
     ClusterHealth,
     Plan,
     WorkloadInputs,
+    awaiting_dispatch,
     incremental_nomination,
     may_still_run_on,
-    other_checks_ready,
     plan_workload,
     remote_copy,
 )
@@ -316,18 +316,9 @@ class WorkloadController:
         if self.settings.dispatcher_name != c.DISPATCHER_CAPACITY_AWARE:
             return None
         key = local.key
-        check = admission_check_state(local, check_name)
         status = local.status
-        # The planner's gates for a dispatch (an eviction in progress, other checks not Ready):
-        # nothing is placed, and nothing is counted against a worker, until they open.
-        if (
-            check is None
-            or check.state != "Pending"
-            or not has_quota_reservation(local)
-            or (status and status.cluster_name)
-            or is_condition_true(status.conditions if status else None, c.EVICTED)
-            or not other_checks_ready(local, check_name)
-        ):
+        # The planner's own gate: nothing is placed, or counted against a worker, until it opens.
+        if not awaiting_dispatch(local, check_name):
             self._forget_placement(key)
             return None
         current = list(status.nominated_cluster_names or []) if status else []

@@ -36,6 +36,7 @@ from manager.multikueue.clusters import ClusterController
 from manager.multikueue.plan import remote_copy
 from manager.multikueue.settings import Settings
 from manager.multikueue.workload import WorkloadController
+from tests.conftest import client_of
 from tests.harness import Provider, eventually
 from tests.integration.controllers import SYSTEM_NAMESPACE, crd_cluster
 from tests.integration.test_controllers import job_manifest, make_queues
@@ -55,11 +56,8 @@ def worker(provider: Provider) -> LocalCluster:
 
 @pytest.fixture
 async def worker_kube(worker: LocalCluster) -> AsyncIterator[KubeClient]:
-    client = await KubeClient.from_kubeconfig(worker.kubeconfig(), name="test-worker")
-    try:
+    async with client_of(worker, "test-worker") as client:
         yield client
-    finally:
-        await client.close()
 
 
 def obj(kind: str, name: str, spec: dict[str, Any], **meta: Any) -> dict[str, Any]:
