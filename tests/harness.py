@@ -12,7 +12,7 @@ import contextlib
 import json
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn, Protocol
@@ -111,8 +111,16 @@ def error_message(err: Exception) -> str:
         return str(body)
 
 
-async def eventually(probe: Callable[[], Any], *, timeout: float = 60.0, interval: float = 0.25, what: str = "condition") -> Any:
-    """Await `probe()` until it returns a truthy value; on timeout, fail showing the last value seen."""
+async def eventually(
+    probe: Callable[[], Any],
+    *,
+    timeout: float = 60.0,
+    interval: float = 0.25,
+    what: str = "condition",
+    explain: Callable[[], Awaitable[str]] | None = None,
+) -> Any:
+    """Await `probe()` until it returns a truthy value; on timeout, fail showing the last value
+    seen and, when given, `explain()`'s account of the state the wait was stuck in."""
     deadline = time.monotonic() + timeout
     last: Any = None
     while True:
@@ -122,7 +130,8 @@ async def eventually(probe: Callable[[], Any], *, timeout: float = 60.0, interva
         if last:
             return last
         if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}; last seen: {last!r}")
+            story = f"\n{await explain()}" if explain is not None else ""
+            pytest.fail(f"timed out after {timeout}s waiting for {what}; last seen: {last!r}{story}")
         await asyncio.sleep(interval)
 
 

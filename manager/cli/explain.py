@@ -51,6 +51,7 @@ from manager.engine.workload import (
 )
 from manager.kube.client import KubeClient
 from manager.kube.errors import KubeError, NotFoundError
+from manager.multikueue.capacity import NEVER_FITS
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -135,6 +136,8 @@ def next_step(
     active = find_condition(cq.status.conditions if cq and cq.status else None, c.ACTIVE) if cq else None
     if active is not None and active.status == "False":
         return f"ClusterQueue {cluster_queue} is inactive ({active.reason}): {active.message}"
+    if state == "Pending" and reason.startswith(NEVER_FITS):
+        return "No worker could ever admit it: lower its requests, or raise a worker's quota to what it needs."
     if state == "Pending" and ("maximum capacity" in reason or "exceeds" in reason.lower()):
         return f"It asks for more than ClusterQueue {cluster_queue} can ever give: lower its requests or raise the queue's nominalQuota."
     if state == "Pending":
@@ -256,7 +259,7 @@ def explain(
         manager.append(f"ClusterQueue {cq.name}: {views.usage_text(cq) or 'no quota'} (reserved/nominal)")
         if (cq.spec.stop_policy or "None") != "None":
             manager.append(f"ClusterQueue {cq.name} is stopped (stopPolicy {cq.spec.stop_policy})")
-    if view.state == "Pending":
+    if view.state == "Pending" and not view.reason.startswith(NEVER_FITS):  # a refused job never preempts
         manager.append(
             "preemption candidates: "
             + (

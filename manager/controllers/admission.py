@@ -37,6 +37,7 @@ from manager.controllers.queue_metrics import (
     priority_class,
     record_write,
 )
+from manager.engine.scheduler import Refusal
 from manager.engine.state import AdmissionState, StatusWrite
 from manager.engine.workload import DEACTIVATION_TARGET, conditions_of, is_active, is_finished
 from manager.kube.client import KubeClient
@@ -170,6 +171,17 @@ class AdmissionController:
         self.state.upsert_namespace(ns.name, dict(ns.metadata.labels or {}))
 
     def wake(self) -> None:
+        self._wake.set()
+
+    def refuse_with(self, refuse: Refusal | None) -> None:
+        """A rule outside the quota tree that keeps workloads from reserving quota (MultiKueue's:
+        no worker could ever admit it)."""
+        self.state.set_refusal(refuse)
+
+    def refusal_may_have_changed(self) -> None:
+        """What the refusal rule reads changed: the inadmissible workloads of every queue with
+        an admission check are tried again."""
+        self.state.requeue_refused(name for name, cq in self.state.cache.cluster_queues.items() if cq.checks)
         self._wake.set()
 
     # --- the loop ------------------------------------------------------------------------------------

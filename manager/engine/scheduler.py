@@ -43,6 +43,7 @@ from manager.engine.units import FlavorResource
 from manager.engine.workload import (
     NAMESPACE_NOT_SELECTED_MESSAGE,
     REASON_ADMITTED,
+    REASON_EXCEEDS_MAX_QUOTA,
     REASON_MISCONFIGURED,
     REASON_NO_RESERVATION,
     REASON_PENDING_EVALUATION,
@@ -61,6 +62,10 @@ NO_LONGER_FITS = "Workload no longer fits after processing another workload"
 OVERLAPPING_TARGETS = "Workload has overlapping preemption targets with another workload"
 BYPASSED = "Bypassed scheduling evaluation because an equivalent workload recently failed"
 NO_RESERVATION_MESSAGE = "The workload has no reservation"
+
+# A rule from outside the quota tree that keeps a workload from reserving quota in a queue,
+# as the message that says why, or None. MultiKueue's: no worker could ever admit it.
+Refusal = Callable[[WorkloadInfo, "ClusterQueueInfo"], str | None]
 
 
 @dataclass(frozen=True)
@@ -176,9 +181,11 @@ class Scheduler:
         *,
         config: Configuration | None = None,
         namespaces: dict[str, dict[str, str]] | None = None,
+        refuse: Refusal | None = None,
     ) -> None:
         self.cache = cache
         self.config = config or Configuration()
+        self.refuse = refuse
         self.namespaces = namespaces if namespaces is not None else {}
         fair = self.config.fair_sharing
         self.fair_sharing = fair is not None and fair.enable is not False
@@ -341,6 +348,13 @@ class Scheduler:
         wl, cq = entry.wl, entry.cq
         if any(state in ("Retry", "Rejected") for state in wl.checks.values()):
             entry.skip_reason, entry.skip_message = REASON_PENDING_EVALUATION, "The workload has failed admission checks"
+            return
+        refused = self.refuse(wl, cq) if self.refuse is not None else None
+        if refused:
+            # Refused before any flavor is assigned, so it never preempts; parked as
+            # inadmissible until whatever the rule reads changes (`requeue_inadmissible_in_tree`).
+            entry.skip_reason, entry.skip_message = REASON_EXCEEDS_MAX_QUOTA, refused
+            entry.requeue_reason = RQ_NO_FIT
             return
         labels = self.namespaces.get(wl.namespace)
         if labels is None:

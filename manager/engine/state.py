@@ -13,7 +13,7 @@ the assumption when the write lost a race; the next object seen from the cluster
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -35,7 +35,7 @@ from manager.engine.podsready import (
     timeout_message,
 )
 from manager.engine.requests import RequestError, limit_range_defaults
-from manager.engine.scheduler import CycleResult, Scheduler
+from manager.engine.scheduler import CycleResult, Refusal, Scheduler
 from manager.engine.status import (
     EventRecord,
     cluster_queue_status,
@@ -121,7 +121,8 @@ class AdmissionState:
         self.assumed: set[str] = set()
         self.dirty: set[str] = set()
         self.cache = Cache()
-        self.scheduler = Scheduler(self.cache, config=self.config, namespaces=self.namespaces)
+        self.refuse: Refusal | None = None
+        self.scheduler = Scheduler(self.cache, config=self.config, namespaces=self.namespaces, refuse=self.refuse)
         self._needs_rebuild = True
 
     # --- configuration objects ---------------------------------------------------------------------
@@ -207,6 +208,20 @@ class AdmissionState:
             self.scheduler.requeue_inadmissible_in_tree(root)
 
     # --- rebuilding the tree -------------------------------------------------------------------------
+    def set_refusal(self, refuse: Refusal | None) -> None:
+        """A rule outside the quota tree that keeps workloads from reserving quota (see
+        `Refusal`); the scheduler asks it before assigning flavors to each head."""
+        self.refuse = refuse
+        self.scheduler.refuse = refuse
+
+    def requeue_refused(self, cluster_queues: Iterable[str]) -> None:
+        """What the refusal rule reads changed: the inadmissible workloads of these queues get
+        another try."""
+        for name in cluster_queues:
+            cq = self.cache.cluster_queues.get(name)
+            if cq is not None:
+                self.scheduler.requeue_inadmissible_in_tree(cq.node)
+
     def rebuild_if_needed(self, now: datetime) -> bool:
         """Rebuild the quota tree and the queues after a configuration change; keep every workload."""
         if not self._needs_rebuild:
@@ -220,7 +235,7 @@ class AdmissionState:
             local_queues=self.local_queues.values(),
             admission_checks=self.admission_checks if self.admission_checks_known else None,
         )
-        self.scheduler = Scheduler(self.cache, config=self.config, namespaces=self.namespaces)
+        self.scheduler = Scheduler(self.cache, config=self.config, namespaces=self.namespaces, refuse=self.refuse)
         for key in sorted(self.infos):
             info = self.infos[key]
             info.last_assignment = None

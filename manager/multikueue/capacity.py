@@ -14,6 +14,7 @@ queue empty is said so, with each worker's largest offer.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -26,6 +27,8 @@ from manager.engine.units import FlavorResource, amount, format_amount
 from manager.engine.workload import WorkloadInfo, build_info
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# How MultiKueue's refusal begins (the Workload's QuotaReserved message, `kfed explain`).
+NEVER_FITS = "no worker can ever admit it"
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,36 @@ def workload_info(wl: Workload) -> WorkloadInfo:
     return build_info(wl, priority=0, created=created)
 
 
+def _fit_when_empty(info: WorkloadInfo, quotas: WorkerQuotas) -> tuple[Fit, Cache | None, ClusterQueueInfo | None]:
+    """The fit with the worker's queues empty, and the quota tree to go on with when it fits."""
+    where = f"{info.namespace}/{info.queue_name}"
+    lq = next((q for q in quotas.local_queues if f"{q.namespace}/{q.name}" == where), None)
+    if lq is None:
+        return Fit(False, False, reason=f"LocalQueue {info.queue_name} doesn't exist", missing=True), None, None
+    cache = Cache(flavors=quotas.flavors, cluster_queues=quotas.cluster_queues, cohorts=quotas.cohorts, local_queues=[lq])
+    cq = cache.cluster_queues.get(lq.spec.cluster_queue or "")
+    if cq is None:
+        return Fit(False, False, reason=f"ClusterQueue {lq.spec.cluster_queue} doesn't exist", missing=True), None, None
+    offers = _offers(cq)
+    if not cq.active:
+        # A stopped queue, or one missing a flavor, admits nothing now; it may later.
+        reason = f"ClusterQueue {cq.name} is inactive: {cq.inactive_message}"
+        return Fit(False, True, offers=offers, reason=reason, cluster_queue=cq.name), None, None
+    try:
+        empty = _assign(cache, cq, info)
+    except RequestError as err:
+        return Fit(False, False, offers=offers, reason=str(err)), None, None
+    if empty.representative_mode() != FIT:
+        return Fit(False, False, offers=offers, reason=empty.no_fit_reason), None, None
+    return Fit(False, True, offers=offers, cluster_queue=cq.name), cache, cq
+
+
+def fit_when_empty(info: WorkloadInfo, quotas: WorkerQuotas) -> Fit:
+    """Whether the Workload would fit on this worker with its queues empty (`Fit.ever`): what
+    its quotas could ever give, whatever runs there now."""
+    return _fit_when_empty(info, quotas)[0]
+
+
 def fit_on(
     info: WorkloadInfo,
     quotas: WorkerQuotas,
@@ -98,24 +131,9 @@ def fit_on(
     and not admitted yet, each with its ClusterQueue (the worker's ClusterQueue status does not
     count them); `reserved`, that of our copies the worker reserved quota for, which its
     ClusterQueue status may not show yet (it is written after the reservation)."""
-    where = f"{info.namespace}/{info.queue_name}"
-    lq = next((q for q in quotas.local_queues if f"{q.namespace}/{q.name}" == where), None)
-    if lq is None:
-        return Fit(False, False, reason=f"LocalQueue {info.queue_name} doesn't exist", missing=True)
-    cache = Cache(flavors=quotas.flavors, cluster_queues=quotas.cluster_queues, cohorts=quotas.cohorts, local_queues=[lq])
-    cq = cache.cluster_queues.get(lq.spec.cluster_queue or "")
-    if cq is None:
-        return Fit(False, False, reason=f"ClusterQueue {lq.spec.cluster_queue} doesn't exist", missing=True)
-    offers = _offers(cq)
-    if not cq.active:
-        # A stopped queue, or one missing a flavor, admits nothing now; it may later.
-        return Fit(False, True, offers=offers, reason=f"ClusterQueue {cq.name} is inactive: {cq.inactive_message}", cluster_queue=cq.name)
-    try:
-        empty = _assign(cache, cq, info)
-    except RequestError as err:
-        return Fit(False, False, offers=offers, reason=str(err))
-    if empty.representative_mode() != FIT:
-        return Fit(False, False, offers=offers, reason=empty.no_fit_reason)
+    empty, cache, cq = _fit_when_empty(info, quotas)
+    if cache is None or cq is None:
+        return empty
     ours: dict[str, dict[FlavorResource, int]] = {}
     for queue_name, usage in reserved:
         summed = ours.setdefault(queue_name, {})
@@ -132,13 +150,30 @@ def fit_on(
             queue.node.add_usages(dict(usage))
     now = _assign(cache, cq, info)
     if now.representative_mode() != FIT:
-        return Fit(False, True, offers=offers, reason=now.no_fit_reason)
+        return dataclasses.replace(empty, reason=now.no_fit_reason)
     shares = []
     for fr, value in now.usage.items():
         total = cq.node.potential_available(fr)
         if total > 0:
             shares.append((cq.node.available(fr) - value) / total)
-    return Fit(True, True, free_after=min(shares, default=1.0), offers=offers, usage=dict(now.usage), cluster_queue=cq.name)
+    return Fit(True, True, free_after=min(shares, default=1.0), offers=empty.offers, usage=dict(now.usage), cluster_queue=cq.name)
+
+
+def never_fits(info: WorkloadInfo, workers: Mapping[str, WorkerQuotas | None]) -> str | None:
+    """MultiKueue's refusal: why no worker could ever admit the Workload, even with every queue
+    empty; None when one could, when no worker is configured, or while any worker's queues are
+    unknown (it may be the one that could)."""
+    if not workers:
+        return None
+    fits = {}
+    for name, quotas in workers.items():
+        if quotas is None:
+            return None
+        fit = fit_when_empty(info, quotas)
+        if fit.ever:
+            return None
+        fits[name] = fit
+    return f"{NEVER_FITS}: {never_fits_message(total_requests(info), fits)}"
 
 
 @dataclass(frozen=True)

@@ -69,6 +69,9 @@ class WorkloadInputs:
     dispatcher: str = c.DISPATCHER_ALL_AT_ONCE
     # Capacity-aware dispatch: the nomination to make now (None: keep the current one).
     placement: Choice | None = None
+    # MultiKueue's refusal for a Workload that holds quota (see `capacity.never_fits`): why no
+    # worker could ever admit it, or "".
+    never_fits: str = ""
     deleted: bool = False
     owner_kind: str | None = JOB_ADAPTER_KIND  # the controller owner's GVK string; None: no owner
     # The GVK strings of the enabled kinds with a MultiKueue adapter (the shell asks the registry).
@@ -358,6 +361,15 @@ def plan_workload(inputs: WorkloadInputs) -> Plan:
     # 9. Nothing is dispatched while an eviction is in progress, a winner is recorded, or
     #    another check is not Ready yet. 10. Otherwise: nominate and synchronise the copies.
     if not awaiting_dispatch(local, inputs.check_name):
+        return plan
+    # 9b. No worker could ever admit it (their queues shrank, or were unknown when it reserved
+    #     quota), and no worker has reserved quota for a copy: the check asks for a retry, which
+    #     gives the manager's quota back, and the scheduler refuses it the same way until a
+    #     worker's queues change (kfed; Kueue would hold the quota).
+    if inputs.never_fits and not any(is_condition_true(_conditions(copy), c.QUOTA_RESERVED) for copy in remotes.values()):
+        plan.delete += [cluster for cluster in sorted(remotes) if cluster not in plan.delete]
+        plan.check = CheckUpdate("Retry", inputs.never_fits[:MAX_MESSAGE])
+        plan.events.append(("Warning", plan.check.message))
         return plan
     current = list(local.status.nominated_cluster_names or []) if local.status else []
     accepting = {cl.name for cl in inputs.clusters if cl.accepts_new}

@@ -99,6 +99,9 @@ class RemoteCluster:
         # connection: the worker's capacity is then unknown.
         self.on_quotas = on_quotas
         self.quota_informers: dict[str, InformerSet[Any]] | None = None
+        # Counts changes to what the worker's queues could ever give (their specs, or whether
+        # they are known at all), not to their usage: what MultiKueue's refusal reads.
+        self.quota_spec_version = 0
         # The job kinds to watch (as Kueue does, a worker must serve each: a watch that cannot
         # be opened fails the connection).
         self.adapters = tuple(adapters)
@@ -275,6 +278,7 @@ class RemoteCluster:
             self.agent.forget()
             self._agent_running = None
             self.quota_informers = None
+            self.quota_spec_version += 1
 
     async def _watch_quotas(self) -> None:
         """Watch the worker's ResourceFlavors, ClusterQueues, Cohorts and LocalQueues for as
@@ -296,6 +300,7 @@ class RemoteCluster:
                 for informer in informers.values():
                     informer.add_handler(self._on_quota_object)
                 self.quota_informers = informers
+                self.quota_spec_version += 1
                 self._quotas_changed()
                 watches = [asyncio.create_task(informer.watch_until_error()) for informer in informers.values()]
                 try:
@@ -307,10 +312,13 @@ class RemoteCluster:
             except (KubeError, TimeoutError) as err:
                 log.warning("cannot watch the worker's queues; its capacity is unknown", extra={"cluster": self.name, "error": str(err)})
             self.quota_informers = None
+            self.quota_spec_version += 1
             self._quotas_changed()
             await asyncio.sleep(QUOTA_WATCH_RETRY_SECONDS)
 
     def _on_quota_object(self, kind: str, old: Any, new: Any) -> None:
+        if old is None or new is None or old.spec != new.spec:
+            self.quota_spec_version += 1
         self._quotas_changed()
 
     def _quotas_changed(self) -> None:

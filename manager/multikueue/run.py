@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from manager.api import constants as c
 from manager.api import kueue
 from manager.api.core import Secret
 from manager.controllers.run import Process
@@ -40,13 +39,20 @@ class MultiKueue:
             adapters=process.integrations.multikueue,
             on_connection_change=lambda remote: self.on_connection_change(remote),
             on_remote_object=lambda remote, ns, name: self.workloads.on_remote_object(remote, ns, name),
-            on_quotas=(
-                (lambda remote: self.workloads.on_quotas(remote)) if self.settings.dispatcher_name == c.DISPATCHER_CAPACITY_AWARE else None
-            ),
+            # Every dispatcher reads the workers' queues: the refusal of a Workload no worker
+            # could ever admit holds for all of them.
+            on_quotas=lambda remote: self.workloads.on_quotas(remote),
         )
         self.workloads = WorkloadController(
-            client, process.caches, settings=self.settings, clusters=self.clusters, configs=self.configs, recorder=process.recorder
+            client,
+            process.caches,
+            settings=self.settings,
+            clusters=self.clusters,
+            configs=self.configs,
+            recorder=process.recorder,
+            on_refusal_inputs=process.admission.refusal_may_have_changed,
         )
+        process.admission.refuse_with(self.workloads.refusal)
         self.checks = AdmissionCheckController(
             client, checks=process.caches.admission_checks, configs=self.configs, clusters=self.cluster_objects
         )

@@ -24,24 +24,27 @@ from manager.api import kueue
 from manager.api.meta import MAX_CONDITION_MESSAGE, Condition, OwnerReference, Resource, format_time, utcnow
 from manager.controllers.caches import Caches
 from manager.controllers.events import EventRecorder, InvolvedObject
+from manager.engine.cache import ClusterQueueInfo
 from manager.engine.integrations.adapter import JobAdapter
 from manager.engine.integrations.registry import BATCH_JOB
 from manager.engine.requests import RequestError
 from manager.engine.units import FlavorResource
 from manager.engine.workload import (
     DEACTIVATION_TARGET,
+    WorkloadInfo,
     admission_check_state,
     admission_from_status,
     check_states,
     has_quota_reservation,
     is_admitted,
+    is_multikueue_controller,
     multikueue_check_name,
     usage_of,
 )
 from manager.kube.client import JSON_PATCH, KubeClient
 from manager.kube.errors import AlreadyExistsError, ConflictError, KubeError, NotFoundError
 from manager.kube.informer import Informer
-from manager.multikueue.capacity import Choice, Fit, choose_worker, fit_on, total_requests, workload_info
+from manager.multikueue.capacity import Choice, Fit, choose_worker, fit_on, never_fits, total_requests, workload_info
 from manager.multikueue.clusters import ClusterController
 from manager.multikueue.plan import (
     REASON_EVICTED_ON_MANAGER,
@@ -66,6 +69,8 @@ from manager.runtime.runnables import Runnable, leader
 log = logging.getLogger("kfed.multikueue.workload")
 
 PROBLEM_RETRY = 5.0  # seconds before a copy that could not be made is tried again
+# The refusal remembers its answers per Workload shape; a burst of many shapes starts it afresh.
+MAX_REMEMBERED_REFUSALS = 10_000
 
 
 def owner_kind(ref: Any) -> str:
@@ -83,6 +88,9 @@ class WorkloadController:
     configs: Informer[kueue.MultiKueueConfig]
     recorder: EventRecorder | None = None
     clock: Callable[[], datetime] = utcnow
+    # Called when what the refusal reads (a worker's queue specs) changed: the admission
+    # controller then tries the refused Workloads again.
+    on_refusal_inputs: Callable[[], None] | None = None
     workers: InitVar[int] = 16
 
     def __post_init__(self, workers: int) -> None:
@@ -99,6 +107,9 @@ class WorkloadController:
         self.in_flight: dict[str, tuple[str, str, dict[FlavorResource, int]]] = {}  # key -> (worker, its ClusterQueue, usage)
         self.waiting: set[str] = set()
         self.dispatched_at: dict[str, datetime] = {}
+        # The refusal's answers, for the worker queue specs they were computed from.
+        self._refusals: dict[tuple[object, ...], str | None] = {}
+        self._refusals_seen: tuple[tuple[str, int, bool], ...] = ()
         self._dispatched = REGISTRY.counter(
             "kfed_multikueue_workloads_dispatched_total", "Remote Workload copies created, per cluster.", ("cluster_queue", "cluster")
         )
@@ -135,9 +146,41 @@ class WorkloadController:
         self.controller.enqueue(f"{namespace}/{name}")
 
     def on_quotas(self, remote: RemoteCluster) -> None:
-        """A worker's queues changed: the Workloads waiting for room may fit now."""
+        """A worker's queues changed: the Workloads waiting for room may fit now, and, when
+        their specs changed, the refused ones may fit some worker."""
         for key in list(self.waiting):
             self.controller.enqueue(key)
+        if self._quota_specs() != self._refusals_seen and self.on_refusal_inputs is not None:
+            self.on_refusal_inputs()
+
+    # --- the refusal -------------------------------------------------------------------------------
+    def _quota_specs(self) -> tuple[tuple[str, int, bool], ...]:
+        return tuple((name, remote.quota_spec_version, remote.connected) for name, remote in sorted(self.clusters.remotes.items()))
+
+    def refusal(self, info: WorkloadInfo, cq: ClusterQueueInfo) -> str | None:
+        """The admission controller's gate for a Workload about to reserve quota in a ClusterQueue
+        with a MultiKueue check: why no worker of that check could ever admit it, or None."""
+        for check_name, _ in cq.checks:
+            ac = self.caches.admission_checks.get(check_name)
+            if ac is not None and is_multikueue_controller(ac.spec.controller_name):
+                return self._never_fits(info, check_name)
+        return None
+
+    def _never_fits(self, info: WorkloadInfo, check_name: str) -> str | None:
+        """`capacity.never_fits` over the check's workers, remembered until a worker's queue
+        specs change (the scheduler asks for every head of every cycle)."""
+        seen = self._quota_specs()
+        if seen != self._refusals_seen:
+            self._refusals.clear()
+            self._refusals_seen = seen
+        names = tuple(self._config_clusters(check_name) or ())
+        key = (names, info.namespace, info.queue_name, info.scheduling_hash)
+        if key not in self._refusals:
+            if len(self._refusals) >= MAX_REMEMBERED_REFUSALS:
+                self._refusals.clear()
+            workers = {name: remote.quotas() if (remote := self.clusters.remotes.get(name)) is not None else None for name in names}
+            self._refusals[key] = never_fits(info, workers)
+        return self._refusals[key]
 
     def on_connection_change(self, remote: RemoteCluster) -> None:
         """A worker came or went: every MultiKueue workload may have something new to do."""
@@ -277,7 +320,8 @@ class WorkloadController:
         now = self.clock()
         if await self._dispatch_incrementally(local, check_name, names, now):
             return None
-        placement = self._placement(local, check_name, health, connected, now)
+        never_fits = self._refused_while_reserved(local, check_name)
+        placement = None if never_fits else self._placement(local, check_name, health, connected, now)
         inputs = WorkloadInputs(
             local=local,
             check_name=check_name,
@@ -296,6 +340,7 @@ class WorkloadController:
             blocked={cl: msg for (k, cl), msg in self.blocked.items() if k == key},
             remote_jobs=frozenset(name for name, remote in connected.items() if remote.jobs_for(key)),
             placement=placement,
+            never_fits=never_fits or "",
         )
         plan = plan_workload(inputs)
         result = await self._execute(key, local, adapter, job, plan, connected, check_name)
@@ -305,6 +350,17 @@ class WorkloadController:
             if result is None or result.requeue_after is None or result.requeue_after > due:
                 result = Result(requeue_after=due)
         return result
+
+    def _refused_while_reserved(self, local: kueue.Workload, check_name: str) -> str | None:
+        """The refusal, for a Workload that reserved quota before it applied (the workers'
+        queues were unknown then, or shrank since): the planner then gives that quota back."""
+        if not awaiting_dispatch(local, check_name):
+            return None
+        try:
+            info = workload_info(local)
+        except RequestError:
+            return None
+        return self._never_fits(info, check_name)
 
     # --- capacity-aware dispatch -------------------------------------------------------------------
     def _placement(

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import Iterator
+from collections.abc import Awaitable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -358,6 +358,44 @@ async def test_a_manager_restart_mid_dispatch_makes_no_duplicates_and_dispatch_r
     assert await running_where(kube, ns, "survivor") == ["worker2"]
 
 
+# --- a job no worker could ever admit --------------------------------------------------------------------
+async def test_a_job_no_worker_could_ever_admit_holds_no_quota_preempts_nothing_and_runs_once_a_worker_grows(
+    kube: Clients, tag: str
+) -> None:
+    ns = f"{tag}-huge"
+    cqs = await kube.queues(ns, manager_cpu=12, worker_cpu={"worker1": 8, "worker2": 6}, labels=RUNS, tag=tag)
+    await make_priority_classes(kube, tag)
+    small = job_manifest("small", ns, cpu="2", priority_class=f"{tag}-low")
+    small["spec"]["template"]["metadata"] = {"annotations": {KWOK_RUN_TIME: "600s"}}
+    await kube.manager.create(Job, small)
+    await eventually(lambda: running_where(kube, ns, "small"), timeout=60, what="the small Job running on a worker")
+    # 12 cpu fit the manager's queue only by preempting the small Job; no worker offers 12.
+    await kube.manager.create(Job, job_manifest("huge", ns, cpu="12", priority_class=f"{tag}-high"))
+    expected = "no worker can ever admit it: needs cpu 12; largest worker offers cpu 8 (worker1), cpu 6 (worker2)"
+
+    def story() -> Awaitable[str]:
+        return workload_story(kube, ns, "huge")
+
+    async def refused() -> Any:
+        wl = await kube.manager_workload(ns, "huge")
+        reserved = find_condition(wl.status.conditions if wl and wl.status else None, c.QUOTA_RESERVED)
+        return reserved if reserved is not None and reserved.status == "False" and reserved.message == expected else None
+
+    reserved = await eventually(refused, timeout=60, what="the huge Job refused with each worker's largest offer", explain=story)
+    assert reserved.reason == "ExceedsMaxQuota"
+    small_wl = await kube.manager_workload(ns, "small")
+    assert small_wl is not None and not is_condition_true(small_wl.status.conditions if small_wl.status else None, c.EVICTED)
+    assert await running_where(kube, ns, "small"), "the small Job was stopped"
+    huge_wl = await kube.manager_workload(ns, "huge")
+    assert huge_wl is not None
+    copies = {worker: [wl.name for wl in items if wl.name == huge_wl.name] for worker, items in (await kube.remote_workloads(ns)).items()}
+    assert copies == {"worker1": [], "worker2": []}
+    # worker1's queue grows to 12 cpu: the huge Job is tried again, preempts the small one on
+    # the manager, as its policy allows, and runs on worker1.
+    await kube.set_quota(kube.workers["worker1"], cqs["worker1"], 12)
+    assert await eventually(lambda: running_where(kube, ns, "huge"), timeout=120, what="the huge Job running", explain=story) == ["worker1"]
+
+
 # --- preemption on the manager -------------------------------------------------------------------------------
 async def test_a_job_preempted_on_the_manager_is_stopped_on_its_worker_and_quota_is_freed_on_both(kube: Clients, tag: str) -> None:
     ns = f"{tag}-preempt"
@@ -379,7 +417,10 @@ async def test_a_job_preempted_on_the_manager_is_stopped_on_its_worker_and_quota
         active = manager_job.status is not None and (manager_job.status.active or 0) > 0
         return where if check is not None and check.retry_count == 1 and active and await running_where(kube, ns, "victim") else None
 
-    victim_on = await eventually(dispatched_again, timeout=90, what="the victim retried once and running again")
+    def story() -> Awaitable[str]:
+        return workload_story(kube, ns, "victim")
+
+    victim_on = await eventually(dispatched_again, timeout=90, what="the victim retried once and running again", explain=story)
     await kube.manager.create(Job, job_manifest("urgent", ns, priority_class=f"{tag}-high"))
 
     async def victim_requeued() -> Any:
@@ -389,7 +430,9 @@ async def test_a_job_preempted_on_the_manager_is_stopped_on_its_worker_and_quota
         reserved = is_condition_true(conditions, c.QUOTA_RESERVED)
         return evicted if evicted is not None and evicted.reason == "Preempted" and not reserved else None
 
-    evicted = await eventually(victim_requeued, timeout=90, what="the victim preempted and its quota released on the manager")
+    evicted = await eventually(
+        victim_requeued, timeout=90, what="the victim preempted and its quota released on the manager", explain=story
+    )
     assert "Preempted to accommodate a workload" in evicted.message
     await eventually(lambda: admitted_on(kube, ns, "urgent"), timeout=60, what="the preemptor admitted")
 
@@ -398,7 +441,7 @@ async def test_a_job_preempted_on_the_manager_is_stopped_on_its_worker_and_quota
         wls = [w for w in (await kube.workers[worker].list(kueue.Workload, namespace=ns)).items if w.name.startswith("job-victim-")]
         return not jobs and not wls
 
-    await eventually(lambda: victim_gone_from(victim_on), timeout=60, what="the victim's Job and copy gone from its worker")
+    await eventually(lambda: victim_gone_from(victim_on), timeout=60, what="the victim's Job and copy gone from its worker", explain=story)
     # Kueue's way: the worker was asked to deactivate its copy and stopped the running Job
     # itself, before the copy and Job went; the running Job was not simply deleted.
     events = await kube.workers[victim_on].request(
@@ -498,7 +541,10 @@ async def workload_story(kube: Clients, ns: str, job: str) -> str:
         return f"{job}: no Workload"
     status = wl.status
     conditions = ", ".join(f"{cond.type}={cond.status}/{cond.reason}" for cond in (status.conditions if status else None) or [])
-    checks = ", ".join(f"{check.name}={check.state}" for check in (status.admission_checks if status else None) or [])
+    checks = ", ".join(
+        f"{check.name}={check.state}/retries={check.retry_count or 0}/{check.message!r}"
+        for check in (status.admission_checks if status else None) or []
+    )
     requeue = status.requeue_state.to_dict() if status and status.requeue_state else None
     copies = {
         worker: [

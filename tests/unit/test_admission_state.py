@@ -330,3 +330,28 @@ def test_a_deactivation_target_evicts_with_its_cause() -> None:
         "The workload is deactivated due to Evicted on manager: x",
     )
     assert all(x.type != "DeactivationTarget" for x in write.status.conditions or [])
+
+
+def test_a_refused_workload_reserves_nothing_preempts_nothing_and_is_tried_again_when_asked() -> None:
+    """A rule outside the quota tree (MultiKueue's: no worker could ever admit it) keeps a
+    workload out: QuotaReserved=False with the rule's message, no preemption even where its
+    policy would allow one, and another try once the rule's inputs change."""
+    state = ready_state(cpu=1, preemption={"withinClusterQueue": "LowerPriority"})
+    low = workload("low", priority=1)
+    state.upsert_workload(low, T0)
+    first = run(state)[0]
+    state.write_succeeded(first, stored(first, low, "2"))
+    state.upsert_workload(stored(first, low, "2"), T0)
+    refused = {"ns/high"}
+    state.set_refusal(lambda wl, cq: "no worker can ever admit it: needs cpu 1" if wl.key in refused else None)
+    state.upsert_workload(workload("high", priority=100, at=5), T0)
+    writes = {w.key: w for w in run(state)}
+    assert set(writes) == {"ns/high"}, "the low-priority workload was not touched: nothing preempted"
+    cond = next(x for x in writes["ns/high"].status.conditions or [] if x.type == c.QUOTA_RESERVED)
+    assert (cond.status, cond.reason, cond.message) == ("False", "ExceedsMaxQuota", "no worker can ever admit it: needs cpu 1")
+    state.write_succeeded(writes["ns/high"], stored(writes["ns/high"], workload("high", priority=100, at=5), "3"))
+    # The rule's inputs change: the refused workload is tried again, and now preempts.
+    refused.clear()
+    state.requeue_refused(["cq"])
+    again = {w.key: w for w in run(state, T0 + timedelta(seconds=1))}
+    assert is_condition_true(again["ns/low"].status.conditions, c.EVICTED)

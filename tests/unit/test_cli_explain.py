@@ -87,6 +87,15 @@ def test_a_job_waiting_for_quota_on_the_manager_shows_the_numbers_and_what_to_do
     ]
 
 
+def test_a_job_no_worker_could_ever_admit_shows_each_workers_largest_offer_and_what_to_do() -> None:
+    never = "no worker can ever admit it: needs cpu 12; largest worker offers cpu 8 (worker1), cpu 6 (worker2)"
+    wl = workload({"conditions": [cond("QuotaReserved", "False", "ExceedsMaxQuota", never)]})
+    text = run(wl, [Remote("worker1", True), Remote("worker2", True)])
+    assert f"  waiting for quota: {never}" in text.splitlines()
+    assert "preemption candidates" not in text
+    assert text.splitlines()[-1] == "Next: No worker could ever admit it: lower its requests, or raise a worker's quota to what it needs."
+
+
 def test_a_job_a_worker_cannot_take_for_lack_of_a_local_queue_says_where_to_create_it() -> None:
     wl = workload(
         {

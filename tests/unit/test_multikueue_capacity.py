@@ -13,7 +13,17 @@ import pytest
 from manager.api import constants as c
 from manager.api.config import Configuration
 from manager.api.kueue import ClusterQueue, Cohort, LocalQueue, ResourceFlavor, Workload
-from manager.multikueue.capacity import Fit, WorkerQuotas, choose_worker, fit_on, never_fits_message, total_requests, workload_info
+from manager.multikueue.capacity import (
+    Fit,
+    WorkerQuotas,
+    choose_worker,
+    fit_on,
+    fit_when_empty,
+    never_fits,
+    never_fits_message,
+    total_requests,
+    workload_info,
+)
 from manager.multikueue.settings import Settings
 
 pytestmark = pytest.mark.unit
@@ -138,6 +148,31 @@ def test_a_workload_that_fits_nowhere_now_waits_and_one_that_never_fits_says_eac
     never = choose_worker(fits, needs=total_requests(huge))
     assert never.worker is None and never.never
     assert never.message == "needs cpu 12; largest worker offers cpu 8 (worker1), cpu 6 (worker2)"
+
+
+@pytest.mark.parametrize(
+    ("workers", "expected"),
+    [
+        pytest.param(
+            {"worker1": worker(8), "worker2": worker(6)},
+            "no worker can ever admit it: needs cpu 12; largest worker offers cpu 8 (worker1), cpu 6 (worker2)",
+            id="too large for every worker",
+        ),
+        pytest.param({"worker1": worker(8, used=8), "worker2": worker(12, used=12)}, None, id="fits a worker once it is empty"),
+        pytest.param({"worker1": worker(8), "worker2": None}, None, id="a worker whose queues are unknown may be the one"),
+        pytest.param({}, None, id="no worker configured: another problem, said elsewhere"),
+        pytest.param({"worker1": worker(8, cohort="pool", peers=(("other", 8),))}, None, id="what the worker's cohort lends counts"),
+    ],
+)
+def test_the_refusal_names_each_workers_largest_offer_and_only_refuses_when_sure(
+    workers: dict[str, WorkerQuotas | None], expected: str | None
+) -> None:
+    assert never_fits(workload_info(workload("6", count=2)), workers) == expected
+
+
+def test_what_a_worker_could_ever_give_ignores_what_runs_there() -> None:
+    info = workload_info(workload("4"))
+    assert fit_when_empty(info, worker(8, used=8)).ever and not fit_on(info, worker(8, used=8)).now
 
 
 def test_with_no_worker_connected_the_message_says_so() -> None:

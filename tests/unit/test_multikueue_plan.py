@@ -405,6 +405,26 @@ def test_the_capacity_aware_reason_and_a_workers_problem_share_one_stable_messag
 
 
 # --- copies, GC and conditions -----------------------------------------------------------------------------
+NEVER = "no worker can ever admit it: needs cpu 12; largest worker offers cpu 8 (w1), cpu 6 (w2)"
+
+
+@pytest.mark.parametrize("dispatcher", [c.DISPATCHER_ALL_AT_ONCE, c.DISPATCHER_INCREMENTAL, c.DISPATCHER_CAPACITY_AWARE])
+def test_a_workload_no_worker_could_ever_admit_gives_its_quota_back_with_every_dispatcher(dispatcher: str) -> None:
+    wl = local(nominated=["w1", "w2"])
+    copies = {"w1": remote(round_of=wl), "w2": remote(cond(c.QUOTA_RESERVED, "False"), round_of=wl)}
+    plan = plan_workload(inputs(wl, up("w1", "w2"), copies, dispatcher=dispatcher, never_fits=NEVER))
+    assert plan.check is not None and (plan.check.state, plan.check.message) == ("Retry", NEVER)
+    assert plan.delete == ["w1", "w2"] and plan.create == [] and plan.nominate is None
+    assert plan.events == [("Warning", NEVER)]
+
+
+def test_a_copy_a_worker_reserved_quota_for_outweighs_the_refusal() -> None:
+    """The worker's queues as the manager saw them were stale: the copy fits there after all."""
+    wl = local(nominated=["w1"])
+    plan = plan_workload(inputs(wl, up("w1"), {"w1": remote(cond(c.QUOTA_RESERVED), round_of=wl)}, never_fits=NEVER))
+    assert plan.check is None and plan.delete == []
+
+
 def test_a_copy_has_our_origin_and_the_spec_and_drops_the_job_uid() -> None:
     wl = local()
     wl.metadata.labels = {c.JOB_UID_LABEL: "123", "team": "a"}
