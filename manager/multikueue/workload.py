@@ -110,6 +110,7 @@ class WorkloadController:
         # The refusal's answers, for the worker queue specs they were computed from.
         self._refusals: dict[tuple[object, ...], str | None] = {}
         self._refusals_seen: tuple[tuple[str, int, bool], ...] = ()
+        self._specs_announced: tuple[tuple[str, int, bool], ...] = ()
         self._dispatched = REGISTRY.counter(
             "kfed_multikueue_workloads_dispatched_total", "Remote Workload copies created, per cluster.", ("cluster_queue", "cluster")
         )
@@ -150,8 +151,22 @@ class WorkloadController:
         their specs changed, the refused ones may fit some worker."""
         for key in list(self.waiting):
             self.controller.enqueue(key)
-        if self._quota_specs() != self._refusals_seen and self.on_refusal_inputs is not None:
-            self.on_refusal_inputs()
+        self._announce_quota_specs()
+
+    def on_connection_change(self, remote: RemoteCluster) -> None:
+        """A worker came or went: every MultiKueue workload may have something new to do, and
+        the refusal may read different workers."""
+        self.resync()
+        self._announce_quota_specs()
+
+    def _announce_quota_specs(self) -> None:
+        specs = self._quota_specs()
+        if specs != self._specs_announced:
+            # Only a change to what the workers could ever give: their usage changes with every
+            # admission there, and says nothing new to the refusal.
+            self._specs_announced = specs
+            if self.on_refusal_inputs is not None:
+                self.on_refusal_inputs()
 
     # --- the refusal -------------------------------------------------------------------------------
     def _quota_specs(self) -> tuple[tuple[str, int, bool], ...]:
@@ -181,10 +196,6 @@ class WorkloadController:
             workers = {name: remote.quotas() if (remote := self.clusters.remotes.get(name)) is not None else None for name in names}
             self._refusals[key] = never_fits(info, workers)
         return self._refusals[key]
-
-    def on_connection_change(self, remote: RemoteCluster) -> None:
-        """A worker came or went: every MultiKueue workload may have something new to do."""
-        self.resync()
 
     def runnable(self) -> Runnable:
         """Dispatch and sync write on the manager and the workers, so only the lease holder
