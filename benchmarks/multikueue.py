@@ -12,7 +12,11 @@ manager's Workload becomes Admitted. Prints:
   and the worker agents);
 - the manager's CPU (seconds, and share of one core) and peak RSS.
 
-    .venv/bin/python benchmarks/multikueue.py [--jobs 1000] [--qps 300 --burst 500] [--dispatcher all-at-once]
+    .venv/bin/python benchmarks/multikueue.py [--jobs 1000] [--qps 300 --burst 500] [--dispatcher all-at-once] [--by-resource]
+
+`--by-resource` also prints, per workload, what the manager's and the workers' apiservers
+served by verb and resource (from their own `apiserver_request_total`), to see where the
+requests go.
 
 The Jobs are created as the manager's webhook would leave them (suspended, managedBy
 MultiKueue); the webhooks themselves are not part of the measured path.
@@ -27,12 +31,14 @@ import subprocess
 import tempfile
 import time
 import urllib.request
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
-from procstats import cpu_by_kind, machine_busy, metric_sum, proc_stats
+from procstats import apiserver_requests, cpu_by_kind, machine_busy, metric_sum, proc_stats
 
 from manager.api import constants as c
 from manager.api import kueue
@@ -219,6 +225,9 @@ class KfedBurst:
     agent_peak_rss: int  # the largest of the agents
     busy: float
     spent: dict[str, float]
+    # Requests each side's apiservers served during the burst, by (verb, resource), from their
+    # own metrics: every client's, this script's (its Job creates and watch) included.
+    served: dict[str, Counter[tuple[str, str]]] = field(default_factory=dict)
 
 
 def configuration(dispatcher: str) -> dict[str, Any]:
@@ -285,11 +294,13 @@ async def run_kfed(
         manager_requests_before = metric_sum(manager_port, "kfed_kube_requests_total{")
         remote_requests_before = metric_sum(manager_port, "kfed_multikueue_remote_request_seconds_count{")
         agent_before = sum(metric_sum(port, "kfed_kube_requests_total{") for port in agent_ports)
+        served_before = {"manager": apiserver_requests(manager_cluster), "workers": sum_counters(apiserver_requests(w) for w in workers)}
         result = await burst(client, jobs=args.jobs, submitters=args.submitters, timeout=args.timeout)
         cpu_after, peak = proc_stats(manager.pid)
         agent_stats = [proc_stats(agent.pid) for agent in agents]
         busy_after = machine_busy()
         kinds_after = cpu_by_kind(base)
+        served_after = {"manager": apiserver_requests(manager_cluster), "workers": sum_counters(apiserver_requests(w) for w in workers)}
         return KfedBurst(
             burst=result,
             qps=args.qps,
@@ -303,6 +314,7 @@ async def run_kfed(
             agent_peak_rss=max(rss for _, rss in agent_stats),
             busy=(busy_after[0] - busy_before[0]) / max(busy_after[1] - busy_before[1], 1),
             spent={k: kinds_after.get(k, 0.0) - kinds_before.get(k, 0.0) for k in kinds_after},
+            served={side: served_after[side] - served_before[side] for side in served_after},
         )
     finally:
         await client.close()
@@ -313,6 +325,23 @@ async def run_kfed(
                 process.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 process.kill()
+
+
+def sum_counters(counters: Iterable[Counter[tuple[str, str]]]) -> Counter[tuple[str, str]]:
+    total: Counter[tuple[str, str]] = Counter()
+    for counter in counters:
+        total.update(counter)
+    return total
+
+
+def report_served(result: KfedBurst) -> None:
+    """Per workload, what the manager's and the workers' apiservers served, by verb and resource."""
+    per = max(result.burst.count, 1)
+    for side, served in result.served.items():
+        rows = [(count / per, verb, resource) for (verb, resource), count in served.items() if count / per >= 0.05]
+        print(f"  served by the {side} apiserver(s), per workload ({sum(served.values()) / per:.1f} in all, this script's included):")
+        for share, verb, resource in sorted(rows, reverse=True):
+            print(f"    {share:5.2f}  {verb} {resource}")
 
 
 def report(result: KfedBurst, dispatcher: str) -> None:
@@ -344,7 +373,10 @@ async def main(args: argparse.Namespace) -> None:
     provider = LocalProvider(base)
     clusters = provider.create(["manager", *WORKERS])
     try:
-        report(await run_kfed(clusters[0], clusters[1:], base, args), args.dispatcher)
+        result = await run_kfed(clusters[0], clusters[1:], base, args)
+        report(result, args.dispatcher)
+        if args.by_resource:
+            report_served(result)
     finally:
         provider.delete_all()
 
@@ -357,4 +389,5 @@ if __name__ == "__main__":
     parser.add_argument("--submitters", type=int, default=50, help="concurrent creates while submitting")
     parser.add_argument("--timeout", type=float, default=600)
     parser.add_argument("--dispatcher", choices=sorted(DISPATCHERS), default="all-at-once", help="the manager's MultiKueue dispatcher")
+    parser.add_argument("--by-resource", action="store_true", help="also print what each side's apiservers served, by verb and resource")
     asyncio.run(main(parser.parse_args()))

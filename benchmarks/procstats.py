@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import os
 import urllib.request
+from collections import Counter
 from pathlib import Path
+from typing import Any, Protocol
+
+from prometheus_client.parser import text_string_to_metric_families
 
 
 def cpu_seconds(pid: int) -> float:
@@ -53,3 +57,26 @@ def machine_busy() -> tuple[float, float]:
     parts = [float(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
     idle = parts[3] + parts[4]
     return sum(parts) - idle, sum(parts)
+
+
+class Apiserver(Protocol):
+    def request(self, method: str, path: str) -> tuple[int, Any]: ...
+
+
+def apiserver_requests(cluster: Apiserver) -> Counter[tuple[str, str]]:
+    """The requests an apiserver has served, by verb and resource (with its subresource), from
+    its own `apiserver_request_total`: what every client sent it, watches included."""
+    status, text = cluster.request("GET", "/metrics")
+    if status != 200 or not isinstance(text, str):
+        return Counter()
+    out: Counter[tuple[str, str]] = Counter()
+    for family in text_string_to_metric_families(text):
+        if family.name != "apiserver_request":
+            continue
+        for sample in family.samples:
+            if sample.name != "apiserver_request_total":
+                continue
+            labels = sample.labels
+            resource = labels.get("resource", "") + (f"/{labels['subresource']}" if labels.get("subresource") else "")
+            out[(labels.get("verb", ""), resource)] += int(sample.value)
+    return out

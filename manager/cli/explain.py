@@ -51,7 +51,7 @@ from manager.engine.workload import (
 )
 from manager.kube.client import KubeClient
 from manager.kube.errors import KubeError, NotFoundError
-from manager.multikueue.capacity import NEVER_FITS
+from manager.multikueue.capacity import NEVER_FITS, workers_lacking_the_local_queue
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -123,6 +123,11 @@ def next_step(
         return f"Nothing to do: it runs on {winner}." if winner else "Nothing to do: it runs."
     if state in ("Evicted", "Preempted"):
         return f"It was {state.lower()} and will be queued again; nothing to do unless it keeps happening."
+    if state == "Pending" and reason.startswith(NEVER_FITS):  # MultiKueue's refusal names workers' queues
+        lacking = workers_lacking_the_local_queue(reason)
+        if lacking:
+            return f"Create LocalQueue {queue} in namespace {namespace} on {', '.join(lacking)}, as on the manager."
+        return "No worker could ever admit it: lower its requests, or raise a worker's quota to what it needs."
     # The engine's Misconfigured messages, each with its fix.
     problem = misconfiguration(reason) if state == "Pending" else ""
     if problem == MISSING_LOCAL_QUEUE:
@@ -136,8 +141,6 @@ def next_step(
     active = find_condition(cq.status.conditions if cq and cq.status else None, c.ACTIVE) if cq else None
     if active is not None and active.status == "False":
         return f"ClusterQueue {cluster_queue} is inactive ({active.reason}): {active.message}"
-    if state == "Pending" and reason.startswith(NEVER_FITS):
-        return "No worker could ever admit it: lower its requests, or raise a worker's quota to what it needs."
     if state == "Pending" and ("maximum capacity" in reason or "exceeds" in reason.lower()):
         return f"It asks for more than ClusterQueue {cluster_queue} can ever give: lower its requests or raise the queue's nominalQuota."
     if state == "Pending":

@@ -34,6 +34,7 @@ from manager.api.meta import DNS_LABEL_PATTERN
 from manager.api.rbac import Rule
 from manager.cli.fleet import CommandError, Reporter, manager_client, manager_session, run_async
 from manager.engine.workload import is_multikueue_check
+from manager.kube.access import can_i
 from manager.kube.client import KubeClient, KubeconfigError
 from manager.kube.errors import AlreadyExistsError, ForbiddenError, KubeError, NotFoundError
 from manager.multikueue.agent import AGENT_LEASE_NAME, AGENT_LEASE_NAMESPACE
@@ -52,9 +53,10 @@ APPLY_PATCH = "application/apply-patch+yaml"
 # its code path; tests/e2e/test_worker_access.py compares them with the audit log of a run.
 # The ClusterRole is bound cluster-wide, or, when the administrator names the namespaces, by
 # a RoleBinding in each (the same rules as deploy/multikueue-worker-access; a test keeps them equal).
-# remote.py watches the worker's queues for the capacity-aware dispatcher (read only; where the
-# role is bound per namespace, the cluster-scoped ones stay unreadable and the worker's capacity
-# counts as unknown). Optional: register's checklist does not require it.
+# remote.py watches the worker's queues, for the capacity-aware dispatcher and for the refusal
+# of a job no worker could ever admit (read only; where the role is bound per namespace, the
+# cluster-scoped ones stay unreadable, which the manager asks before trying, and the worker's
+# capacity counts as unknown). Optional: register's checklist does not require it.
 QUEUE_READ_RULE: dict[str, list[str]] = {
     "apiGroups": [c.GROUP],
     "resources": ["clusterqueues", "cohorts", "localqueues", "resourceflavors"],
@@ -152,13 +154,6 @@ def select_context(kubeconfig: dict[str, Any], context: str | None, *, where: st
     }
 
 
-async def _can(client: KubeClient, group: str, resource: str, subresource: str, verb: str, namespace: str) -> bool:
-    attributes = {"group": group, "resource": resource, "subresource": subresource, "verb": verb, "namespace": namespace}
-    review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview", "spec": {"resourceAttributes": attributes}}
-    answer = await client.request("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", body=review)
-    return bool((answer.get("status") or {}).get("allowed"))
-
-
 LOCAL_QUEUES = "LocalQueues of the manager's MultiKueue queues"
 
 
@@ -191,7 +186,7 @@ async def check_worker(
         return checks
     denied = []
     for group, resource, sub, verb, ns in required_access(namespaces):
-        if not await _can(worker, group, resource, sub, verb, ns):
+        if not await can_i(worker, group=group, resource=resource, subresource=sub, verb=verb, namespace=ns):
             denied.append(f"{verb} {resource}{'/' + sub if sub else ''}" + (f" in {ns}" if ns else ""))
     checks.append(Check(not denied, "access MultiKueue needs", f"denied: {', '.join(denied)}" if denied else ""))
     # The worker will serve the ClusterQueues whose MultiKueue check uses this config.

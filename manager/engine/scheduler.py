@@ -349,13 +349,6 @@ class Scheduler:
         if any(state in ("Retry", "Rejected") for state in wl.checks.values()):
             entry.skip_reason, entry.skip_message = REASON_PENDING_EVALUATION, "The workload has failed admission checks"
             return
-        refused = self.refuse(wl, cq) if self.refuse is not None else None
-        if refused:
-            # Refused before any flavor is assigned, so it never preempts; parked as
-            # inadmissible until whatever the rule reads changes (`requeue_inadmissible_in_tree`).
-            entry.skip_reason, entry.skip_message = REASON_EXCEEDS_MAX_QUOTA, refused
-            entry.requeue_reason = RQ_NO_FIT
-            return
         labels = self.namespaces.get(wl.namespace)
         if labels is None:
             entry.skip_reason, entry.skip_message = REASON_MISCONFIGURED, missing_namespace_message(wl.namespace)
@@ -366,6 +359,15 @@ class Scheduler:
             entry.requeue_reason = NAMESPACE_MISMATCH
             return
         entry.assignment, entry.targets = self._assignments(wl, cq, preemptor)
+        if entry.assignment.representative_mode() == NO_FIT or self.refuse is None:
+            return  # the queue's own reason comes first
+        refused = self.refuse(wl, cq)
+        if refused:
+            # Refused before it reserves or preempts anything; parked as inadmissible until
+            # whatever the rule reads changes (`requeue_inadmissible_in_tree`).
+            entry.assignment, entry.targets = None, []
+            entry.skip_reason, entry.skip_message = REASON_EXCEEDS_MAX_QUOTA, refused
+            entry.requeue_reason = RQ_NO_FIT
 
     def _assigner(self, wl: WorkloadInfo, cq: ClusterQueueInfo, preemptor: Preemptor) -> FlavorAssigner:
         last = wl.last_assignment

@@ -218,6 +218,16 @@ def never_fits_message(needs: Mapping[str, int], fits: Mapping[str, Fit]) -> str
     return "; ".join(parts)
 
 
+def workers_lacking_the_local_queue(message: str) -> list[str]:
+    """The workers a `never_fits_message` names as lacking the Workload's LocalQueue."""
+    lacking = []
+    for part in message.split("; "):
+        worker, _, problem = part.partition(": ")
+        if problem.startswith("LocalQueue ") and problem.endswith(" doesn't exist"):
+            lacking.append(worker)
+    return lacking
+
+
 def total_requests(info: WorkloadInfo) -> dict[str, int]:
     """The Workload's total request per resource, over its pod sets."""
     needs: dict[str, int] = {}

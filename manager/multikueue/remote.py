@@ -28,6 +28,7 @@ from manager.api.meta import Resource, utcnow
 from manager.engine.integrations.adapter import JobAdapter
 from manager.engine.integrations.registry import BATCH_JOB
 from manager.engine.jobs import prebuilt_keys, prebuilt_workload_name
+from manager.kube.access import can_i
 from manager.kube.client import KubeClient, KubeconfigError
 from manager.kube.errors import ForbiddenError, KubeError, NotFoundError
 from manager.kube.informer import InformerSet
@@ -287,6 +288,16 @@ class RemoteCluster:
         while True:
             client = self.client
             assert client is not None
+            try:
+                # Asked first, so that a credential bound to some namespaces (which cannot read
+                # the cluster-scoped queues) is never refused a request for them.
+                readable = await can_i(client, group=c.GROUP, resource="clusterqueues", verb="list")
+            except (KubeError, TimeoutError) as err:
+                readable = False
+                log.warning("cannot ask whether the worker's queues are readable", extra={"cluster": self.name, "error": str(err)})
+            if not readable:
+                await asyncio.sleep(QUOTA_WATCH_RETRY_SECONDS)
+                continue
             informers: dict[str, InformerSet[Any]] = {
                 model.KIND: InformerSet(client, model, namespaces=self.namespaces if model is LocalQueue else None)
                 for model in (ResourceFlavor, ClusterQueue, Cohort, LocalQueue)

@@ -209,6 +209,10 @@ class Clients:
         groups[0]["flavors"][0]["resources"][0]["nominalQuota"] = cpu
         await client.patch(kueue.ClusterQueue, cq, {"spec": {"resourceGroups": groups}})
 
+    async def set_stop_policy(self, client: KubeClient, cq: str, policy: str) -> None:
+        """Hold a ClusterQueue (`Hold`: it admits nothing new, yet could) or let it go (`None`)."""
+        await client.patch(kueue.ClusterQueue, cq, {"spec": {"stopPolicy": policy}})
+
     async def manager_workload(self, namespace: str, job: str) -> kueue.Workload | None:
         owner = await self.manager.get(Job, job, namespace=namespace)
         for wl in (await self.manager.list(kueue.Workload, namespace=namespace)).items:

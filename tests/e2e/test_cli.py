@@ -23,6 +23,7 @@ from manager.dev.local import LocalCluster
 from manager.kube.errors import NotFoundError
 from tests.conftest import REPO_ROOT
 from tests.e2e.federation import PARKED, Clients, Federation, job_manifest
+from tests.e2e.test_multikueue import running_where
 from tests.harness import eventually
 from tests.integration.controllers import SYSTEM_NAMESPACE
 
@@ -86,7 +87,9 @@ async def test_jobs_shows_a_pending_job_with_quota_numbers_a_dispatching_one_and
 
 async def test_a_job_waiting_because_a_worker_lacks_its_local_queue_says_so(fed: Federation, kube: Clients, tag: str) -> None:
     ns = f"{tag}-cli-nolq"
-    await kube.queues(ns, manager_cpu=4, worker_cpu={"worker1": 0, "worker2": 0}, labels=PARKED, tag=tag)
+    await kube.queues(ns, manager_cpu=4, worker_cpu={"worker1": 1, "worker2": 0}, labels=PARKED, tag=tag)
+    await kube.manager.create(Job, job_manifest("blocker", ns))
+    await eventually(lambda: running_where(kube, ns, "blocker"), timeout=60, what="the blocker running on worker1")
     await kube.workers["worker2"].delete(kueue.LocalQueue, "user-queue", namespace=ns)
     await kube.manager.create(Job, job_manifest("stuck", ns))
 
@@ -100,7 +103,29 @@ async def test_a_job_waiting_because_a_worker_lacks_its_local_queue_says_so(fed:
     assert why.returncode == 0, why.stderr
     lines = why.stdout.splitlines()
     assert lines[1] == "State: Dispatching"
-    assert "  worker1  waiting: couldn't assign flavors to pod set main: insufficient quota" in "\n".join(lines)
+    assert "  worker1  waiting: couldn't assign flavors to pod set main: insufficient unused quota" in "\n".join(lines)
+    assert lines[-1] == f"Next: Create LocalQueue user-queue in namespace {ns} on worker2, as on the manager."
+
+
+async def test_a_job_no_worker_could_ever_admit_is_pending_with_each_workers_offer_and_the_missing_queue(
+    fed: Federation, kube: Clients, tag: str
+) -> None:
+    ns = f"{tag}-cli-never"
+    await kube.queues(ns, manager_cpu=4, worker_cpu={"worker1": 1, "worker2": 0}, labels=PARKED, tag=tag)
+    await kube.workers["worker2"].delete(kueue.LocalQueue, "user-queue", namespace=ns)
+    await kube.manager.create(Job, job_manifest("wide", ns, cpu="2"))
+    expected = (
+        "no worker can ever admit it: needs cpu 2; largest worker offers cpu 1 (worker1); worker2: LocalQueue user-queue doesn't exist"
+    )
+
+    async def refused() -> Any:
+        row = jobs_json(fed.manager, ns).get("wide")
+        return row if row and row["reason"] == expected else None
+
+    row = await eventually(refused, timeout=60, what="`kfed jobs` with the refusal")
+    assert row["state"] == "Pending"
+    lines = kfed(fed.manager, "explain", "wide", "-n", ns).stdout.splitlines()
+    assert f"  waiting for quota: {expected}" in lines
     assert lines[-1] == f"Next: Create LocalQueue user-queue in namespace {ns} on worker2, as on the manager."
 
 

@@ -206,15 +206,19 @@ async def test_a_worker_without_the_local_queue_is_reported_on_the_manager_workl
     await kube.queues(ns, manager_cpu=4, worker_cpu={"worker1": 0, "worker2": 0}, labels=PARKED, tag=tag)
     await kube.workers["worker2"].delete(kueue.LocalQueue, "user-queue", namespace=ns)
     await kube.manager.create(Job, job_manifest("lost", ns))
+    # No worker could ever admit it: refused on the manager, with every worker's reason.
+    expected = (
+        "no worker can ever admit it: needs cpu 1; largest worker offers cpu 0 (worker1); worker2: LocalQueue user-queue doesn't exist"
+    )
 
     async def reported() -> Any:
         wl = await kube.manager_workload(ns, "lost")
-        check = admission_check_state(wl, CHECK) if wl else None
-        return check if check is not None and "worker2" in check.message else None
+        reserved = find_condition(wl.status.conditions if wl and wl.status else None, c.QUOTA_RESERVED)
+        return reserved if reserved is not None and reserved.message == expected else None
 
-    check = await eventually(reported, timeout=60, what="the manager's check naming worker2's problem")
-    assert check.state == "Pending"
-    assert "worker2: LocalQueue user-queue doesn't exist" in check.message
+    reserved = await eventually(reported, timeout=60, what="the manager's Workload naming worker2's missing LocalQueue")
+    assert reserved.status == "False"
+    assert {worker: len(items) for worker, items in (await kube.remote_workloads(ns)).items()} == {"worker1": 0, "worker2": 0}
 
 
 # --- losing a worker -------------------------------------------------------------------------------------
@@ -325,7 +329,9 @@ async def test_a_manager_restart_mid_dispatch_makes_no_duplicates_and_dispatch_r
     fed: Federation, kube: Clients, tag: str, dispatcher: str
 ) -> None:
     ns = f"{tag}-restart"
-    cqs = await kube.queues(ns, manager_cpu=4, worker_cpu={"worker1": 0, "worker2": 0}, labels=PARKED, tag=tag)
+    cqs = await kube.queues(ns, manager_cpu=4, worker_cpu={"worker1": 4, "worker2": 4}, labels=PARKED, tag=tag)
+    for worker, client in kube.workers.items():  # both could admit it, and neither does yet
+        await kube.set_stop_policy(client, cqs[worker], "Hold")
     await kube.manager.create(Job, job_manifest("survivor", ns))
 
     async def copies_everywhere() -> bool:
@@ -336,7 +342,7 @@ async def test_a_manager_restart_mid_dispatch_makes_no_duplicates_and_dispatch_r
         # Capacity-aware: no worker has room, so no copy is sent and the check says why.
         wl = await kube.manager_workload(ns, "survivor")
         check = admission_check_state(wl, CHECK) if wl else None
-        return check is not None and check.message.startswith("needs cpu 1; largest worker offers cpu 0")
+        return check is not None and check.message == "waiting for room on worker1, worker2"
 
     if dispatcher == c.DISPATCHER_CAPACITY_AWARE:
         await eventually(held_on_the_manager, timeout=60, what="the Workload held on the manager, no worker having room")
@@ -344,7 +350,7 @@ async def test_a_manager_restart_mid_dispatch_makes_no_duplicates_and_dispatch_r
         await eventually(copies_everywhere, timeout=60, what="a copy on each worker, waiting for quota")
     fed.stop_manager(kill=True)
     try:
-        await kube.set_quota(kube.workers["worker2"], cqs["worker2"], 4)
+        await kube.set_stop_policy(kube.workers["worker2"], cqs["worker2"], "None")
     finally:
         fed.start_manager()
     assert await eventually(lambda: admitted_on(kube, ns, "survivor"), timeout=60, what="admission after the restart") == "worker2"

@@ -49,9 +49,9 @@ SA = service_account_user(SYSTEM_NAMESPACE, register.SERVICE_ACCOUNT)
 OURS = (f"ClusterRole {register.SERVICE_ACCOUNT}", f"Role {AGENT_LEASE_NAMESPACE}/{register.AGENT_LEASE_ROLE}")
 # Rights of our roles that the flow below does not use, each with the code path that needs
 # it: JobSets go through the same paths as Jobs (manager/engine/integrations/jobset.py), for a
-# manager that enables them; this flow runs batch/v1 Jobs. The worker's queues are read by the
-# capacity-aware dispatcher only (manager/multikueue/remote.py, `_watch_quotas`); this flow
-# dispatches AllAtOnce.
+# manager that enables them; this flow runs batch/v1 Jobs. The worker's queues are read
+# (manager/multikueue/remote.py, `_watch_quotas`) where the credential can list ClusterQueues,
+# which the manager asks first: a credential bound to some namespaces never reads them.
 JOBSET_RIGHTS = tuple(f"{verb} jobset.x-k8s.io/jobsets " for verb in ("create", "delete", "get", "list", "watch"))
 QUEUES = ("clusterqueues", "cohorts", "localqueues", "resourceflavors")
 QUEUE_RIGHTS = tuple(f"{verb} kueue.x-k8s.io/{plural} " for verb in ("list", "watch") for plural in QUEUES)

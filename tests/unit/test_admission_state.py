@@ -355,3 +355,11 @@ def test_a_refused_workload_reserves_nothing_preempts_nothing_and_is_tried_again
     state.requeue_refused(["cq"])
     again = {w.key: w for w in run(state, T0 + timedelta(seconds=1))}
     assert is_condition_true(again["ns/low"].status.conditions, c.EVICTED)
+
+
+def test_a_workload_its_own_queue_can_never_hold_gets_the_queues_reason_before_any_refusal() -> None:
+    state = ready_state(cpu=1)
+    state.set_refusal(lambda wl, cq: "no worker can ever admit it: needs cpu 2")
+    state.upsert_workload(workload("big", cpu="2"), T0)
+    cond = next(x for x in run(state)[0].status.conditions or [] if x.type == c.QUOTA_RESERVED)
+    assert (cond.reason, cond.message.startswith("couldn't assign flavors to pod set main")) == ("ExceedsMaxQuota", True)

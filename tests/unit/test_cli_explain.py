@@ -96,6 +96,13 @@ def test_a_job_no_worker_could_ever_admit_shows_each_workers_largest_offer_and_w
     assert text.splitlines()[-1] == "Next: No worker could ever admit it: lower its requests, or raise a worker's quota to what it needs."
 
 
+def test_a_job_refused_because_a_worker_lacks_its_local_queue_says_where_to_create_it() -> None:
+    never = "no worker can ever admit it: needs cpu 1; largest worker offers cpu 0 (worker1); worker2: LocalQueue user-queue doesn't exist"
+    wl = workload({"conditions": [cond("QuotaReserved", "False", "ExceedsMaxQuota", never)]})
+    text = run(wl, [Remote("worker1", True), Remote("worker2", True)])
+    assert text.splitlines()[-1] == "Next: Create LocalQueue user-queue in namespace ns on worker2, as on the manager."
+
+
 def test_a_job_a_worker_cannot_take_for_lack_of_a_local_queue_says_where_to_create_it() -> None:
     wl = workload(
         {
