@@ -32,13 +32,13 @@ import tempfile
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
-from procstats import apiserver_requests, cpu_by_kind, machine_busy, metric_sum, proc_stats
+from procstats import apiserver_requests, cpu_by_kind, machine_busy, metric_lines, metric_sum, proc_stats
 
 from manager.api import constants as c
 from manager.api import kueue
@@ -221,6 +221,9 @@ class KfedBurst:
     manager_requests: float  # to its own apiserver
     remote_requests: float  # to the workers
     agent_requests: float
+    # Every sender's requests from the burst until they stopped (the Events a recorder sends
+    # after the last admission included).
+    requests_until_quiet: float
     agent_cpu: float
     agent_peak_rss: int  # the largest of the agents
     busy: float
@@ -228,6 +231,10 @@ class KfedBurst:
     # Requests each side's apiservers served during the burst, by (verb, resource), from their
     # own metrics: every client's, this script's (its Job creates and watch) included.
     served: dict[str, Counter[tuple[str, str]]] = field(default_factory=dict)
+    # Events in the benchmark's namespace once the burst is admitted, by side and reason (an
+    # Event may be sent after the burst: the recorder does not hold admission back).
+    events: dict[str, Counter[str]] = field(default_factory=dict)
+    manager_verbs: dict[str, float] = field(default_factory=dict)  # the manager's own count, by verb
 
 
 def configuration(dispatcher: str) -> dict[str, Any]:
@@ -294,6 +301,7 @@ async def run_kfed(
         manager_requests_before = metric_sum(manager_port, "kfed_kube_requests_total{")
         remote_requests_before = metric_sum(manager_port, "kfed_multikueue_remote_request_seconds_count{")
         agent_before = sum(metric_sum(port, "kfed_kube_requests_total{") for port in agent_ports)
+        verbs_before = metric_lines(manager_port, "kfed_kube_requests_total{")
         served_before = {"manager": apiserver_requests(manager_cluster), "workers": sum_counters(apiserver_requests(w) for w in workers)}
         result = await burst(client, jobs=args.jobs, submitters=args.submitters, timeout=args.timeout)
         cpu_after, peak = proc_stats(manager.pid)
@@ -301,20 +309,40 @@ async def run_kfed(
         busy_after = machine_busy()
         kinds_after = cpu_by_kind(base)
         served_after = {"manager": apiserver_requests(manager_cluster), "workers": sum_counters(apiserver_requests(w) for w in workers)}
+        verbs_after = metric_lines(manager_port, "kfed_kube_requests_total{")
+        manager_verbs = {line: verbs_after[line] - verbs_before.get(line, 0.0) for line in verbs_after}
+        during = (
+            metric_sum(manager_port, "kfed_kube_requests_total{") - manager_requests_before,
+            metric_sum(manager_port, "kfed_multikueue_remote_request_seconds_count{") - remote_requests_before,
+            sum(metric_sum(port, "kfed_kube_requests_total{") for port in agent_ports) - agent_before,
+        )
+
+        def all_requests() -> float:
+            return (
+                metric_sum(manager_port, "kfed_kube_requests_total{")
+                + metric_sum(manager_port, "kfed_multikueue_remote_request_seconds_count{")
+                + sum(metric_sum(port, "kfed_kube_requests_total{") for port in agent_ports)
+            )
+
+        quiet = await until_quiet(all_requests) - manager_requests_before - remote_requests_before - agent_before
+        events = {"manager": event_reasons(manager_cluster), "workers": sum_counters(event_reasons(w) for w in workers)}
         return KfedBurst(
             burst=result,
             qps=args.qps,
             client_burst=args.burst,
             manager_cpu=cpu_after - cpu_before,
             manager_peak_rss=peak,
-            manager_requests=metric_sum(manager_port, "kfed_kube_requests_total{") - manager_requests_before,
-            remote_requests=metric_sum(manager_port, "kfed_multikueue_remote_request_seconds_count{") - remote_requests_before,
-            agent_requests=sum(metric_sum(port, "kfed_kube_requests_total{") for port in agent_ports) - agent_before,
+            manager_requests=during[0],
+            remote_requests=during[1],
+            agent_requests=during[2],
+            requests_until_quiet=quiet,
             agent_cpu=sum(cpu for cpu, _ in agent_stats) - agents_before,
             agent_peak_rss=max(rss for _, rss in agent_stats),
             busy=(busy_after[0] - busy_before[0]) / max(busy_after[1] - busy_before[1], 1),
             spent={k: kinds_after.get(k, 0.0) - kinds_before.get(k, 0.0) for k in kinds_after},
             served={side: served_after[side] - served_before[side] for side in served_after},
+            events=events,
+            manager_verbs=manager_verbs,
         )
     finally:
         await client.close()
@@ -327,11 +355,33 @@ async def run_kfed(
                 process.kill()
 
 
-def sum_counters(counters: Iterable[Counter[tuple[str, str]]]) -> Counter[tuple[str, str]]:
-    total: Counter[tuple[str, str]] = Counter()
+async def until_quiet(total: Callable[[], float], *, settle: float = 3.0, noise: float = 10.0, limit: float = 120.0) -> float:
+    """`total()` once it has grown by less than `noise` in `settle` seconds (leases are renewed
+    and queue status written all the time), or at `limit`."""
+    deadline = time.monotonic() + limit
+    mark, since = total(), time.monotonic()
+    while time.monotonic() < deadline:
+        await asyncio.sleep(0.5)  # the sampling period of this wait
+        now = total()
+        if now - mark >= noise:
+            mark, since = now, time.monotonic()
+        elif time.monotonic() - since >= settle:
+            return mark
+    return total()
+
+
+def sum_counters(counters: Iterable[Counter[Any]]) -> Counter[Any]:
+    total: Counter[Any] = Counter()
     for counter in counters:
         total.update(counter)
     return total
+
+
+def event_reasons(cluster: LocalCluster) -> Counter[str]:
+    """The Events in the benchmark's namespace, by the kind of object and their reason."""
+    status, body = cluster.request("GET", f"/api/v1/namespaces/{NAMESPACE}/events", timeout=30)
+    items = (body or {}).get("items", []) if status == 200 and isinstance(body, dict) else []
+    return Counter(f"{item['involvedObject'].get('kind', '')} {item.get('reason', '')}" for item in items)
 
 
 def report_served(result: KfedBurst) -> None:
@@ -342,6 +392,13 @@ def report_served(result: KfedBurst) -> None:
         print(f"  served by the {side} apiserver(s), per workload ({sum(served.values()) / per:.1f} in all, this script's included):")
         for share, verb, resource in sorted(rows, reverse=True):
             print(f"    {share:5.2f}  {verb} {resource}")
+        if side == "manager":
+            sent = ", ".join(f"{line} {count / per:.2f}" for line, count in sorted(result.manager_verbs.items()))
+            print(f"  sent by the manager's client, by its own count: {sent}")
+        reasons = result.events.get(side, Counter())
+        print(f"  Events on the {side} side per workload, by object and reason ({sum(reasons.values()) / per:.1f} in all):")
+        for reason, count in sorted(reasons.items(), key=lambda kv: -kv[1]):
+            print(f"    {count / per:5.2f}  {reason}")
 
 
 def report(result: KfedBurst, dispatcher: str) -> None:
@@ -361,6 +418,7 @@ def report(result: KfedBurst, dispatcher: str) -> None:
         f"(manager->manager {result.manager_requests / per:.1f}, manager->workers {result.remote_requests / per:.1f}, "
         f"worker agents {result.agent_requests / per:.1f})"
     )
+    print(f"  ... and until every sender was quiet: {result.requests_until_quiet / per:.1f} (Events sent after the burst included)")
     cpu = result.manager_cpu
     print(f"  manager CPU:                     {cpu:.1f} s ({cpu / wall * 100:.0f}% of one core)")
     print(f"  manager peak RSS:                {result.manager_peak_rss / 2**20:.0f} MiB")

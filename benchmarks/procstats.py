@@ -34,6 +34,14 @@ def metric_sum(port: int, prefix: str) -> float:
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(prefix))
 
 
+def metric_lines(port: int, prefix: str) -> dict[str, float]:
+    """Every sample of /metrics whose line starts with `prefix`, by its labels."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    samples = (line.rsplit(" ", 1) for line in text.splitlines() if line.startswith(prefix))
+    return {labels[len(prefix) - 1 :]: float(value) for labels, value in samples}
+
+
 def cpu_by_kind(base: Path) -> dict[str, float]:
     """CPU seconds of every process of this run (its command line names the run's directory)."""
     out: dict[str, float] = {}

@@ -39,6 +39,9 @@ from manager.runtime.expectations import Expectations
 from manager.runtime.runnables import Runnable, leader
 
 log = logging.getLogger("kfed.jobs")
+# Seconds before a job whose cache has not shown our last write yet is looked at again (its
+# watch event normally comes first).
+STALE_CACHE_RECHECK = 1.0
 
 
 class JobController:
@@ -61,6 +64,10 @@ class JobController:
         self.recorder = recorder
         self.clock = clock
         self.expectations = Expectations()
+        # Per job key, the resourceVersion a write to the job was planned from, while the cache
+        # still shows that version: a reconcile then would plan the same write again (seen on
+        # workers: a Job started twice, two Started events), so it waits for the watch event.
+        self.written_from: dict[str, str] = {}
         self.controller = Controller(adapter.kind.lower(), self.reconcile, workers=workers)
         # Set by MultiKueue on the manager: whether a worker may still run this Workload's job
         # (its quota is kept until the worker has stopped it); it may read the worker live.
@@ -134,6 +141,11 @@ class JobController:
         job = self.informer.get(key)
         if job is None:
             self.expectations.forget(key)
+            self.written_from.pop(key, None)
+        elif self.written_from.get(key) == job.metadata.resource_version:
+            return Result(requeue_after=STALE_CACHE_RECHECK)  # the watch event of our write brings it back sooner
+        else:
+            self.written_from.pop(key, None)
         inputs = self._inputs(key, job)
         plan = plan_job(inputs)
         if plan.ask_runs_elsewhere and inputs.workload is not None and self.runs_elsewhere is not None:
@@ -153,7 +165,12 @@ class JobController:
         if isinstance(action, CreateWorkload):
             await self._create(key, job, action)
         elif isinstance(action, PatchJob):
-            await self.client.patch(self.adapter.model, job.name, action.patch, namespace=job.namespace, subresource=action.subresource)
+            written = await self.client.patch(
+                self.adapter.model, job.name, action.patch, namespace=job.namespace, subresource=action.subresource
+            )
+            planned_from = job.metadata.resource_version
+            if planned_from and written.metadata.resource_version != planned_from:  # a no-op write brings no event
+                self.written_from[key] = planned_from
             if action.event is not None:
                 self._event(job, action.event)
         elif isinstance(action, PatchWorkload):
