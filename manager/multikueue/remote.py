@@ -30,7 +30,7 @@ from manager.engine.integrations.registry import BATCH_JOB
 from manager.engine.jobs import prebuilt_keys, prebuilt_workload_name
 from manager.kube.access import can_i
 from manager.kube.client import KubeClient, KubeconfigError
-from manager.kube.errors import ForbiddenError, KubeError, NotFoundError
+from manager.kube.errors import ForbiddenError, KubeError, NotFoundError, TransientError
 from manager.kube.informer import InformerSet
 from manager.multikueue.agent import AGENT_LEASE_NAME, AGENT_LEASE_NAMESPACE, AgentLeaseWatch, AgentVerdict, LeaseSighting
 from manager.multikueue.capacity import WorkerQuotas
@@ -43,6 +43,7 @@ RETRY_MAX_SECONDS = 320
 WATCH_START_BASE_SECONDS = 60.0  # Kueue's establish timeout: 1 min doubling to 10 min
 WATCH_START_MAX_SECONDS = 600.0
 QUOTA_WATCH_RETRY_SECONDS = 30.0
+QUOTA_REWATCH_SECONDS = 1.0  # between the watches of one kind of the worker's queues
 MIN_RETRY_AFTER_SECONDS = 1.0  # a Retry-After of 0 (or less) never makes a busy loop
 
 
@@ -72,6 +73,19 @@ def backoff_wait(state: RetryCallState) -> float:
     failure = state.outcome.exception() if state.outcome is not None else None
     retry_after = failure.retry_after if isinstance(failure, ConnectionFailedError) else None
     return reconnect_wait(_BACKOFF(state), retry_after)
+
+
+async def _keep_watching(kind: str, informer: InformerSet[Any]) -> None:
+    """Watch one kind of the worker's queues for as long as the connection lasts. A watch that
+    breaks (most often a quiet one whose read timed out: queues change rarely) is watched again
+    from its last version after a pause, never taken for lost capacity; the connection's own
+    watches judge the worker's health."""
+    while True:
+        try:
+            await informer.watch_until_error()
+        except TransientError as err:
+            log.debug("a watch of the worker's queues broke; watching again", extra={"kind": kind, "error": str(err)})
+            await asyncio.sleep(QUOTA_REWATCH_SECONDS)
 
 
 class RemoteCluster:
@@ -313,7 +327,7 @@ class RemoteCluster:
                 self.quota_informers = informers
                 self.quota_spec_version += 1
                 self._quotas_changed()
-                watches = [asyncio.create_task(informer.watch_until_error()) for informer in informers.values()]
+                watches = [asyncio.create_task(_keep_watching(kind, informer)) for kind, informer in informers.items()]
                 try:
                     done, _ = await asyncio.wait(watches, return_when=asyncio.FIRST_COMPLETED)
                     for task in done:
