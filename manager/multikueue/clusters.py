@@ -89,6 +89,12 @@ class ClusterController:
 
     # --- events ------------------------------------------------------------------------------------
     def _on_cluster(self, kind: str, old: kueue.MultiKueueCluster | None, new: kueue.MultiKueueCluster | None) -> None:
+        if new is not None and new.name in self.verdicts:
+            # `_publish` compares the verdict with the cached condition. A verdict that came
+            # while the cache still showed it (before the cache saw an older verdict's write)
+            # was skipped then; this update is its next chance (seen after a manager restart:
+            # the cluster left BadKubeConfig on the apiserver while connected).
+            self.status_controller.enqueue(new.name)
         if old is not None and new is not None and _what_connects(old) == _what_connects(new):
             return  # a status write of ours
         obj = new or old
