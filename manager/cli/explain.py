@@ -341,10 +341,12 @@ async def _remote(manager: KubeClient, cluster: kueue.MultiKueueCluster, key: st
         return Remote(cluster.name, active, reason, error=str(err))
     namespace, _, name = key.partition("/")
     try:
-        copy = await asyncio.wait_for(worker.get(kueue.Workload, name, namespace=namespace), timeout=WORKER_TIMEOUT)
-        return Remote(cluster.name, active, reason, copy=copy)
-    except NotFoundError:
-        return Remote(cluster.name, active, reason)
+        # A list by name, not a get: the manager's least-privilege role on a worker may list
+        # and watch copies but not get them, and this is the manager's credential.
+        found = await asyncio.wait_for(
+            worker.list(kueue.Workload, namespace=namespace, field_selector=f"metadata.name={name}"), timeout=WORKER_TIMEOUT
+        )
+        return Remote(cluster.name, active, reason, copy=found.items[0] if found.items else None)
     except (KubeError, TimeoutError) as err:
         return Remote(cluster.name, False, "unreachable", error=str(err) or "timed out")
     finally:
