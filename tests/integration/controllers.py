@@ -19,8 +19,15 @@ from typing import Any
 import yaml
 
 from manager.api import constants as c
+from manager.api import kueue
+from manager.api.core import Secret
 from manager.dev import federation
 from manager.dev.local import LocalCluster, free_port, wait_for
+from manager.kube.client import KubeClient
+from manager.kube.informer import Informer
+from manager.multikueue.clusters import ClusterController
+from manager.multikueue.remote import RemoteCluster
+from manager.multikueue.settings import Settings
 from tests.conftest import REPO_ROOT
 
 SYSTEM_NAMESPACE = "kfed-system"
@@ -230,3 +237,28 @@ def running_manager(
         yield process
     finally:
         process.terminate()
+
+
+def cluster_controller(
+    kube: KubeClient,
+    clusters: Informer[kueue.MultiKueueCluster],
+    secrets: Informer[Secret],
+    *,
+    on_connection_change: Callable[[RemoteCluster], None] = lambda remote: None,
+    on_remote_object: Callable[[RemoteCluster, str, str], None] = lambda remote, namespace, name: None,
+) -> ClusterController:
+    """The real MultiKueueCluster controller in this process, over caches the test drives (the
+    manager's namespace, default settings, a client limit of 50 QPS to each worker)."""
+    settings = Settings()
+    return ClusterController(
+        kube,
+        namespace=SYSTEM_NAMESPACE,
+        origin=settings.origin,
+        qps=50,
+        burst=100,
+        path_prefix=settings.kubeconfig_path_prefix,
+        clusters=clusters,
+        secrets=secrets,
+        on_connection_change=on_connection_change,
+        on_remote_object=on_remote_object,
+    )

@@ -23,10 +23,8 @@ from manager.api.meta import find_condition, format_time, utcnow
 from manager.dev.local import LocalCluster
 from manager.kube.client import KubeClient
 from manager.kube.informer import Informer
-from manager.multikueue.clusters import ClusterController
-from manager.multikueue.settings import Settings
 from tests.harness import Provider, eventually
-from tests.integration.controllers import SYSTEM_NAMESPACE, crd_cluster
+from tests.integration.controllers import SYSTEM_NAMESPACE, cluster_controller, crd_cluster
 
 V1B2 = f"{c.GROUP}/v1beta2"
 
@@ -58,23 +56,11 @@ async def test_the_latest_verdict_is_written_even_when_the_cache_already_showed_
     }
     await kube.patch(kueue.MultiKueueCluster, name, {"status": {"conditions": [active]}}, subresource="status")
 
-    settings = Settings()
     clusters: Informer[kueue.MultiKueueCluster] = Informer(kube, kueue.MultiKueueCluster)
     secrets: Informer[Secret] = Informer(kube, Secret, namespace=SYSTEM_NAMESPACE)
     for informer in (clusters, secrets):
         await informer.relist()  # the cache shows Active, as the previous process left it
-    controller = ClusterController(
-        kube,
-        namespace=SYSTEM_NAMESPACE,
-        origin=settings.origin,
-        qps=50,
-        burst=100,
-        path_prefix=settings.kubeconfig_path_prefix,
-        clusters=clusters,
-        secrets=secrets,
-        on_connection_change=lambda remote: None,
-        on_remote_object=lambda remote, namespace, name: None,
-    )
+    controller = cluster_controller(kube, clusters, secrets)
     publishing = asyncio.create_task(controller.status_controller.run())
     try:
         cached = clusters.get(name)

@@ -32,13 +32,12 @@ from manager.engine.workload import admission_check_state
 from manager.kube.client import KubeClient
 from manager.kube.errors import ConflictError
 from manager.kube.informer import Informer
-from manager.multikueue.clusters import ClusterController
 from manager.multikueue.plan import remote_copy
 from manager.multikueue.settings import Settings
 from manager.multikueue.workload import WorkloadController
 from tests.conftest import client_of
 from tests.harness import Provider, eventually
-from tests.integration.controllers import SYSTEM_NAMESPACE, crd_cluster
+from tests.integration.controllers import SYSTEM_NAMESPACE, cluster_controller, crd_cluster
 from tests.integration.test_controllers import job_manifest, make_queues
 
 V1B2 = f"{c.GROUP}/v1beta2"
@@ -116,15 +115,10 @@ async def test_a_pass_planned_from_a_stale_cache_creates_no_job_and_the_next_one
     secrets: Informer[Secret] = Informer(kube, Secret, namespace=SYSTEM_NAMESPACE)
     for informer in [*caches.all(), configs, objects, secrets]:
         await informer.relist()
-    clusters = ClusterController(
+    clusters = cluster_controller(
         kube,
-        namespace=SYSTEM_NAMESPACE,
-        origin=settings.origin,
-        qps=50,
-        burst=100,
-        path_prefix=settings.kubeconfig_path_prefix,
-        clusters=objects,
-        secrets=secrets,
+        objects,
+        secrets,
         on_connection_change=lambda remote: controller.on_connection_change(remote),
         on_remote_object=lambda remote, namespace, name: controller.on_remote_object(remote, namespace, name),
     )
