@@ -78,8 +78,16 @@ class Federation:
 
     def start_apiserver(self, worker: str) -> None:
         """Bring a worker's apiserver back. Its agent exits when it cannot renew its lease
-        (as client-go's leader election does); restart it, as its Deployment would."""
-        self.workers[worker].start_component("kube-apiserver")
+        (as client-go's leader election does); restart it, as its Deployment would.
+        Kubernetes' own controllers come back with it: while their apiserver was away, each of
+        their watches backed off (client-go's reflectors, up to half a minute apiece), and CI saw
+        a later test's Job wait over a minute on that worker for its namespace's ServiceAccount
+        and its pod. Restarted, they list at once."""
+        cluster = self.workers[worker]
+        for name in ("kwok", "kube-scheduler", "kube-controller-manager"):
+            if name in cluster.components:
+                cluster.stop_component(name)
+        cluster.start_component("kube-apiserver")  # its wait_ready starts them again and waits for the nodes
         agent = self.agents[worker]
         if agent.exit_code() is not None or agent.process is None:
             agent.process = None
