@@ -298,9 +298,17 @@ async def run_kfed(
         agents_before = sum(proc_stats(agent.pid)[0] for agent in agents)
         busy_before = machine_busy()
         kinds_before = cpu_by_kind(base)
-        manager_requests_before = metric_sum(manager_port, "kfed_kube_requests_total{")
-        remote_requests_before = metric_sum(manager_port, "kfed_multikueue_remote_request_seconds_count{")
-        agent_before = sum(metric_sum(port, "kfed_kube_requests_total{") for port in agent_ports)
+
+        def sent() -> tuple[float, float, float]:
+            """What each sender has sent so far: the manager to its apiserver, the manager to
+            the workers, the worker agents."""
+            return (
+                metric_sum(manager_port, "kfed_kube_requests_total{"),
+                metric_sum(manager_port, "kfed_multikueue_remote_request_seconds_count{"),
+                sum(metric_sum(port, "kfed_kube_requests_total{") for port in agent_ports),
+            )
+
+        sent_before = sent()
         verbs_before = metric_lines(manager_port, "kfed_kube_requests_total{")
         served_before = {"manager": apiserver_requests(manager_cluster), "workers": sum_counters(apiserver_requests(w) for w in workers)}
         result = await burst(client, jobs=args.jobs, submitters=args.submitters, timeout=args.timeout)
@@ -311,20 +319,8 @@ async def run_kfed(
         served_after = {"manager": apiserver_requests(manager_cluster), "workers": sum_counters(apiserver_requests(w) for w in workers)}
         verbs_after = metric_lines(manager_port, "kfed_kube_requests_total{")
         manager_verbs = {line: verbs_after[line] - verbs_before.get(line, 0.0) for line in verbs_after}
-        during = (
-            metric_sum(manager_port, "kfed_kube_requests_total{") - manager_requests_before,
-            metric_sum(manager_port, "kfed_multikueue_remote_request_seconds_count{") - remote_requests_before,
-            sum(metric_sum(port, "kfed_kube_requests_total{") for port in agent_ports) - agent_before,
-        )
-
-        def all_requests() -> float:
-            return (
-                metric_sum(manager_port, "kfed_kube_requests_total{")
-                + metric_sum(manager_port, "kfed_multikueue_remote_request_seconds_count{")
-                + sum(metric_sum(port, "kfed_kube_requests_total{") for port in agent_ports)
-            )
-
-        quiet = await until_quiet(all_requests) - manager_requests_before - remote_requests_before - agent_before
+        during = tuple(after - before for after, before in zip(sent(), sent_before, strict=True))
+        quiet = await until_quiet(lambda: sum(sent())) - sum(sent_before)
         events = {"manager": event_reasons(manager_cluster), "workers": sum_counters(event_reasons(w) for w in workers)}
         return KfedBurst(
             burst=result,

@@ -107,9 +107,8 @@ class WorkloadController:
         self.in_flight: dict[str, tuple[str, str, dict[FlavorResource, int]]] = {}  # key -> (worker, its ClusterQueue, usage)
         self.waiting: set[str] = set()
         self.dispatched_at: dict[str, datetime] = {}
-        # The refusal's answers, for the worker queue specs they were computed from.
+        # The refusal's answers, for the workers' queue specs last announced (`_quota_specs`).
         self._refusals: dict[tuple[object, ...], str | None] = {}
-        self._refusals_seen: tuple[tuple[str, int, bool], ...] = ()
         self._specs_announced: tuple[tuple[str, int, bool], ...] = ()
         self._dispatched = REGISTRY.counter(
             "kfed_multikueue_workloads_dispatched_total", "Remote Workload copies created, per cluster.", ("cluster_queue", "cluster")
@@ -163,8 +162,10 @@ class WorkloadController:
         specs = self._quota_specs()
         if specs != self._specs_announced:
             # Only a change to what the workers could ever give: their usage changes with every
-            # admission there, and says nothing new to the refusal.
+            # admission there, and says nothing new to the refusal. Every change to a worker's
+            # queue specs or connection comes through here, so the remembered answers go too.
             self._specs_announced = specs
+            self._refusals.clear()
             if self.on_refusal_inputs is not None:
                 self.on_refusal_inputs()
 
@@ -183,11 +184,7 @@ class WorkloadController:
 
     def _never_fits(self, info: WorkloadInfo, check_name: str) -> str | None:
         """`capacity.never_fits` over the check's workers, remembered until a worker's queue
-        specs change (the scheduler asks for every head of every cycle)."""
-        seen = self._quota_specs()
-        if seen != self._refusals_seen:
-            self._refusals.clear()
-            self._refusals_seen = seen
+        specs or connection change (the scheduler asks for every head of every cycle)."""
         names = tuple(self._config_clusters(check_name) or ())
         key = (names, info.namespace, info.queue_name, info.scheduling_hash)
         if key not in self._refusals:
