@@ -97,6 +97,9 @@ LONG_POD_ANNOTATION = "pod-complete.stage.kwok.x-k8s.io/delay"
 WORKER_LOST_TIMEOUT = 180  # seconds; the manager's multiKueue.workerLostTimeout here, above every outage
 DEADLINE = 300.0
 SHORT_DEADLINE = 180.0
+ADMISSION_TIMEOUT = 3  # seconds; the capacity-aware dispatcher's: short, so that a slow admission races its move
+# The manager's dispatcher (Configuration multiKueue.dispatcherName), by the name --dispatcher takes.
+DISPATCHERS = c.DISPATCHERS_BY_SHORT_NAME
 LOW, HIGH = "fault-low", "fault-high"
 
 
@@ -313,6 +316,13 @@ class Supervised(ControllerProcess):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(child, signal.SIGKILL)
 
+    def signal_child(self, signum: int) -> None:
+        """Signal the controller, not its supervisor (SIGSTOP: a process the node stopped scheduling)."""
+        if self.process is not None:
+            for child in _children(self.process.pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(child, signum)
+
     def kill_for_good(self) -> None:
         """SIGKILL the supervisor and then the controller: the replica is gone."""
         if self.process is None:
@@ -347,7 +357,7 @@ class Suite:
         return next(r for r in self.replicas if r.process is not None)
 
 
-def build(provider: Any, directory: Path) -> Suite:
+def build(provider: Any, directory: Path, *, dispatcher: str = c.DISPATCHER_ALL_AT_ONCE) -> Suite:
     suffix = uuid.uuid4().hex[:4]
     manager = provider.create([f"faults-manager-{suffix}"])[0]
     w1, w2 = provider.create([f"faults-w1-{suffix}", f"faults-w2-{suffix}"], jobs=True)
@@ -366,6 +376,11 @@ def build(provider: Any, directory: Path) -> Suite:
     write_config(config, origin=None)
     settings = yaml.safe_load(config.read_text())
     settings["multiKueue"]["workerLostTimeout"] = f"{WORKER_LOST_TIMEOUT}s"
+    settings["multiKueue"]["dispatcherName"] = dispatcher
+    if dispatcher == c.DISPATCHER_CAPACITY_AWARE:
+        # Short: a copy not admitted in time is deleted and sent to the other worker while its
+        # agent may be admitting it, and a frozen agent strands copies until its lease lapses.
+        settings["multiKueue"]["capacityAwareDispatcherConfig"] = {"admissionTimeout": f"{ADMISSION_TIMEOUT}s"}
     config.write_text(yaml.safe_dump(settings))
     join(manager, workers)
     replicas = [
@@ -490,6 +505,18 @@ async def agent_killed(suite: Suite) -> None:
     suite.agents["worker1"].kill_child()
 
 
+async def agent_frozen(suite: Suite) -> None:
+    """worker1's agent stopped (SIGSTOP) for 30 s, its apiserver up: copies sent there are not
+    admitted, the capacity-aware dispatcher's admission timeout deletes them and tries worker2,
+    and the agent then wakes up to copies gone from under it."""
+    agent = suite.agents["worker1"]
+    agent.signal_child(signal.SIGSTOP)
+    try:
+        await _sleep(30)
+    finally:
+        agent.signal_child(signal.SIGCONT)
+
+
 async def manager_killed(suite: Suite) -> None:
     await _sleep(1)  # inside the burst, not before it
     suite.leader().kill_child()
@@ -555,11 +582,15 @@ FAULTS: dict[str, Callable[[Suite], Awaitable[None]]] = {
     "freeze-2m": lambda s: freeze(s, 120),
     "apiserver-restart": apiserver_restart,
     "agent-killed": agent_killed,
+    "agent-frozen": agent_frozen,
     "manager-killed": manager_killed,
     "leader-failover": leader_failover,
     "watch-410": watch_410,
     "secret-rotated-broken": secret_rotated_broken,
 }
+# Per fault, when not 4 cpu on each worker. The frozen agent's worker has the most room, so the
+# capacity-aware dispatcher sends it the burst's copies, which the admission timeout then moves.
+WORKER_CPU = {"agent-frozen": {"worker1": 8, "worker2": 4}}
 RACE = "preemption-race"
 ALL = [*FAULTS, RACE]
 SHORT = ["preemption-race", "agent-killed", "secret-rotated-broken"]
@@ -570,7 +601,8 @@ async def run_fault(suite: Suite, fault: str, *, short: bool) -> FaultResult:
     tag = f"{fault[:12].strip('-')}-{uuid.uuid4().hex[:4]}"
     namespace, probe_ns = f"f-{tag}", f"p-{tag}"
     race = fault == RACE
-    await suite.clients.queues(namespace, manager_cpu=4, worker_cpu={"worker1": 4, "worker2": 4}, labels=RUNS, tag=tag)
+    worker_cpu = WORKER_CPU.get(fault, {"worker1": 4, "worker2": 4})
+    await suite.clients.queues(namespace, manager_cpu=4, worker_cpu=worker_cpu, labels=RUNS, tag=tag)
     await suite.clients.queues(probe_ns, manager_cpu=1, worker_cpu={"worker1": 1, "worker2": 1}, labels=RUNS, tag=f"{tag}p")
     submitted: list[MixJob] = []
     if race:
@@ -625,8 +657,10 @@ async def records(suite: Suite, namespace: str, submitted: Sequence[MixJob]) -> 
     return out
 
 
-async def run_suite(provider: Any, directory: Path, faults: Sequence[str], *, short: bool) -> list[FaultResult]:
-    suite = await asyncio.to_thread(build, provider, directory)
+async def run_suite(
+    provider: Any, directory: Path, faults: Sequence[str], *, short: bool, dispatcher: str = c.DISPATCHER_ALL_AT_ONCE
+) -> list[FaultResult]:
+    suite = await asyncio.to_thread(build, provider, directory, dispatcher=dispatcher)
     try:
         suite.kube = await Clients.open(suite)  # type: ignore[arg-type]
         for name, value in ((LOW, 10), (HIGH, 1000)):
@@ -664,16 +698,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--faults", help=f"comma-separated, from: {', '.join(ALL)}")
     parser.add_argument("--short", action="store_true", help="a small mix and the quick faults (the e2e tier's version)")
+    parser.add_argument("--dispatcher", choices=sorted(DISPATCHERS), default="all-at-once", help="the manager's MultiKueue dispatcher")
     args = parser.parse_args(argv)
     faults = parse_faults(args.faults, short=args.short)
     base = Path(tempfile.mkdtemp(prefix="kfed-faults-"))
     provider = LocalProvider(base / "clusters")
     started = time.monotonic()
     try:
-        results = asyncio.run(run_suite(provider, base, faults, short=args.short))
+        results = asyncio.run(run_suite(provider, base, faults, short=args.short, dispatcher=DISPATCHERS[args.dispatcher]))
     finally:
         provider.delete_all()
-    print(f"kfed fault suite: 1 manager (2 replicas for leader-failover), 2 workers; {time.monotonic() - started:.0f} s; logs in {base}")
+    print(
+        f"kfed fault suite: 1 manager (2 replicas for leader-failover), 2 workers, dispatcher {args.dispatcher};"
+        f" {time.monotonic() - started:.0f} s; logs in {base}"
+    )
     print(table(results))
     bad = any(r.lost or r.twice or r.stuck or r.recovery is None for r in results)
     return 1 if bad else 0

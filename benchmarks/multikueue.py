@@ -53,11 +53,7 @@ REPO = Path(__file__).resolve().parents[1]
 NAMESPACE = "bench"
 WORKERS = ("worker1", "worker2", "worker3")
 # The manager's dispatcher (Configuration multiKueue.dispatcherName), by the name --dispatcher takes.
-DISPATCHERS = {
-    "all-at-once": c.DISPATCHER_ALL_AT_ONCE,
-    "incremental": c.DISPATCHER_INCREMENTAL,
-    "capacity-aware": c.DISPATCHER_CAPACITY_AWARE,
-}
+DISPATCHERS = c.DISPATCHERS_BY_SHORT_NAME
 
 
 def queue_objects(check: str | None) -> list[tuple[Any, dict[str, Any]]]:

@@ -74,6 +74,12 @@ class TransientError(KubeError):
         self.retry_after = retry_after
 
 
+class QuietWatchError(TransientError):
+    """A watch heard nothing, not even a bookmark, within its read timeout. A busy apiserver
+    delays bookmarks, so this is normal for a kind that rarely changes; it may also be a dead
+    connection, which the next request finds out."""
+
+
 def rejected_by_unreachable_webhook(err: BaseException) -> bool:
     """The apiserver could not call an admission webhook (a webhook replica crashed mid-call,
     or none was ready) and refused the write before storing anything, so sending the same

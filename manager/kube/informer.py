@@ -16,8 +16,8 @@ from typing import Any, Generic
 
 from pydantic import ValidationError
 
-from manager.kube.client import KubeClient, R
-from manager.kube.errors import GoneError, KubeError
+from manager.kube.client import KubeClient, R, api_path
+from manager.kube.errors import GoneError, KubeError, QuietWatchError
 
 log = logging.getLogger("kfed.informer")
 
@@ -161,6 +161,10 @@ class Informer(Generic[R]):
             except GoneError:
                 log.info("watch expired; relisting", extra={"kind": self.model.KIND, "cluster": self.client.name})
                 need_list = True
+            except QuietWatchError:
+                # Nothing changed and the bookmark was late: watch again from where we were,
+                # at once and without a warning (a dead connection fails the next request).
+                log.debug("watch quiet; watching again", extra={"kind": self.model.KIND, "cluster": self.client.name})
             except KubeError as err:
                 log.warning("watch failed; retrying", extra={"kind": self.model.KIND, "cluster": self.client.name, "error": str(err)})
                 await asyncio.sleep(backoff * (1 + self._rng.random()))  # backoff between attempts
@@ -176,6 +180,17 @@ class Informer(Generic[R]):
             except GoneError:
                 log.info("watch expired; relisting", extra={"kind": self.model.KIND, "cluster": self.client.name})
                 await self.relist()
+            except QuietWatchError:
+                # Quiet is not lost: one small read (not retried) tells a live server from a
+                # dead connection, and only its failure is raised to the connection's owner.
+                await self.client.request("GET", api_path(self.model, namespace=self.namespace), query=self._probe_query())
+                log.debug("watch quiet; watching again", extra={"kind": self.model.KIND, "cluster": self.client.name})
+
+    def _probe_query(self) -> list[tuple[str, str]]:
+        query = [("limit", "1")]
+        if self.label_selector:
+            query.append(("labelSelector", self.label_selector))
+        return query
 
     async def _watch_once(self) -> None:
         # A random timeout spreads the re-watches of many caches over time, as client-go does.

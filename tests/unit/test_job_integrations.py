@@ -287,6 +287,38 @@ def test_a_worker_job_is_stopped_only_when_suspended_with_no_pod_and_unfinished(
     assert BATCH_JOB.stopped(remote) is stopped
 
 
+T0 = "2026-11-27T01:27:09Z"
+
+
+@pytest.mark.parametrize(
+    ("local_status", "remote_status", "copied"),
+    [
+        # The worker's Job runs: its status comes back whole.
+        ({}, {"startTime": T0, "active": 1}, {"startTime": T0, "active": 1}),
+        ({"startTime": T0, "succeeded": 1}, {"startTime": T0, "succeeded": 2, "active": 1}, {"startTime": T0, "succeeded": 2, "active": 1}),
+        # Dispatched again after an eviction: the new copy counts from zero, the manager's Job
+        # keeps the counts it showed (the API refuses fewer) and takes everything else.
+        (
+            {"startTime": T0, "succeeded": 1, "failed": 2},
+            {"startTime": T0, "active": 1},
+            {"startTime": T0, "active": 1, "succeeded": 1, "failed": 2},
+        ),
+        (
+            {"succeeded": 1},
+            {"startTime": T0, "succeeded": 0, "failed": 1, "active": 1},
+            {"startTime": T0, "succeeded": 1, "failed": 1, "active": 1},
+        ),
+    ],
+)
+def test_a_worker_jobs_status_comes_back_without_counting_down(
+    local_status: dict[str, Any], remote_status: dict[str, Any], copied: dict[str, Any]
+) -> None:
+    local, remote = job(completions=3, parallelism=1), job(completions=3, parallelism=1)
+    local.status = Job.model_validate({"status": local_status}).status
+    remote.status = Job.model_validate({"status": remote_status}).status
+    assert BATCH_JOB.status_update(local, remote) == (copied, False)
+
+
 def test_admitted_without_reservation_names_unready_checks() -> None:
     wl = admitted_workload()
     assert admitted_without_reservation(wl) == ("NoReservation", "The workload has no reservation")

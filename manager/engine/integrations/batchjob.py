@@ -211,7 +211,7 @@ class BatchJobAdapter(JobAdapter[Job]):
         """Kueue's determineStatusUpdate: the worker's status is copied once the manager's Job
         runs, while both are suspended (so an eviction's active=0 comes back), or when the
         worker's Job finished."""
-        remote_status = remote.status.to_dict() if remote.status else {}
+        remote_status = _never_counting_down(local, remote.status.to_dict() if remote.status else {})
         if job_finished(remote) is not None or (local.spec.suspend is True and remote.spec.suspend is True):
             return remote_status, False
         if local.spec.suspend is not True and (remote_status.get("startTime") or not (local.status and local.status.start_time)):
@@ -230,3 +230,20 @@ class BatchJobAdapter(JobAdapter[Job]):
 
     def lost_pods_status(self, job: Job) -> dict[str, Any]:
         return {"status": {"active": 0, "ready": 0, "terminating": 0}}
+
+
+# The Job API refuses a status that lowers these (`cannot decrease the succeeded counter`).
+MONOTONIC_COUNTS = ("succeeded", "failed")
+
+
+def _never_counting_down(local: Job, status: dict[str, Any]) -> dict[str, Any]:
+    """The worker's status with the counts the API never lets go down kept at least at the
+    manager Job's. A Job dispatched again after an eviction starts over on its worker (a new
+    Job there, counting from zero), while the manager's Job still shows what the first copy
+    had done; copied as it is, every status write would be refused until the new copy
+    caught up, and the manager's Job would show nothing of it meanwhile."""
+    if local.status is None:
+        return status
+    kept = {name: getattr(local.status, name) or 0 for name in MONOTONIC_COUNTS}
+    lower = {name: value for name, value in kept.items() if value > (status.get(name) or 0)}
+    return {**status, **lower} if lower else status
