@@ -1,7 +1,9 @@
 """The scenario of `admission.py`, replayed through the manager's admission state alone: no
 apiserver, no processes, a virtual clock. For finding work that grows with the backlog, and for
 checking that an engine change keeps behaviour: it prints a digest of every status write (the
-workload, the status written and its Events, in order), which such a change must not alter.
+workload, the status written and its Events, in order), which such a change must not alter,
+and each class's average wait from creation to first admission (the scheduling rules' own
+share of the time to admission, without the apiserver's).
 
 Each step takes the arrivals and finishes due within 10 ms of virtual time, runs scheduling
 cycles until one changes nothing, flushes, and applies every write at once as the apiserver and
@@ -50,6 +52,8 @@ class Replay:
         self.seq = 0
         self.version = 0
         self.finishing: set[str] = set()
+        self.arrived: dict[str, float] = {}
+        self.waited: dict[str, list[float]] = {}  # class -> each Workload's first wait for admission
         self.digest = hashlib.sha256()
         self.writes = self.rounds = self.finished = 0
         for model, obj in admission.objects():
@@ -98,7 +102,7 @@ class Replay:
             for _ in range(200):  # the controller's CYCLES_PER_ROUND
                 if not self.state.cycle(now).changed:
                     break
-            for write in self.state.flush(now).writes:
+            for write in self.state.flush(now):
                 self._apply(write, now_s, now)
             if now_s - last_status >= STATUS_INTERVAL:
                 last_status = now_s
@@ -109,6 +113,7 @@ class Replay:
 
     def _create(self, payload: tuple[str, str, int, int], now: datetime) -> None:
         cq, name, cpu, priority = payload
+        self.arrived[f"{cq}/{name}"] = (now - EPOCH).total_seconds()
         data = admission.workload(name, cq, cpu, priority)
         data["metadata"] |= {"uid": f"uid-{cq}-{name}", "creationTimestamp": now.isoformat()}
         self.state.upsert_workload(self._store(data), now)
@@ -146,6 +151,10 @@ class Replay:
         if is_condition_true(conditions, c.ADMITTED) and not is_condition_true(conditions, c.EVICTED) and write.key not in self.finishing:
             self.finishing.add(write.key)
             self._at(now_s + self.runtime[write.key], "finish", write.key)
+            arrived = self.arrived.pop(write.key, None)
+            if arrived is not None:
+                cls = write.key.partition("/")[2].rpartition("-")[0]
+                self.waited.setdefault(cls, []).append(now_s - arrived)
         elif is_condition_true(conditions, c.EVICTED):
             self.finishing.discard(write.key)
 
@@ -164,6 +173,8 @@ def main(args: argparse.Namespace) -> None:
     print(f"rounds, writes   {replay.rounds}, {replay.writes}")
     print(f"CPU              {cpu:.1f} s, {1000 * cpu / replay.total:.2f} ms per Workload (the replay's own object handling included)")
     print(f"writes digest    {replay.digest.hexdigest()[:16]}")
+    waits = ", ".join(f"{cls} {sum(w) / len(w):.2f} s" for cls, w in sorted(replay.waited.items(), key=lambda item: -len(item[1])))
+    print(f"avg first wait   {waits} (virtual time, from creation to the first admission)")
     if profiler is not None:
         pstats.Stats(profiler).sort_stats("cumulative").print_stats(40)
 

@@ -6,6 +6,9 @@ Two parts (`--parts`, both by default):
   in its in-cluster mode, and minimalkueue) against kfed's `benchmarks/admission.py` (its runner
   and `python -m manager`), with the same generator shape (5 cohorts x 6 ClusterQueues; small,
   medium and large Workloads) at `--scale` of Kueue's baseline (15,000 Workloads at 1.0).
+  With `--systems ...,kfed-by-kueue-runner`, Kueue's runner also runs against kfed's manager
+  (the same process and limits), a cross-check of the definitions: both managers timed by the
+  same Go program, printed as a second table against Kueue's.
 - **multikueue**: a burst of `--jobs` suspended Jobs on a manager with 3 workers: Kueue's
   manager and a Kueue on each worker against kfed's manager and 3 worker agents
   (`benchmarks/multikueue.py`). kfed's dispatcher is `--dispatcher`, Kueue's `--kueue-dispatcher`.
@@ -63,7 +66,7 @@ import multikueue
 from procstats import cpu_by_kind, cpu_seconds, proc_stats
 
 from manager.dev import federation
-from manager.dev.local import Component, LocalCluster, LocalProvider, wait_for
+from manager.dev.local import Component, LocalCluster, LocalProvider, free_port, wait_for
 from manager.kube.client import KubeClient
 from manager.runtime import pki
 from tests.kueue_upstream import KUEUE_NAMESPACE, UpstreamKueue
@@ -321,25 +324,68 @@ async def baseline_kfed(base: Path, args: argparse.Namespace) -> Figures:
 
 
 def baseline_kueue(base: Path, args: argparse.Namespace, perf_dir: Path) -> Figures:
+    """Kueue's own harness: minimalkueue, and its runner."""
+
+    def minimalkueue(cluster: LocalCluster) -> Component:
+        UpstreamKueue(cluster, base / "kueue", perf_dir).install_crds()
+        argv = [str(perf_dir / "minimalkueue"), f"--kubeconfig={cluster.kubeconfig_path}"]
+        return Component("minimalkueue", argv, base / "minimalkueue.log")
+
+    limits = (
+        f"minimalkueue {MINIMALKUEUE_QPS} QPS, burst {MINIMALKUEUE_BURST} (hard-coded), one bucket per kind it writes "
+        f"(Workloads, Events, ClusterQueues, LocalQueues); runner {RUNNER_QPS}"
+    )
+    return baseline_with_kueue_runner(base, args, perf_dir, system="Kueue", controller=minimalkueue, limits=limits)
+
+
+def baseline_kfed_by_kueue_runner(base: Path, args: argparse.Namespace, perf_dir: Path) -> Figures:
+    """The cross-check of the definitions: Kueue's runner, in its in-cluster mode, against
+    kfed's manager (the same process and limits as `baseline_kfed`), so that both systems'
+    times are taken by one and the same Go program."""
+
+    def kfed_manager(cluster: LocalCluster) -> Component:
+        federation.install_crds(cluster, federation.crd_manifests(REPO / "crds"))
+        federation.create(cluster, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kfed-system"}})
+        argv = federation.controller_argv(
+            cluster,
+            "manager",
+            health_port=free_port(),
+            webhook_port=None,
+            cert_dir=base,
+            extra=(f"--kube-api-qps={args.baseline_qps}", f"--kube-api-burst={args.baseline_burst}", "--log-level=warning"),
+        )
+        return Component("manager", argv, base / "manager.log")
+
+    limits = f"manager {args.baseline_qps:g} QPS, burst {args.baseline_burst}, one bucket for all requests; Kueue's runner {RUNNER_QPS}"
+    return baseline_with_kueue_runner(base, args, perf_dir, system="kfed", controller=kfed_manager, limits=limits)
+
+
+def baseline_with_kueue_runner(
+    base: Path,
+    args: argparse.Namespace,
+    perf_dir: Path,
+    *,
+    system: str,
+    controller: Callable[[LocalCluster], Component],
+    limits: str,
+) -> Figures:
+    """Kueue's runner (test/performance/scheduler, in-cluster mode) against `controller`, a
+    process started on the cluster at the moment the runner is, as upstream's harness does."""
     provider = LocalProvider(base)
-    minimal: Component | None = None
+    process: Component | None = None
     runner: subprocess.Popen[bytes] | None = None
     try:
-        (cluster,) = start_clusters(provider, ["kueue-baseline"])
-        UpstreamKueue(cluster, base / "kueue", perf_dir).install_crds()
+        (cluster,) = start_clusters(provider, [f"{system.lower()}-baseline"])
+        process = controller(cluster)
         out = base / "runner-output"
         out.mkdir()
         config = base / "generator.yaml"
         config.write_text(yaml.safe_dump(generator_config(args.scale), sort_keys=False))
         runner_kubeconfig = write_kubeconfig(base / "runner.kubeconfig", identity_kubeconfig(cluster, RUNNER_USER))
         apiserver_before = apiserver_cpu(base)
-        # As upstream's harness starts them: minimalkueue, then at once the runner.
-        minimal = Component(
-            "minimalkueue", [str(perf_dir / "minimalkueue"), f"--kubeconfig={cluster.kubeconfig_path}"], base / "minimalkueue.log"
-        )
         start = time.time()
-        minimal.start()
-        assert minimal.pid is not None
+        process.start()
+        assert process.pid is not None
         runner_argv = [
             str(perf_dir / "runner"),
             f"--generatorConfig={config}",
@@ -359,7 +405,7 @@ def baseline_kueue(base: Path, args: argparse.Namespace, perf_dir: Path) -> Figu
         # empty), before it cleans up; that is the end of the run.
         wait_for(lambda: summary.exists() or runner.poll() is not None, timeout=args.timeout + 60, what="the Kueue runner's summary")
         end = time.time()
-        cpu, rss = proc_stats(minimal.pid)
+        cpu, rss = proc_stats(process.pid)
         apiserver = apiserver_cpu(base) - apiserver_before
         if not summary.exists():
             raise RuntimeError(f"the Kueue runner exited with {runner.returncode} and no summary; see {base / 'runner.log'}")
@@ -372,7 +418,7 @@ def baseline_kueue(base: Path, args: argparse.Namespace, perf_dir: Path) -> Figu
             by_class.setdefault(row["class name"], []).append(int(row["ms to admitted"]) / 1000)
         by_user = requests_by_user(cluster, start, end)
         return Figures(
-            system="Kueue",
+            system=system,
             workloads=len(states),
             wall=end - start,
             admission_by_class={cls: statistics.fmean(w) for cls, w in by_class.items()},
@@ -383,18 +429,15 @@ def baseline_kueue(base: Path, args: argparse.Namespace, perf_dir: Path) -> Figu
             controller_cpu=cpu,
             controller_rss=rss,
             apiserver_cpu=apiserver,
-            limits=(
-                f"minimalkueue {MINIMALKUEUE_QPS} QPS, burst {MINIMALKUEUE_BURST} (hard-coded), one bucket per kind it writes "
-                f"(Workloads, Events, ClusterQueues, LocalQueues); runner {RUNNER_QPS}"
-            ),
+            limits=limits,
             extra={"controller API requests per second": (by_user.get(ADMIN_USER, 0) / (end - start), "")},
         )
     finally:
         if runner is not None and runner.poll() is None:
             runner.terminate()
             runner.wait(timeout=60)
-        if minimal is not None:
-            minimal.stop()
+        if process is not None:
+            process.stop()
         provider.delete_all()
 
 
@@ -585,6 +628,13 @@ async def main(args: argparse.Namespace) -> None:
         either = kfed_figures or kueue_figures
         workloads = either.workloads if either is not None else 0
         print_table(f"Scheduler performance baseline: {workloads} Workloads (scale {args.scale:g})", kfed_figures, kueue_figures)
+        if "kfed-by-kueue-runner" in systems:
+
+            async def cross_check() -> Figures:
+                return baseline_kfed_by_kueue_runner(base / "kfed-by-kueue-runner", args, build("perf", "KFED_KUEUE_PERF_BIN"))
+
+            crossed = await attempt("Kueue's runner against kfed's manager", cross_check)
+            print_table(f"Cross-check: Kueue's runner against kfed's manager (kfed column), scale {args.scale:g}", crossed, kueue_figures)
     if "multikueue" in parts:
         kfed_figures = kueue_figures = None
         if "kueue" in systems:
@@ -601,7 +651,11 @@ async def main(args: argparse.Namespace) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--parts", default="baseline,multikueue", help="baseline, multikueue, or both (comma-separated)")
-    parser.add_argument("--systems", default="kfed,kueue", help="kfed, kueue, or both (comma-separated)")
+    parser.add_argument(
+        "--systems",
+        default="kfed,kueue",
+        help="kfed, kueue, kfed-by-kueue-runner (Kueue's runner against kfed's manager), comma-separated",
+    )
     parser.add_argument("--scale", type=float, default=0.1, help="of Kueue's baseline (1.0: 15,000 Workloads)")
     parser.add_argument(
         "--baseline-qps", type=float, default=MINIMALKUEUE_KINDS * MINIMALKUEUE_QPS, help="kfed's manager in the baseline (one bucket)"
