@@ -155,6 +155,25 @@ class Baseline:
         return sum(len(run.admitted_at) - 1 for run in self.runs.values())
 
 
+def install_kfed(cluster: LocalCluster) -> None:
+    """What kfed's manager needs on a fresh cluster: its CRDs and its namespace."""
+    federation.install_crds(cluster, federation.crd_manifests(REPO / "crds"))
+    federation.create(cluster, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kfed-system"}})
+
+
+def manager_argv(cluster: LocalCluster, base: Path, *, port: int, qps: float, burst: int) -> list[str]:
+    """The manager of the baseline: webhooks off, `port` for health and metrics, one client
+    bucket of `qps` and `burst`."""
+    return federation.controller_argv(
+        cluster,
+        "manager",
+        health_port=port,
+        webhook_port=None,
+        cert_dir=base,
+        extra=(f"--kube-api-qps={qps}", f"--kube-api-burst={burst}", "--log-level=warning"),
+    )
+
+
 async def run_baseline(
     cluster: LocalCluster,
     base: Path,
@@ -168,8 +187,7 @@ async def run_baseline(
 ) -> Baseline:
     """Run the scenario on a cluster already up; `runner_kubeconfig` (default: the admin's) is
     what this script's own client uses, so that an audit log can tell its requests apart."""
-    federation.install_crds(cluster, federation.crd_manifests(REPO / "crds"))
-    federation.create(cluster, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kfed-system"}})
+    install_kfed(cluster)
     client = await KubeClient.from_kubeconfig(runner_kubeconfig or cluster.kubeconfig(), name="runner", qps=5000, burst=5000)
     manager: subprocess.Popen[bytes] | None = None
     profiler: subprocess.Popen[bytes] | None = None
@@ -180,14 +198,7 @@ async def run_baseline(
             await client.create(model, obj)
         port = free_port()
         log = base / "manager.log"
-        argv = federation.controller_argv(
-            cluster,
-            "manager",
-            health_port=port,
-            webhook_port=None,
-            cert_dir=base,
-            extra=(f"--kube-api-qps={qps}", f"--kube-api-burst={burst}", "--log-level=warning"),
-        )
+        argv = manager_argv(cluster, base, port=port, qps=qps, burst=burst)
         with log.open("wb") as out:
             manager = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
 

@@ -344,16 +344,8 @@ def baseline_kfed_by_kueue_runner(base: Path, args: argparse.Namespace, perf_dir
     times are taken by one and the same Go program."""
 
     def kfed_manager(cluster: LocalCluster) -> Component:
-        federation.install_crds(cluster, federation.crd_manifests(REPO / "crds"))
-        federation.create(cluster, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kfed-system"}})
-        argv = federation.controller_argv(
-            cluster,
-            "manager",
-            health_port=free_port(),
-            webhook_port=None,
-            cert_dir=base,
-            extra=(f"--kube-api-qps={args.baseline_qps}", f"--kube-api-burst={args.baseline_burst}", "--log-level=warning"),
-        )
+        admission.install_kfed(cluster)
+        argv = admission.manager_argv(cluster, base, port=free_port(), qps=args.baseline_qps, burst=args.baseline_burst)
         return Component("manager", argv, base / "manager.log")
 
     limits = f"manager {args.baseline_qps:g} QPS, burst {args.baseline_burst}, one bucket for all requests; Kueue's runner {RUNNER_QPS}"
@@ -626,8 +618,8 @@ async def main(args: argparse.Namespace) -> None:
         if "kfed" in systems:
             kfed_figures = await attempt("kfed's baseline", lambda: baseline_kfed(base / "kfed-baseline", args))
         either = kfed_figures or kueue_figures
-        workloads = either.workloads if either is not None else 0
-        print_table(f"Scheduler performance baseline: {workloads} Workloads (scale {args.scale:g})", kfed_figures, kueue_figures)
+        if either is not None:
+            print_table(f"Scheduler performance baseline: {either.workloads} Workloads (scale {args.scale:g})", kfed_figures, kueue_figures)
         if "kfed-by-kueue-runner" in systems:
 
             async def cross_check() -> Figures:

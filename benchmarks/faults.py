@@ -311,10 +311,7 @@ class Supervised(ControllerProcess):
 
     def kill_child(self) -> None:
         """SIGKILL the controller, not its supervisor: a crash its Deployment recovers from."""
-        if self.process is not None:
-            for child in _children(self.process.pid):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(child, signal.SIGKILL)
+        self.signal_child(signal.SIGKILL)
 
     def signal_child(self, signum: int) -> None:
         """Signal the controller, not its supervisor (SIGSTOP: a process the node stopped scheduling)."""

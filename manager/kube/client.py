@@ -24,7 +24,6 @@ from urllib.parse import quote
 
 import aiohttp
 from kubernetes_asyncio import client, config
-from kubernetes_asyncio.client.exceptions import ApiException
 from pydantic import ValidationError
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, stop_after_delay
 from tenacity.wait import wait_base, wait_exponential, wait_random
@@ -201,8 +200,6 @@ class KubeClient:
         started = time.monotonic()
         try:
             response = await self._http(method, path, query, body, content_type, request_timeout)
-        except ApiException as err:
-            raise error_from_response(err.status or 0, err.body or b"", what=what) from None
         except (TimeoutError, aiohttp.ClientError, OSError) as err:
             raise TransientError(f"{what}: {type(err).__name__}: {err}".rstrip(": ")) from None
         if self.observe_latency is not None:
@@ -240,7 +237,7 @@ class KubeClient:
             "timeout": timeout if isinstance(timeout, aiohttp.ClientTimeout) else aiohttp.ClientTimeout(total=timeout),
         }
         if body is not None:
-            options["data"] = body if isinstance(body, bytes) else json.dumps(body, separators=(",", ":"), default=_json_value).encode()
+            options["data"] = json.dumps(body, separators=(",", ":"), default=_json_value).encode()
         if rest.proxy:
             options["proxy"] = rest.proxy
         if rest.proxy_headers:

@@ -77,9 +77,9 @@ def backoff_wait(state: RetryCallState) -> float:
 
 async def _keep_watching(kind: str, informer: InformerSet[Any]) -> None:
     """Watch one kind of the worker's queues for as long as the connection lasts. A watch that
-    breaks (most often a quiet one whose read timed out: queues change rarely) is watched again
-    from its last version after a pause, never taken for lost capacity; the connection's own
-    watches judge the worker's health."""
+    breaks (a quiet one is already watched again by `watch_until_error`; this is one whose
+    server did not answer after it) is watched again from its last version after a pause,
+    never taken for lost capacity; the connection's own watches judge the worker's health."""
     while True:
         try:
             await informer.watch_until_error()

@@ -14,17 +14,15 @@ from benchmarks.faults import RACE, SHORT, run_suite, table
 from manager.api import constants as c
 from tests.harness import Provider
 
-# Capacity-aware dispatch moves a copy that was not admitted in time: the frozen agent is its race.
-FAULTS = {
-    c.DISPATCHER_ALL_AT_ONCE: SHORT,
-    c.DISPATCHER_CAPACITY_AWARE: [*SHORT, "agent-frozen"],
-}
+# By the dispatcher's short name. Capacity-aware dispatch moves a copy that was not admitted
+# in time: the frozen agent is its race.
+FAULTS = {"all-at-once": SHORT, "capacity-aware": [*SHORT, "agent-frozen"]}
 
 
-@pytest.mark.parametrize("dispatcher", list(FAULTS), ids=["all-at-once", "capacity-aware"])
+@pytest.mark.parametrize("dispatcher", list(FAULTS))
 async def test_the_short_fault_suite_loses_nothing_and_runs_nothing_twice(provider: Provider, tmp_path: Path, dispatcher: str) -> None:
     faults = FAULTS[dispatcher]
-    results = await run_suite(provider, tmp_path, faults, short=True, dispatcher=dispatcher)
+    results = await run_suite(provider, tmp_path, faults, short=True, dispatcher=c.DISPATCHERS_BY_SHORT_NAME[dispatcher])
     report = table(results)
     assert [r.fault for r in results] == faults, report
     for result in results:
