@@ -42,6 +42,7 @@ from manager.engine.state import AdmissionState, StatusWrite
 from manager.engine.workload import DEACTIVATION_TARGET, conditions_of, is_active, is_finished
 from manager.kube.client import KubeClient
 from manager.kube.errors import ConflictError, KubeError, NotFoundError
+from manager.kube.ratelimit import DEFERRABLE, REQUEST, TurnSemaphore
 from manager.runtime.metrics import Metrics, Sample, current_metrics
 from manager.runtime.runnables import Runnable, leader, while_leading
 
@@ -84,7 +85,7 @@ class AdmissionController:
         # (Re-flushing them every round until then rebuilt their status once per event, for as
         # many workloads as had writes queued behind the client's rate limit.)
         self._held: set[str] = set()
-        self._writes = asyncio.Semaphore(write_concurrency)
+        self._writes = TurnSemaphore(write_concurrency)
         self._tasks: set[asyncio.Task[None]] = set()
         self._queue_status: dict[str, dict[str, Any]] = {}
         self._deactivate: set[str] = set()
@@ -279,11 +280,15 @@ class AdmissionController:
 
     async def _write(self, write: StatusWrite) -> None:
         try:
-            async with self._writes:
+            # Admissions and evictions go first, at both gates: they move quota, while the other
+            # writes only say why a workload still waits.
+            async with self._writes.hold(REQUEST if write.moves_quota else DEFERRABLE):
                 current = self.state.infos.get(write.key)
                 before = current.obj if current is not None else None
                 patch = status_patch(write, before.status if before is not None else None)
-                stored = await self.client.patch(kueue.Workload, write.name, patch, namespace=write.namespace, subresource="status")
+                stored = await self.client.patch(
+                    kueue.Workload, write.name, patch, namespace=write.namespace, subresource="status", deferrable=not write.moves_quota
+                )
             self.state.write_succeeded(write, stored)
             if self.recorder is not None:
                 for event in write.events:
@@ -334,9 +339,9 @@ class AdmissionController:
         await asyncio.gather(*pending)
 
     async def _write_one_status(self, model: Any, name: str, namespace: str | None, key: str, body: dict[str, Any]) -> None:
-        async with self._writes:
+        async with self._writes.hold(DEFERRABLE):
             try:
-                await self.client.patch(model, name, {"status": body}, namespace=namespace, subresource="status")
+                await self.client.patch(model, name, {"status": body}, namespace=namespace, subresource="status", deferrable=True)
                 self._queue_status[key] = body
             except KubeError as err:
                 log.warning("queue status write failed", extra={"key": key, "error": str(err)})

@@ -1,7 +1,9 @@
 """Kubernetes Events, as Kueue's recorder emits them: core/v1 Events on the involved object.
 
 Emitting never blocks a controller: events go through a bounded queue and are dropped when
-it is full (as client-go's broadcaster drops them), since an Event is a hint, not state.
+it is full (as client-go's broadcaster drops them), since an Event is a hint, not state. For
+the same reason an Event takes its token from the client's rate limiter only when no other
+request waits for one: an admission never queues behind the Events that announce it.
 """
 
 from __future__ import annotations
@@ -72,5 +74,7 @@ class EventRecorder:
             event = await self.queue.get()
             namespace = event["metadata"]["namespace"]
             with contextlib.suppress(KubeError):
-                await self.client.request("POST", f"/api/v1/namespaces/{namespace}/events", body=event, what="create Event")
+                await self.client.request(
+                    "POST", f"/api/v1/namespaces/{namespace}/events", body=event, what="create Event", deferrable=True
+                )
                 self.sent += 1

@@ -72,6 +72,9 @@ class StatusWrite:
     status: WorkloadStatus
     admits: bool = False
     events: list[EventRecord] = field(default_factory=list)  # to emit once the write succeeds
+    # An admission or an eviction: it moves quota, so it goes before the writes that only say
+    # why a workload still waits.
+    moves_quota: bool = False
 
 
 def _backoff_view(wl: Workload) -> tuple[object, ...]:
@@ -507,7 +510,8 @@ class AdmissionState:
             admits = key in self.assumed
             events = status_events(info, current, desired)
             rv = info.obj.metadata.resource_version or ""
-            out.append(StatusWrite(key, info.namespace, info.name, rv, desired, admits=admits, events=events))
+            evicts = is_condition_true(desired.conditions, c.EVICTED) and not is_condition_true(current.conditions, c.EVICTED)
+            out.append(StatusWrite(key, info.namespace, info.name, rv, desired, admits=admits, events=events, moves_quota=admits or evicts))
         self.dirty.clear()
         return out
 

@@ -39,7 +39,7 @@ from manager.kube.errors import (
     error_from_response,
     rejected_by_unreachable_webhook,
 )
-from manager.kube.ratelimit import TokenBucket
+from manager.kube.ratelimit import DEFERRABLE, REQUEST, TokenBucket
 
 log = logging.getLogger("kfed.kube")
 
@@ -70,6 +70,7 @@ class RequestOptions(TypedDict, total=False):
     body: Any
     content_type: str  # application/json unless said
     what: str  # the call in error messages; "METHOD path" unless said
+    deferrable: bool  # waits for a token behind every other request (Events); see ratelimit.py
 
 
 class KubeconfigError(ValueError):
@@ -193,7 +194,7 @@ class KubeClient:
     ) -> aiohttp.ClientResponse:
         query, body, what = options.get("query"), options.get("body"), options.get("what", "")
         content_type = options.get("content_type", "application/json")
-        await self.limiter.acquire()
+        await self.limiter.acquire(DEFERRABLE if options.get("deferrable") else REQUEST)
         self.stats.requests += 1
         self.stats.by_verb[method] = self.stats.by_verb.get(method, 0) + 1
         request_timeout = timeout if timeout is not None else self.timeout
@@ -367,11 +368,13 @@ class KubeClient:
         namespace: str | None = None,
         subresource: str | None = None,
         content_type: str = MERGE_PATCH,
+        deferrable: bool = False,
     ) -> R:
-        """A merge patch (or JSON patch); put `metadata.resourceVersion` in it for a precondition."""
+        """A merge patch (or JSON patch); put `metadata.resourceVersion` in it for a precondition.
+        `deferrable`: it waits for the rate limiter behind every other request (see ratelimit.py)."""
         what = f"patch {_describe(model, namespace, name)}{'/' + subresource if subresource else ''}"
         path = api_path(model, namespace=namespace, name=name, subresource=subresource)
-        data = await self.request("PATCH", path, body=patch, content_type=content_type, what=what)
+        data = await self.request("PATCH", path, body=patch, content_type=content_type, what=what, deferrable=deferrable)
         return self._parse(model, data, what)
 
     async def delete(

@@ -142,6 +142,10 @@ def test_a_lost_race_undoes_the_assumed_admission_and_frees_the_quota() -> None:
     assert later["ns/b"].admits  # the quota "a" held in the engine went to "b"
 
 
+def admitted_keys(writes: list[StatusWrite]) -> set[str]:
+    return {w.key for w in writes if w.admits}
+
+
 def test_an_evicted_job_workload_keeps_its_quota_until_the_job_integration_releases_it() -> None:
     state = ready_state(cpu=1, preemption={"withinClusterQueue": "LowerPriority"})
     low = workload("low", priority=1, owned=True)
@@ -363,3 +367,19 @@ def test_a_workload_its_own_queue_can_never_hold_gets_the_queues_reason_before_a
     state.upsert_workload(workload("big", cpu="2"), T0)
     cond = next(x for x in run(state)[0].status.conditions or [] if x.type == c.QUOTA_RESERVED)
     assert (cond.reason, cond.message.startswith("couldn't assign flavors to pod set main")) == ("ExceedsMaxQuota", True)
+
+
+def test_admissions_and_evictions_are_marked_as_moving_quota() -> None:
+    """The controller writes those before the messages of workloads that still wait."""
+    state = ready_state(cpu=1, preemption={"withinClusterQueue": "LowerPriority"})
+    low = workload("low", priority=1)
+    state.upsert_workload(low, T0)
+    state.upsert_workload(workload("waiting", priority=0, at=1), T0)
+    writes = {w.key: w for w in run(state)}
+    assert writes["ns/low"].moves_quota and not writes["ns/waiting"].moves_quota
+    state.write_succeeded(writes["ns/low"], stored(writes["ns/low"], low, "2"))
+    state.upsert_workload(stored(writes["ns/low"], low, "2"), T0)
+    state.upsert_workload(workload("high", priority=100, at=2), T0)
+    writes = {w.key: w for w in run(state)}
+    assert writes["ns/low"].moves_quota, "the eviction of the preempted workload"
+    assert writes["ns/high"].moves_quota, "a bare workload's eviction ends at once: the preemptor is admitted"

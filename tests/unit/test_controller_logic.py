@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import io
 import json
 import logging
@@ -36,7 +37,7 @@ from manager.kube.errors import (
     rejected_by_unreachable_webhook,
 )
 from manager.kube.leader import LeaderConfig
-from manager.kube.ratelimit import TokenBucket
+from manager.kube.ratelimit import DEFERRABLE, REQUEST, TokenBucket, TurnSemaphore
 from manager.runtime import options
 from manager.runtime.logs import REDACTED, JsonFormatter
 
@@ -277,3 +278,95 @@ def test_the_leader_election_flags_name_the_lease_and_its_timing() -> None:
     argv = ["--namespace", "ns", "--leader-election-id", "lease", "--identity", "me", "--lease-duration", "30"]
     argv += ["--renew-deadline", "20", "--retry-period", "4"]
     assert options.parse(argv, component="manager").leader_config() == LeaderConfig("ns", "lease", "me", 30.0, 20.0, 4.0)
+
+
+def test_a_deferrable_request_waits_behind_every_other_request() -> None:
+    """Events are deferrable: when the bucket is empty, writes queued after them go first."""
+
+    async def scenario() -> list[str]:
+        bucket = TokenBucket(qps=200, burst=1)
+        await bucket.acquire()  # the bucket is empty now
+        order: list[str] = []
+
+        async def take(name: str, turn: int) -> None:
+            await bucket.acquire(turn)
+            order.append(name)
+
+        event = asyncio.create_task(take("event", DEFERRABLE))
+        await asyncio.sleep(0)  # the Event queues first
+        writes = [asyncio.create_task(take(f"write-{i}", REQUEST)) for i in range(3)]
+        await asyncio.gather(event, *writes)
+        return order
+
+    assert asyncio.run(scenario()) == ["write-0", "write-1", "write-2", "event"]
+
+
+def test_a_cancelled_waiter_gives_its_turn_to_the_next() -> None:
+    async def scenario() -> list[str]:
+        bucket = TokenBucket(qps=200, burst=1)
+        await bucket.acquire()
+        order: list[str] = []
+
+        async def take(name: str) -> None:
+            await bucket.acquire()
+            order.append(name)
+
+        first = asyncio.create_task(take("first"))
+        second = asyncio.create_task(take("second"))
+        await asyncio.sleep(0)
+        first.cancel()
+        await second
+        return order
+
+    assert asyncio.run(scenario()) == ["second"]
+
+
+def test_the_write_semaphore_lets_quota_moves_ahead_of_waiting_messages() -> None:
+    """An admission issued after a hundred "still pending" messages is written before them."""
+
+    async def scenario() -> list[str]:
+        gate = TurnSemaphore(1)
+        order: list[str] = []
+        release = asyncio.Event()
+
+        async def write(name: str, turn: int) -> None:
+            async with gate.hold(turn):
+                if name == "busy":
+                    await release.wait()
+                order.append(name)
+
+        busy = asyncio.create_task(write("busy", REQUEST))
+        await asyncio.sleep(0)  # it holds the only place
+        waiting = [asyncio.create_task(write(f"pending-{i}", DEFERRABLE)) for i in range(3)]
+        admission = asyncio.create_task(write("admission", REQUEST))
+        await asyncio.sleep(0)
+        release.set()
+        await asyncio.gather(busy, admission, *waiting)
+        return order
+
+    assert asyncio.run(scenario()) == ["busy", "admission", "pending-0", "pending-1", "pending-2"]
+
+
+def test_a_cancelled_semaphore_waiter_hands_its_place_on() -> None:
+    async def scenario() -> bool:
+        gate = TurnSemaphore(1)
+        release = asyncio.Event()
+
+        async def hold_until_released() -> None:
+            async with gate.hold():
+                await release.wait()
+
+        holder = asyncio.create_task(hold_until_released())
+        await asyncio.sleep(0)
+        cancelled = asyncio.create_task(hold_until_released())
+        await asyncio.sleep(0)
+        cancelled.cancel()
+        release.set()
+        await holder
+        with contextlib.suppress(asyncio.CancelledError):
+            await cancelled
+        # The place is free again: a new holder gets it at once.
+        async with gate.hold():
+            return True
+
+    assert asyncio.run(asyncio.wait_for(scenario(), timeout=5))
