@@ -45,7 +45,7 @@ from manager.api.meta import is_condition_true
 from manager.dev import federation
 from manager.dev.local import LocalCluster, LocalProvider, free_port, wait_for
 from manager.kube.client import KubeClient
-from manager.kube.errors import KubeError
+from manager.kube.errors import ConflictError, KubeError
 from manager.kube.informer import Informer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -241,31 +241,37 @@ async def run_baseline(
             await asyncio.sleep(runtime)  # the job's runtime, simulated
             run = runs[key]
             current = informer.get(key) or wl
-            conds = current.status.conditions if current.status else None
-            if is_condition_true(conds, c.EVICTED) or not is_condition_true(conds, c.ADMITTED):
-                finishing.discard(key)
-                return  # preempted while running: it will run again when readmitted
-            conditions = [cond.to_dict() for cond in conds or []]
-            conditions.append(
-                {
-                    "type": "Finished",
-                    "status": "True",
-                    "reason": "Succeeded",
-                    "message": "done",
-                    "lastTransitionTime": "2026-01-01T00:00:00Z",
-                }
-            )
-            try:
-                await client.patch(
-                    kueue.Workload,
-                    wl.name,
-                    {"metadata": {"resourceVersion": current.metadata.resource_version}, "status": {"conditions": conditions}},
-                    namespace=wl.namespace,
-                    subresource="status",
+            while True:
+                conds = current.status.conditions if current.status else None
+                if is_condition_true(conds, c.EVICTED) or not is_condition_true(conds, c.ADMITTED):
+                    finishing.discard(key)
+                    return  # preempted while running: it will run again when readmitted
+                conditions = [cond.to_dict() for cond in conds or []]
+                conditions.append(
+                    {
+                        "type": "Finished",
+                        "status": "True",
+                        "reason": "Succeeded",
+                        "message": "done",
+                        "lastTransitionTime": "2026-01-01T00:00:00Z",
+                    }
                 )
-            except KubeError:
-                finishing.discard(key)
-                return
+                try:
+                    await client.patch(
+                        kueue.Workload,
+                        wl.name,
+                        {"metadata": {"resourceVersion": current.metadata.resource_version}, "status": {"conditions": conditions}},
+                        namespace=wl.namespace,
+                        subresource="status",
+                    )
+                    break
+                except ConflictError:
+                    # The manager wrote it meanwhile (say, evicted and admitted it again while
+                    # this run was under way): finish what is there now, as a job controller would.
+                    current = await client.get(kueue.Workload, wl.name, namespace=wl.namespace)
+                except KubeError:
+                    finishing.discard(key)
+                    return
             now = time.monotonic()
             run.intervals.append((run.admitted_at[-1], now))
             run.finished = now

@@ -283,6 +283,11 @@ class Process:
         gauge = self.metrics.gauge("kfed_kube_requests_total", "Requests sent to the apiserver, by verb.", ("verb",))
         for verb, count in stats.by_verb.items():
             gauge.set(count, verb)
+        # Events wait behind every other request (ratelimit.py); under a long overload their
+        # queue fills and the newest are dropped, which an operator should be able to see.
+        events = self.metrics.gauge("kfed_events_total", "Events this process sent, or dropped with its queue full.", ("outcome",))
+        events.set(self.recorder.sent, "sent")
+        events.set(self.recorder.dropped, "dropped")
 
     async def _shutdown(self) -> None:
         """Stop within the budget: controllers first, then caches, servers and the client."""

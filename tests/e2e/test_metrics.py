@@ -43,3 +43,6 @@ async def test_a_federated_job_counts_its_dispatch_admission_and_finish(fed: Fed
     assert value(samples, "kueue_admitted_workloads_total", cluster_queue=cq) == 1
     assert value(samples, "kueue_admission_checks_wait_time_seconds_count", cluster_queue=cq) == 1  # admitted after the check
     assert value(samples, "kueue_finished_workloads", cluster_queue=cq) == 1  # finished and still there
+    # Its Events went out (they wait behind other requests, but none was dropped).
+    assert (value(samples, "kfed_events_total", outcome="sent") or 0) >= 1
+    assert value(samples, "kfed_events_total", outcome="dropped") == 0
