@@ -25,9 +25,10 @@ cached by version; KFED_KUEUE_BIN and KFED_KUEUE_PERF_BIN skip the build.
 
 Client limits: minimalkueue hard-codes 50 QPS and burst 100, per kind it writes (client-go keeps
 a token bucket per REST client, controller-runtime makes one per kind: Workloads, Events,
-ClusterQueues and LocalQueues), so kfed's manager, whose one bucket covers every request, gets
-four times that in the baseline: 200 QPS, burst 400 (`--baseline-qps`/`--baseline-burst` change
-kfed's only; the table prints the rate each controller used). In the MultiKueue part
+ClusterQueues and LocalQueues), so kfed's manager, whose one bucket covers every request (Events
+and status messages served after the other requests), gets four times that in the baseline:
+200 QPS, burst 400 (`--baseline-qps`/`--baseline-burst` change kfed's only; the table prints the
+rate each controller used). In the MultiKueue part
 both managers and worker controllers get `--qps`/`--burst`; Kueue's clients to its workers keep
 client-go's default (5 QPS, burst 10 per worker), which Kueue does not let one configure. Both
 runners are unlimited (5,000 QPS).
@@ -316,7 +317,7 @@ async def baseline_kfed(base: Path, args: argparse.Namespace) -> Figures:
             controller_cpu=result.manager_cpu,
             controller_rss=result.manager_peak_rss,
             apiserver_cpu=result.spent.get("kube-apiserver", 0.0),
-            limits=f"manager {args.baseline_qps:g} QPS, burst {args.baseline_burst}, one bucket for all requests; runner {RUNNER_QPS}",
+            limits=f"manager {args.baseline_qps:g} QPS, burst {args.baseline_burst}, one bucket for all requests, Events last; runner {RUNNER_QPS}",
             extra={"controller API requests per second": (by_user.get(ADMIN_USER, 0) / result.wall, "")},
         )
     finally:
@@ -348,7 +349,7 @@ def baseline_kfed_by_kueue_runner(base: Path, args: argparse.Namespace, perf_dir
         argv = admission.manager_argv(cluster, base, port=free_port(), qps=args.baseline_qps, burst=args.baseline_burst)
         return Component("manager", argv, base / "manager.log")
 
-    limits = f"manager {args.baseline_qps:g} QPS, burst {args.baseline_burst}, one bucket for all requests; Kueue's runner {RUNNER_QPS}"
+    limits = f"manager {args.baseline_qps:g} QPS, burst {args.baseline_burst}, one bucket for all requests, Events last; Kueue's runner {RUNNER_QPS}"
     return baseline_with_kueue_runner(base, args, perf_dir, system="kfed", controller=kfed_manager, limits=limits)
 
 

@@ -53,6 +53,20 @@ CYCLES_PER_ROUND = 200
 STATUS_INTERVAL = 0.5  # queue status writes at most this often
 
 
+SEND, HOLD, REPLACE = "send", "hold", "replace"
+
+
+def issue_action(write: StatusWrite, *, in_flight: bool, unsent_message: bool) -> str:
+    """What to do with a new status write of a workload: SEND it; HOLD it until the
+    workload's write in flight is done (one write per workload at a time); or REPLACE that
+    write, when it only carries a message and waits for its turn while this one moves quota.
+    The message waits behind every other workload's admission; this admission must not wait
+    behind it, and, computed from the same object, it says everything the message would have."""
+    if not in_flight:
+        return SEND
+    return REPLACE if write.moves_quota and unsent_message else HOLD
+
+
 def status_patch(write: StatusWrite, current: kueue.WorkloadStatus | None) -> dict[str, Any]:
     """A merge patch that sets the owned status fields and clears those the engine dropped."""
     body = write.status.to_dict()
@@ -80,7 +94,11 @@ class AdmissionController:
         self.recorder = recorder
         self.clock = clock
         self._wake = asyncio.Event()
-        self._inflight: set[str] = set()
+        # The write task of each workload with one in flight (one at a time per workload).
+        self._inflight: dict[str, asyncio.Task[None]] = {}
+        # Those of them that only carry a message and still wait for a place at the write
+        # semaphore: not sent yet, so an admission or eviction of the same workload replaces them.
+        self._unsent: set[str] = set()
         # Flushed while a write of theirs was in flight: flushed again once that write is done.
         # (Re-flushing them every round until then rebuilt their status once per event, for as
         # many workloads as had writes queued behind the client's rate limit.)
@@ -270,25 +288,32 @@ class AdmissionController:
 
     def _issue(self, writes: list[StatusWrite]) -> None:
         for write in writes:
-            if write.key in self._inflight:
+            earlier = self._inflight.get(write.key)
+            action = issue_action(write, in_flight=earlier is not None, unsent_message=write.key in self._unsent)
+            if action == HOLD:
                 self._held.add(write.key)  # one write per workload at a time; redo after it
                 continue
-            self._inflight.add(write.key)
+            if action == REPLACE and earlier is not None:
+                earlier.cancel()
+                self._unsent.discard(write.key)
+                self._held.discard(write.key)
             task = asyncio.create_task(self._write(write))
+            self._inflight[write.key] = task
+            if not write.moves_quota:
+                self._unsent.add(write.key)  # a message: a write that moves quota may replace it
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
     async def _write(self, write: StatusWrite) -> None:
         try:
-            # Admissions and evictions go first, at both gates: they move quota, while the other
-            # writes only say why a workload still waits.
+            # Admissions and evictions go first: they move quota, while the other writes only
+            # say why a workload still waits.
             async with self._writes.hold(REQUEST if write.moves_quota else DEFERRABLE):
+                self._unsent.discard(write.key)
                 current = self.state.infos.get(write.key)
                 before = current.obj if current is not None else None
                 patch = status_patch(write, before.status if before is not None else None)
-                stored = await self.client.patch(
-                    kueue.Workload, write.name, patch, namespace=write.namespace, subresource="status", deferrable=not write.moves_quota
-                )
+                stored = await self.client.patch(kueue.Workload, write.name, patch, namespace=write.namespace, subresource="status")
             self.state.write_succeeded(write, stored)
             if self.recorder is not None:
                 for event in write.events:
@@ -307,11 +332,13 @@ class AdmissionController:
             log.warning("workload status write failed", extra={"key": write.key, "error": str(err)})
             self.state.write_failed(write, self.clock(), self.caches.workloads.get(write.key))
         finally:
-            self._inflight.discard(write.key)
-            if write.key in self._held:
-                self._held.discard(write.key)
-                self.state.redo(write.key)
-            self._wake.set()
+            # A write replaced before it was sent (see _issue) leaves the workload to its successor.
+            if self._inflight.get(write.key) is asyncio.current_task():
+                del self._inflight[write.key]
+                if write.key in self._held:
+                    self._held.discard(write.key)
+                    self.state.redo(write.key)
+                self._wake.set()
 
     async def _write_queue_status(self, now: datetime) -> None:
         writes: list[tuple[Any, str, str | None, Any, Any]] = []

@@ -8,6 +8,7 @@ from typing import Any
 from manager.api import constants as c
 from manager.api import kueue
 from manager.api.meta import is_condition_true
+from manager.controllers.admission import HOLD, REPLACE, SEND, issue_action
 from manager.engine.state import AdmissionState, StatusWrite
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -383,3 +384,25 @@ def test_admissions_and_evictions_are_marked_as_moving_quota() -> None:
     writes = {w.key: w for w in run(state)}
     assert writes["ns/low"].moves_quota, "the eviction of the preempted workload"
     assert writes["ns/high"].moves_quota, "a bare workload's eviction ends at once: the preemptor is admitted"
+
+
+def test_an_admission_replaces_its_workloads_message_still_waiting_to_be_sent() -> None:
+    """One write per workload at a time, except that a write that moves quota replaces a
+    message of the same workload that has not been sent yet: messages wait behind every
+    admission, so holding the admission behind its own message would make it wait too."""
+    state = ready_state(cpu=1)
+    state.upsert_workload(workload("a", at=0), T0)
+    state.upsert_workload(workload("b", at=1), T0)
+    writes = {w.key: w for w in run(state)}
+    admission, message = writes["ns/a"], writes["ns/b"]
+    assert admission.moves_quota and not message.moves_quota
+    cases = [
+        (admission, False, False, SEND),
+        (message, False, False, SEND),
+        (admission, True, True, REPLACE),  # its own message has not been sent yet
+        (admission, True, False, HOLD),  # the write in flight may have been sent: wait for it
+        (message, True, True, HOLD),  # a message never replaces anything
+        (message, True, False, HOLD),
+    ]
+    for write, in_flight, unsent_message, expected in cases:
+        assert issue_action(write, in_flight=in_flight, unsent_message=unsent_message) == expected, (write.key, in_flight, unsent_message)
