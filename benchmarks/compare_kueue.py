@@ -290,6 +290,12 @@ def generator_config(scale: float) -> dict[str, Any]:
     return {"cohorts": [{"className": "cohort", "count": admission.COHORTS, "queuesSets": [queues]}]}
 
 
+def kfed_limits(args: argparse.Namespace, runner: str) -> str:
+    """kfed's client limits in the baseline, as the tables print them."""
+    bucket = f"manager {args.baseline_qps:g} QPS, burst {args.baseline_burst}, one bucket for all requests, Events last"
+    return f"{bucket}; {runner} {RUNNER_QPS}"
+
+
 async def baseline_kfed(base: Path, args: argparse.Namespace) -> Figures:
     provider = LocalProvider(base)
     try:
@@ -317,7 +323,7 @@ async def baseline_kfed(base: Path, args: argparse.Namespace) -> Figures:
             controller_cpu=result.manager_cpu,
             controller_rss=result.manager_peak_rss,
             apiserver_cpu=result.spent.get("kube-apiserver", 0.0),
-            limits=f"manager {args.baseline_qps:g} QPS, burst {args.baseline_burst}, one bucket for all requests, Events last; runner {RUNNER_QPS}",
+            limits=kfed_limits(args, "runner"),
             extra={"controller API requests per second": (by_user.get(ADMIN_USER, 0) / result.wall, "")},
         )
     finally:
@@ -349,7 +355,7 @@ def baseline_kfed_by_kueue_runner(base: Path, args: argparse.Namespace, perf_dir
         argv = admission.manager_argv(cluster, base, port=free_port(), qps=args.baseline_qps, burst=args.baseline_burst)
         return Component("manager", argv, base / "manager.log")
 
-    limits = f"manager {args.baseline_qps:g} QPS, burst {args.baseline_burst}, one bucket for all requests, Events last; Kueue's runner {RUNNER_QPS}"
+    limits = kfed_limits(args, "Kueue's runner")
     return baseline_with_kueue_runner(base, args, perf_dir, system="kfed", controller=kfed_manager, limits=limits)
 
 
