@@ -61,7 +61,8 @@ def issue_action(write: StatusWrite, *, in_flight: bool, unsent_message: bool) -
     workload's write in flight is done (one write per workload at a time); or REPLACE that
     write, when it only carries a message and waits for its turn while this one moves quota.
     The message waits behind every other workload's admission; this admission must not wait
-    behind it, and, computed from the same object, it says everything the message would have."""
+    behind it. Computed from the same object, it carries everything the message's status
+    would have; only the message's Pending Event, for a wait already over, is not sent."""
     if not in_flight:
         return SEND
     return REPLACE if write.moves_quota and unsent_message else HOLD
@@ -335,6 +336,7 @@ class AdmissionController:
             # A write replaced before it was sent (see _issue) leaves the workload to its successor.
             if self._inflight.get(write.key) is asyncio.current_task():
                 del self._inflight[write.key]
+                self._unsent.discard(write.key)
                 if write.key in self._held:
                     self._held.discard(write.key)
                     self.state.redo(write.key)
@@ -368,7 +370,9 @@ class AdmissionController:
     async def _write_one_status(self, model: Any, name: str, namespace: str | None, key: str, body: dict[str, Any]) -> None:
         async with self._writes.hold(DEFERRABLE):
             try:
-                await self.client.patch(model, name, {"status": body}, namespace=namespace, subresource="status", deferrable=True)
+                # Deferrable at the semaphore only: waiting for a token while holding a place
+                # would keep admissions from the place.
+                await self.client.patch(model, name, {"status": body}, namespace=namespace, subresource="status")
                 self._queue_status[key] = body
             except KubeError as err:
                 log.warning("queue status write failed", extra={"key": key, "error": str(err)})

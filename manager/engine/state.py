@@ -86,6 +86,19 @@ def _backoff_view(wl: Workload) -> tuple[object, ...]:
     return (requeued.status, requeued.reason) if requeued else None, state.requeue_at if state else None
 
 
+# Conditions whose turning True starts or stops work: the job starts on Admitted, the
+# eviction and deactivation follow from the others.
+_TURNS_WORK = (c.ADMITTED, c.EVICTED, DEACTIVATION_TARGET)
+
+
+def moves_quota(current: WorkloadStatus, desired: WorkloadStatus) -> bool:
+    """Whether a status write takes or gives back quota, or starts or stops work: it then goes
+    before the writes that only say why a workload still waits."""
+    if (current.admission is None) != (desired.admission is None):
+        return True
+    return any(is_condition_true(desired.conditions, kind) and not is_condition_true(current.conditions, kind) for kind in _TURNS_WORK)
+
+
 class AdmissionState:
     """Everything the admission side knows, built from a cluster's objects."""
 
@@ -510,8 +523,18 @@ class AdmissionState:
             admits = key in self.assumed
             events = status_events(info, current, desired)
             rv = info.obj.metadata.resource_version or ""
-            evicts = is_condition_true(desired.conditions, c.EVICTED) and not is_condition_true(current.conditions, c.EVICTED)
-            out.append(StatusWrite(key, info.namespace, info.name, rv, desired, admits=admits, events=events, moves_quota=admits or evicts))
+            out.append(
+                StatusWrite(
+                    key,
+                    info.namespace,
+                    info.name,
+                    rv,
+                    desired,
+                    admits=admits,
+                    events=events,
+                    moves_quota=admits or moves_quota(current, desired),
+                )
+            )
         self.dirty.clear()
         return out
 

@@ -9,7 +9,7 @@ from manager.api import constants as c
 from manager.api import kueue
 from manager.api.meta import is_condition_true
 from manager.controllers.admission import HOLD, REPLACE, SEND, issue_action
-from manager.engine.state import AdmissionState, StatusWrite
+from manager.engine.state import AdmissionState, StatusWrite, moves_quota
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -141,10 +141,6 @@ def test_a_lost_race_undoes_the_assumed_admission_and_frees_the_quota() -> None:
     state.write_failed(writes["ns/a"], T0, changed)
     later = {w.key: w for w in run(state, T0 + timedelta(seconds=1))}
     assert later["ns/b"].admits  # the quota "a" held in the engine went to "b"
-
-
-def admitted_keys(writes: list[StatusWrite]) -> set[str]:
-    return {w.key for w in writes if w.admits}
 
 
 def test_an_evicted_job_workload_keeps_its_quota_until_the_job_integration_releases_it() -> None:
@@ -406,3 +402,25 @@ def test_an_admission_replaces_its_workloads_message_still_waiting_to_be_sent() 
     ]
     for write, in_flight, unsent_message, expected in cases:
         assert issue_action(write, in_flight=in_flight, unsent_message=unsent_message) == expected, (write.key, in_flight, unsent_message)
+
+
+def test_which_status_writes_move_quota_or_start_or_stop_work() -> None:
+    def status(*true: str, admitted_in: str | None = None) -> kueue.WorkloadStatus:
+        conditions = [
+            {"type": kind, "status": "True", "reason": "R", "message": "m", "lastTransitionTime": T0.isoformat()} for kind in true
+        ]
+        admission = {"clusterQueue": admitted_in, "podSetAssignments": []} if admitted_in else None
+        return kueue.WorkloadStatus.model_validate({"conditions": conditions, "admission": admission})
+
+    pending, reserved = status(), status(c.QUOTA_RESERVED, admitted_in="cq")
+    cases = [
+        (pending, pending, False),  # a new message for a workload that still waits
+        (pending, reserved, True),  # quota taken
+        (reserved, pending, True),  # quota given back (an eviction already said so, say)
+        (reserved, status(c.QUOTA_RESERVED, c.ADMITTED, admitted_in="cq"), True),  # its checks are Ready: the job starts
+        (reserved, status(c.QUOTA_RESERVED, c.EVICTED, admitted_in="cq"), True),
+        (pending, status("DeactivationTarget"), True),
+        (status(c.EVICTED), status(c.EVICTED), False),
+    ]
+    for current, desired, expected in cases:
+        assert moves_quota(current, desired) is expected, (current, desired)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import io
 import json
 import logging
@@ -284,7 +283,7 @@ def test_a_deferrable_request_waits_behind_every_other_request() -> None:
     """Events are deferrable: when the bucket is empty, writes queued after them go first."""
 
     async def scenario() -> list[str]:
-        bucket = TokenBucket(qps=200, burst=1)
+        bucket = TokenBucket(qps=5, burst=1)  # 200 ms to the next token: everyone queues first
         await bucket.acquire()  # the bucket is empty now
         order: list[str] = []
 
@@ -350,23 +349,16 @@ def test_the_write_semaphore_lets_quota_moves_ahead_of_waiting_messages() -> Non
 def test_a_cancelled_semaphore_waiter_hands_its_place_on() -> None:
     async def scenario() -> bool:
         gate = TurnSemaphore(1)
-        release = asyncio.Event()
-
-        async def hold_until_released() -> None:
-            async with gate.hold():
-                await release.wait()
-
-        holder = asyncio.create_task(hold_until_released())
-        await asyncio.sleep(0)
-        cancelled = asyncio.create_task(hold_until_released())
-        await asyncio.sleep(0)
-        cancelled.cancel()
-        release.set()
-        await holder
-        with contextlib.suppress(asyncio.CancelledError):
-            await cancelled
-        # The place is free again: a new holder gets it at once.
-        async with gate.hold():
+        holder = gate.hold()
+        await holder.__aenter__()
+        queued = asyncio.create_task(gate.hold().__aenter__())
+        handed = asyncio.create_task(gate.hold().__aenter__())
+        await asyncio.sleep(0)  # both wait for the only place
+        queued.cancel()  # cancelled while waiting: skipped
+        await holder.__aexit__(None, None, None)  # the place goes to the next waiter...
+        handed.cancel()  # ...which is cancelled before it takes it: the place comes back
+        await asyncio.gather(queued, handed, return_exceptions=True)
+        async with gate.hold():  # free again: taken at once
             return True
 
     assert asyncio.run(asyncio.wait_for(scenario(), timeout=5))
