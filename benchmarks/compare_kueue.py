@@ -26,7 +26,7 @@ cached by version; KFED_KUEUE_BIN and KFED_KUEUE_PERF_BIN skip the build.
 Client limits: minimalkueue hard-codes 50 QPS and burst 100, per kind it writes (client-go keeps
 a token bucket per REST client, controller-runtime makes one per kind: Workloads, Events,
 ClusterQueues and LocalQueues), so kfed's manager, whose one bucket covers every request (Events
-and status messages served after the other requests), gets four times that in the baseline:
+served after the other requests), gets four times that in the baseline:
 200 QPS, burst 400 (`--baseline-qps`/`--baseline-burst` change kfed's only; the table prints the
 rate each controller used). In the MultiKueue part
 both managers and worker controllers get `--qps`/`--burst`; Kueue's clients to its workers keep

@@ -72,8 +72,8 @@ class StatusWrite:
     status: WorkloadStatus
     admits: bool = False
     events: list[EventRecord] = field(default_factory=list)  # to emit once the write succeeds
-    # An admission or an eviction: it moves quota, so it goes before the writes that only say
-    # why a workload still waits.
+    # It takes or gives back quota, or starts or stops work (see `moves_quota`): it goes before
+    # the writes that only say why a workload still waits.
     moves_quota: bool = False
 
 

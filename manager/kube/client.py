@@ -368,13 +368,11 @@ class KubeClient:
         namespace: str | None = None,
         subresource: str | None = None,
         content_type: str = MERGE_PATCH,
-        deferrable: bool = False,
     ) -> R:
-        """A merge patch (or JSON patch); put `metadata.resourceVersion` in it for a precondition.
-        `deferrable`: it waits for the rate limiter behind every other request (see ratelimit.py)."""
+        """A merge patch (or JSON patch); put `metadata.resourceVersion` in it for a precondition."""
         what = f"patch {_describe(model, namespace, name)}{'/' + subresource if subresource else ''}"
         path = api_path(model, namespace=namespace, name=name, subresource=subresource)
-        data = await self.request("PATCH", path, body=patch, content_type=content_type, what=what, deferrable=deferrable)
+        data = await self.request("PATCH", path, body=patch, content_type=content_type, what=what)
         return self._parse(model, data, what)
 
     async def delete(

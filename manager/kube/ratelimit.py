@@ -10,11 +10,12 @@ import itertools
 import time
 from collections.abc import AsyncIterator, Callable
 
-# The turn a request waits for. A deferrable request (an Event, a message on a workload that
-# still waits) is served only when no other request waits, so a controller's own writes (an
-# admission, an eviction, a lease renewal) never queue behind the writes that describe them.
-# client-go reaches the same end for Events with a bucket per resource kind; one bucket shared
-# by turn keeps the total the administrator configured.
+# The turn a request waits for. A deferrable one is served only when no other waits: at the
+# token bucket an Event, so that a controller's own requests (an admission, a lease renewal)
+# never queue behind the Events that describe them; at the manager's write semaphore a
+# message on a workload that still waits, or a queue's status, behind admissions and
+# evictions. client-go reaches the same end for Events with a bucket per resource kind; one
+# bucket shared by turn keeps the total the administrator configured.
 REQUEST = 0
 DEFERRABLE = 1
 
