@@ -225,7 +225,7 @@ class Process:
         ]
         self.recorder = recorder
         self.extensions = [factory(self) for factory in self.extension_factories]
-        self.metrics.collectors.append(self._collect)
+        self._count_requests_and_events()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stop.set)
@@ -278,16 +278,22 @@ class Process:
         await self.caches.wait_synced()
         await asyncio.gather(*(i.synced.wait() for e in self.extensions for i in e.informers))
 
-    def _collect(self) -> None:
-        stats = self.client.stats
-        gauge = self.metrics.gauge("kfed_kube_requests_total", "Requests sent to the apiserver, by verb.", ("verb",))
-        for verb, count in stats.by_verb.items():
-            gauge.set(count, verb)
+    def _count_requests_and_events(self) -> None:
+        stats, recorder = self.client.stats, self.recorder
+        self.metrics.counter_from(
+            "kfed_kube_requests_total",
+            "Requests sent to the apiserver, by verb.",
+            ("verb",),
+            lambda: [((verb,), count) for verb, count in stats.by_verb.items()],
+        )
         # Events wait behind every other request (ratelimit.py); under a long overload their
         # queue fills and the newest are dropped, which an operator should be able to see.
-        events = self.metrics.gauge("kfed_events_total", "Events this process sent, or dropped with its queue full.", ("outcome",))
-        events.set(self.recorder.sent, "sent")
-        events.set(self.recorder.dropped, "dropped")
+        self.metrics.counter_from(
+            "kfed_events_total",
+            "Events this process sent, or dropped with its queue full.",
+            ("outcome",),
+            lambda: [(("sent",), recorder.sent), (("dropped",), recorder.dropped)],
+        )
 
     async def _shutdown(self) -> None:
         """Stop within the budget: controllers first, then caches, servers and the client."""

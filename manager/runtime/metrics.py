@@ -25,7 +25,7 @@ from prometheus_client import CollectorRegistry, disable_created_metrics
 from prometheus_client import Counter as PromCounter
 from prometheus_client import Gauge as PromGauge
 from prometheus_client import Histogram as PromHistogram
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics import MetricWrapperBase
 
@@ -218,6 +218,13 @@ class Metrics:
         assert isinstance(metric, Histogram)
         return metric
 
+    def counter_from(
+        self, name: str, help_text: str, labels: tuple[str, ...], read: Callable[[], Iterable[tuple[tuple[str, ...], float]]]
+    ) -> None:
+        """A counter whose values another object already counts (a client's requests by verb),
+        read at scrape time: exposed as a counter, so `rate()` works, with no second tally kept."""
+        self.registry.register(_ReadCounter(name, help_text, labels, read))
+
     # --- Kueue's gauges, read at scrape time ------------------------------------------------------
     def add_gauges(self, source: Callable[[], Iterable[Sample]]) -> None:
         self._gauge_sources.append(source)
@@ -298,6 +305,19 @@ class Metrics:
     def value(self, name: str, labels: dict[str, str] | None = None) -> float | None:
         """One sample's value (for tests and `kfed` tooling)."""
         return self.registry.get_sample_value(name, labels or {})
+
+
+class _ReadCounter:
+    """The collector behind `Metrics.counter_from`."""
+
+    def __init__(self, name: str, help_text: str, labels: tuple[str, ...], read: Callable[[], Iterable[tuple[tuple[str, ...], float]]]):
+        self.name, self.help_text, self.labels, self.read = name, help_text, labels, read
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily(self.name, self.help_text, labels=self.labels)
+        for values, value in self.read():
+            family.add_metric(list(_check(self.labels, values)), value)
+        yield family
 
 
 class _KueueGauges:

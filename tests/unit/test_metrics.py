@@ -191,12 +191,15 @@ def test_kfed_metrics_render_in_prometheus_text_format() -> None:
     metrics = Metrics()
     metrics.counter("kfed_admitted_workloads_total", "Admitted.", ("cluster_queue",)).inc("cq-a")
     metrics.histogram("kfed_cycle_seconds", "Cycle.", buckets=(0.1, 1.0)).observe(0.5)
-    metrics.gauge("kfed_kube_requests_total", "Requests.", ("verb",)).set(3, "get")
+    by_verb = {"get": 3}
+    metrics.counter_from("kfed_kube_requests_total", "Requests.", ("verb",), lambda: [((verb,), n) for verb, n in by_verb.items()])
     text = metrics.render()[0].decode()
     assert '# TYPE kfed_admitted_workloads_total counter\nkfed_admitted_workloads_total{cluster_queue="cq-a"} 1.0' in text
     assert 'kfed_cycle_seconds_bucket{le="0.1"} 0.0' in text and 'kfed_cycle_seconds_bucket{le="1.0"} 1.0' in text
     assert 'kfed_cycle_seconds_bucket{le="+Inf"} 1.0' in text and "kfed_cycle_seconds_count 1.0" in text
-    assert 'kfed_kube_requests_total{verb="get"} 3.0' in text
+    assert '# TYPE kfed_kube_requests_total counter\nkfed_kube_requests_total{verb="get"} 3.0' in text
+    by_verb["get"] = 5  # read again at the next scrape, from the object that counts
+    assert 'kfed_kube_requests_total{verb="get"} 5.0' in metrics.render()[0].decode()
     assert "_created" not in text  # as Kueue's registry: no creation-time series
     # The same name again is the same metric; another type under it is a bug.
     metrics.counter("kfed_admitted_workloads_total", "Admitted.", ("cluster_queue",)).inc("cq-a")
