@@ -52,10 +52,14 @@ class ClusterQueueInfo:
     _sorted: list[WorkloadInfo] | None = None
 
     def sorted_workloads(self) -> list[WorkloadInfo]:
-        """Quota-holding workloads in preemption-candidate order, cached until they change."""
+        """Quota-holding workloads in preemption-candidate order, cached until one comes, goes
+        or changes its key (`forget_order`, called by `WorkloadInfo.forget_key`)."""
         if self._sorted is None:
             self._sorted = sorted(self.workloads.values(), key=WorkloadInfo.candidate_key)
         return self._sorted
+
+    def forget_order(self) -> None:
+        self._sorted = None
 
     @property
     def covers_pods(self) -> bool:
@@ -317,8 +321,8 @@ class Cache:
     def reserve(self, cq: ClusterQueueInfo, wl: WorkloadInfo) -> None:
         """Charge a workload's usage to its ClusterQueue (and up the tree)."""
         cq.workloads[wl.key] = wl
+        wl.held_by(cq.forget_order)
         wl.forget_key()
-        cq._sorted = None
         cq.node.add_usages(wl.usage)
 
     def reserve_admitted(self, wl: WorkloadInfo) -> ClusterQueueInfo | None:
@@ -332,5 +336,6 @@ class Cache:
 
     def release(self, cq: ClusterQueueInfo, wl: WorkloadInfo) -> None:
         if cq.workloads.pop(wl.key, None) is not None:
-            cq._sorted = None
+            wl.held_by(None)
+            cq.forget_order()
             cq.node.remove_usages(wl.usage)

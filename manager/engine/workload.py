@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import re
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeGuard, cast
@@ -127,6 +127,9 @@ class WorkloadInfo:
     requeue_at: datetime | None = None
     requeue_state_write: tuple[RequeueState | None] | None = None
     _candidate_key: tuple[bool, int, float, str] | None = None
+    # Set while a ClusterQueue holds this workload's quota: drops that queue's cached candidate
+    # order, which sorts by this workload's key (`ClusterQueueInfo.sorted_workloads`).
+    _forget_holder_order: Callable[[], None] | None = None
     # What the last flush saw (see AdmissionState.flush): unchanged means no status to compute.
     flushed_view: tuple[Any, ...] | None = None
 
@@ -140,7 +143,15 @@ class WorkloadInfo:
         return key
 
     def forget_key(self) -> None:
+        """The key's parts changed: drop it, and the order of the queue holding this workload."""
         self._candidate_key = None
+        if self._forget_holder_order is not None:
+            self._forget_holder_order()
+
+    def held_by(self, forget_order: Callable[[], None] | None) -> None:
+        """Called by the cache as a ClusterQueue starts (`forget_order`) or stops (None) holding
+        this workload's quota."""
+        self._forget_holder_order = forget_order
 
     @property
     def reserved(self) -> bool:
@@ -158,8 +169,9 @@ class WorkloadInfo:
         if kind == c.EVICTED:
             if status == "True" and not self.evicted:
                 self._prepare_for_eviction()
-            self.evicted = status == "True"
-            self._candidate_key = None
+            if self.evicted != (status == "True"):
+                self.evicted = status == "True"
+                self.forget_key()  # evicted workloads sort first among preemption candidates
 
     def _prepare_for_eviction(self) -> None:
         """Same as Kueue's evict.prepareForEviction: every check that is not Pending goes back

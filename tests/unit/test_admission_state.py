@@ -166,6 +166,29 @@ def test_an_evicted_job_workload_keeps_its_quota_until_the_job_integration_relea
     assert admitted == {"ns/high"}
 
 
+def test_a_victim_still_stopping_is_targeted_again_and_no_other_is_evicted() -> None:
+    """Kueue's candidate order puts evicted workloads first, so a preemptor waiting for its victim
+    to stop picks the same victim again, at no cost, instead of a new one."""
+    state = ready_state(cpu=7, preemption={"withinClusterQueue": "LowerPriority"})
+    running = {}
+    for at, (name, cpu) in enumerate([("z", "3"), ("y", "3"), ("x", "1")]):  # z reserved first, x last
+        wl = workload(name, cpu=cpu, owned=True, at=at)
+        state.upsert_workload(wl, T0 + timedelta(seconds=at))
+        write = run(state, T0 + timedelta(seconds=at))[0]
+        running[name] = stored(write, wl, f"{at + 2}")
+        state.write_succeeded(write, running[name])
+    state.upsert_workload(workload("high", cpu="3", priority=100, owned=True, at=10), T0 + timedelta(seconds=10))
+    # Greedy removal takes x then y; fill-back returns x: y alone is the victim.
+    writes = {w.key: w for w in run(state, T0 + timedelta(seconds=10))}
+    evicted = {key for key, w in writes.items() if is_condition_true(w.status.conditions, c.EVICTED)}
+    assert evicted == {"ns/y"}
+    for key in sorted(writes):
+        state.write_succeeded(writes[key], stored(writes[key], running.get(key.removeprefix("ns/")) or workload("high"), "20"))
+    # y's Job is still stopping; later cycles find y first and evict nobody else.
+    later = {w.key: w for w in run(state, T0 + timedelta(seconds=11))}
+    assert not any(is_condition_true(w.status.conditions, c.EVICTED) for key, w in later.items() if key != "ns/y")
+
+
 def test_a_bare_workload_is_requeued_at_once_when_preempted() -> None:
     state = ready_state(cpu=1, preemption={"withinClusterQueue": "LowerPriority"})
     low = workload("low", priority=1)
