@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Annotated, Any, ClassVar, Literal, Protocol
@@ -248,6 +249,19 @@ class Resource(KubeModel):
     def key(self) -> str:
         """`namespace/name` for namespaced objects, `name` otherwise."""
         return f"{self.namespace}/{self.name}" if self.NAMESPACED else self.name
+
+
+_RESOURCE_VERSION = re.compile(r"[1-9][0-9]*")
+
+
+def older_resource_version(candidate: str | None, held: str | None) -> bool:
+    """Whether `candidate` is an older version of an object than `held` (two copies of one
+    object). Resource versions compare as integers when both are well formed (KEP-5504,
+    apimachinery's CompareResourceVersion: a positive integer without leading zeros); anything
+    else is not known to be older."""
+    if not candidate or not held or not _RESOURCE_VERSION.fullmatch(candidate) or not _RESOURCE_VERSION.fullmatch(held):
+        return False
+    return int(candidate) < int(held)
 
 
 def find_condition(conditions: list[Condition] | None, condition_type: str) -> Condition | None:

@@ -24,7 +24,7 @@ from manager.api import constants as c
 from manager.api import kueue
 from manager.api.config import Configuration
 from manager.api.core import Namespace
-from manager.api.meta import is_condition_true, utcnow
+from manager.api.meta import is_condition_true, older_resource_version, utcnow
 from manager.controllers.caches import Caches
 from manager.controllers.events import EventRecorder, InvolvedObject
 from manager.controllers.queue_metrics import (
@@ -328,7 +328,7 @@ class AdmissionController:
                 record_write(self.metrics, write, before, self._cohorts_of, self.clock())
         except (ConflictError, NotFoundError) as err:
             log.debug("workload write lost a race", extra={"key": write.key, "error": str(err)})
-            self.state.write_failed(write, self.clock(), self.caches.workloads.get(write.key))
+            self.state.write_failed(write, self.clock(), await self._newer_than(write))
         except KubeError as err:
             log.warning("workload status write failed", extra={"key": write.key, "error": str(err)})
             self.state.write_failed(write, self.clock(), self.caches.workloads.get(write.key))
@@ -341,6 +341,21 @@ class AdmissionController:
                     self._held.discard(write.key)
                     self.state.redo(write.key)
                 self._wake.set()
+
+    async def _newer_than(self, write: StatusWrite) -> kueue.Workload | None:
+        """The Workload after a write of it lost a race: the cache's copy once it has seen the
+        change that won, else read now. Planning again from a copy no newer than the one the
+        write was computed from would only lose again."""
+        cached = self.caches.workloads.get(write.key)
+        if cached is not None and older_resource_version(write.resource_version, cached.metadata.resource_version):
+            return cached
+        try:
+            return await self.client.get(kueue.Workload, write.name, namespace=write.namespace)
+        except NotFoundError:
+            return None
+        except KubeError as err:
+            log.warning("workload read after a lost race failed", extra={"key": write.key, "error": str(err)})
+            return cached
 
     async def _write_queue_status(self, now: datetime) -> None:
         writes: list[tuple[Any, str, str | None, Any, Any]] = []

@@ -23,7 +23,7 @@ from manager.api import kueue
 from manager.api.config import Configuration
 from manager.api.core import LimitRange, PriorityClass
 from manager.api.kueue import ClusterQueueStatus, LocalQueueStatus, Workload, WorkloadStatus
-from manager.api.meta import is_condition_true
+from manager.api.meta import is_condition_true, older_resource_version
 from manager.engine.cache import Cache, CheckInfo
 from manager.engine.jobs import BACKOFF_FINISHED, requeued_on_release
 from manager.engine.podsready import (
@@ -285,6 +285,10 @@ class AdmissionState:
         """A Workload as the cluster now has it."""
         key = wl.key
         old = self.infos.get(key)
+        if old is not None and older_resource_version(wl.metadata.resource_version, old.obj.metadata.resource_version):
+            # A watch event can arrive after the answer to our own later write: taking it would
+            # undo that write here (a reservation given back, then handed out twice).
+            return
         if wl.metadata.creation_timestamp is None:
             wl.metadata.creation_timestamp = now
         if is_finished(wl) or (wl.metadata.deletion_timestamp is not None and not has_quota_reservation(wl)):

@@ -7,7 +7,7 @@ from typing import Any
 
 from manager.api import constants as c
 from manager.api import kueue
-from manager.api.meta import is_condition_true
+from manager.api.meta import is_condition_true, older_resource_version
 from manager.controllers.admission import HOLD, REPLACE, SEND, issue_action
 from manager.engine.state import AdmissionState, StatusWrite, moves_quota
 
@@ -127,6 +127,28 @@ def test_a_write_held_back_behind_one_in_flight_is_flushed_again_until_sent() ->
     state.write_succeeded(again[0], stored(again[0], workload("big", cpu="2"), "3"))
     state.dirty.add("ns/big")
     assert state.flush(T0) == []
+
+
+def test_a_watch_event_older_than_our_own_write_changes_nothing() -> None:
+    state = ready_state(cpu=1)
+    a = workload("a", rv="7")
+    state.upsert_workload(a, T0)
+    admission = run(state)[0]
+    state.write_succeeded(admission, stored(admission, a, "9"))
+    # The watch now brings version 8 (a write of ours from before the admission): ignored, so
+    # the quota stays with a and b, asking for the same quota, waits.
+    state.upsert_workload(workload("a", rv="8"), T0 + timedelta(seconds=1))
+    state.upsert_workload(workload("b", rv="3", at=1), T0 + timedelta(seconds=1))
+    writes = run(state, T0 + timedelta(seconds=1))
+    assert [w.key for w in writes if w.admits] == []
+    assert state.infos["ns/a"].reserved and state.infos["ns/a"].obj.metadata.resource_version == "9"
+
+
+def test_resource_versions_compare_as_integers_only_when_well_formed() -> None:
+    assert older_resource_version("8", "9") and older_resource_version("99", "100")
+    assert not older_resource_version("9", "9") and not older_resource_version("10", "9")
+    # Not the apiserver's integers (KEP-5504's format): never taken as older.
+    assert not older_resource_version("08", "9") and not older_resource_version("a", "b") and not older_resource_version("", "9")
 
 
 def test_a_lost_race_undoes_the_assumed_admission_and_frees_the_quota() -> None:
