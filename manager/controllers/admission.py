@@ -34,6 +34,7 @@ from manager.controllers.queue_metrics import (
     finished_entry,
     finished_transition,
     local_queue_samples,
+    preemption_written,
     priority_class,
     record_write,
 )
@@ -259,9 +260,6 @@ class AdmissionController:
                 self.metrics.admission_attempt(admitted=bool(result.admitted), seconds=seconds)
             for wl in result.admitted:
                 self._admitted.inc(wl.admission_cq)
-            for preemption in result.preemptions:
-                self._preempted.inc(preemption.victim_cq.name)
-                self.metrics.preempted(preemption.preemptor_cq.name, preemption.reason)
             if not result.changed:
                 break
             if i % 20 == 19:
@@ -326,6 +324,9 @@ class AdmissionController:
                     )
             if before is not None:
                 record_write(self.metrics, write, before, self._cohorts_of, self.clock())
+                preemption = preemption_written(write, before)
+                if preemption is not None:
+                    self._preempted.inc(preemption[0])
         except (ConflictError, NotFoundError) as err:
             log.debug("workload write lost a race", extra={"key": write.key, "error": str(err)})
             self.state.write_failed(write, self.clock(), await self._newer_than(write))

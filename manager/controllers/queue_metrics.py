@@ -213,6 +213,9 @@ def record_write(metrics: Metrics, write: StatusWrite, before: Workload, cohorts
             since = reserved.last_transition_time if reserved is not None and reserved.status == "True" else None
             checks_wait = (now - since).total_seconds() if since is not None else 0.0
         metrics.admitted(cq, lq, pc, waited, checks_wait, cohorts(cq))
+    preemption = preemption_written(write, before)
+    if preemption is not None:
+        metrics.preempted(write.preempting_cq, preemption[1])
     evicted = find_condition(new.conditions, c.EVICTED)
     old_cq = old.admission.cluster_queue if old.admission is not None else ""
     if evicted is not None and evicted.status == "True":
@@ -222,6 +225,20 @@ def record_write(metrics: Metrics, write: StatusWrite, before: Workload, cohorts
         was = find_condition(old.conditions, c.EVICTED)
         if (was is None or was.status != "True") and old_cq:
             metrics.evicted(old_cq, lq, reason, cause, pc)
+
+
+def preemption_written(write: StatusWrite, before: Workload) -> tuple[str, str] | None:
+    """(the victim's ClusterQueue, the preemption reason) when a write that succeeded preempted
+    the workload: Kueue counts a preemption once its eviction is written, not when the scheduler
+    picks the victim (a victim picked and then admitted again before any write was never
+    stopped)."""
+    old = before.status or WorkloadStatus()
+    now_preempted, was_preempted = find_condition(write.status.conditions, c.PREEMPTED), find_condition(old.conditions, c.PREEMPTED)
+    if now_preempted is None or now_preempted.status != "True" or (was_preempted is not None and was_preempted.status == "True"):
+        return None
+    if old.admission is None or not write.preempting_cq:
+        return None
+    return old.admission.cluster_queue, now_preempted.reason or ""
 
 
 def eviction_release(old: Workload, new: Workload, now: datetime) -> tuple[str, str, float] | None:

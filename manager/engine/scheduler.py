@@ -715,6 +715,7 @@ class Scheduler:
             )
             victim.set_condition(c.EVICTED, "True", REASON_PREEMPTED, message, now)
             victim.set_condition(c.PREEMPTED, "True", preemption.reason, message, now)
+            victim.preempted_by = preemption.preemptor_cq.name
 
     def release(self, wl: WorkloadInfo, now: datetime, *, reason: str, message: str) -> None:
         """Give back a workload's quota and make it pending again (after an eviction)."""

@@ -75,6 +75,8 @@ class StatusWrite:
     # It takes or gives back quota, or starts or stops work (see `moves_quota`): it goes before
     # the writes that only say why a workload still waits.
     moves_quota: bool = False
+    # The preemptor's ClusterQueue, for a write that evicts this workload to make room for it.
+    preempting_cq: str = ""
 
 
 def _backoff_view(wl: Workload) -> tuple[object, ...]:
@@ -537,6 +539,7 @@ class AdmissionState:
                     admits=admits,
                     events=events,
                     moves_quota=admits or moves_quota(current, desired),
+                    preempting_cq=info.preempted_by,
                 )
             )
         self.dirty.clear()

@@ -122,6 +122,9 @@ class WorkloadInfo:
     # MultiKueue cluster nomination cleared, to be written with the eviction.
     check_resets: dict[str, tuple[str, int | None]] = field(default_factory=dict)
     reset_nomination: bool = False
+    # The ClusterQueue of the workload that preempted this one (Kueue's preempting_cluster_queue
+    # label, reported once the eviction is written).
+    preempted_by: str = ""
     # waitForPodsReady: status.requeueState's requeueAt as read, and a new requeueState to
     # write with the eviction (a 1-tuple; (None,) clears it), like check_resets.
     requeue_at: datetime | None = None

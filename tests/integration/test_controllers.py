@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from manager.api import constants as c
 from manager.api import kueue
@@ -256,6 +257,16 @@ async def test_a_lower_priority_job_is_preempted_suspended_requeued_and_readmitt
     await eventually(lambda: running("urgent"), timeout=60, what="the preemptor running")
     events = await kube.request("GET", f"/api/v1/namespaces/{ns}/events")
     assert any(e["reason"] == "Preempted" and e["involvedObject"]["name"] == wl.name for e in events["items"])
+    # Kueue's counter: one preemption, under the preemptor's ClusterQueue, once it was written.
+    status, body = manager.get("/metrics")
+    assert status == 200
+    counted = [
+        sample.value
+        for family in text_string_to_metric_families(body)
+        for sample in family.samples
+        if sample.name == "kueue_preempted_workloads_total" and sample.labels.get("preempting_cluster_queue") == cq
+    ]
+    assert counted == [1.0]
     # Quota frees up: the victim comes back.
     await kube.delete(Job, "urgent", namespace=ns)
     await eventually(lambda: running("victim"), timeout=60, what="the victim readmitted once the preemptor is gone")

@@ -19,6 +19,7 @@ from manager.controllers.queue_metrics import (
     cluster_queue_samples,
     eviction_release,
     local_queue_samples,
+    preemption_written,
     record_write,
 )
 from manager.controllers.run import process_metrics
@@ -303,6 +304,33 @@ def test_an_admission_counts_reservation_admission_and_waits() -> None:
         )
         == 1
     )
+
+
+def test_a_preemption_counts_once_its_eviction_is_written_under_the_preemptors_queue() -> None:
+    original, write = admitted_write()
+    admitted = stored(write, original, "2")
+    at = (T0 + timedelta(seconds=10)).isoformat()
+    status = write.status.model_copy(deep=True)
+    status.conditions = [
+        *(status.conditions or []),
+        Condition.model_validate({"type": "Evicted", "status": "True", "reason": "Preempted", "message": "m", "lastTransitionTime": at}),
+        Condition.model_validate(
+            {"type": "Preempted", "status": "True", "reason": "InCohortReclamation", "message": "m", "lastTransitionTime": at}
+        ),
+    ]
+    eviction = StatusWrite("ns/a", "ns", "a", "2", status, preempting_cq="cq-other")
+    assert preemption_written(eviction, admitted) == ("cq", "InCohortReclamation")
+    metrics = Metrics()
+    labels = {"preempting_cluster_queue": "cq-other", "reason": "InCohortReclamation", "replica_role": "standalone"}
+    record_write(metrics, eviction, admitted, lambda cq: [], T0)
+    assert metrics.value("kueue_preempted_workloads_total", labels) == 1
+    # A later write on the preempted Workload is not another preemption.
+    again = StatusWrite("ns/a", "ns", "a", "3", status.model_copy(deep=True), preempting_cq="cq-other")
+    assert preemption_written(again, stored(eviction, admitted, "3")) is None
+    record_write(metrics, again, stored(eviction, admitted, "3"), lambda cq: [], T0)
+    assert metrics.value("kueue_preempted_workloads_total", labels) == 1
+    # A victim picked and admitted again before anything was written: no Preempted in its write.
+    assert preemption_written(write, admitted) is None
 
 
 def test_an_eviction_counts_its_reason_and_the_release_its_latency() -> None:
