@@ -329,7 +329,8 @@ class AdmissionController:
                     self._preempted.inc(preemption[0])
         except (ConflictError, NotFoundError) as err:
             log.debug("workload write lost a race", extra={"key": write.key, "error": str(err)})
-            self.state.write_failed(write, self.clock(), await self._newer_than(write))
+            gone = isinstance(err, NotFoundError)
+            self.state.write_failed(write, self.clock(), await self._newer_than(write, read=not gone))
         except KubeError as err:
             log.warning("workload status write failed", extra={"key": write.key, "error": str(err)})
             self.state.write_failed(write, self.clock(), self.caches.workloads.get(write.key))
@@ -343,13 +344,16 @@ class AdmissionController:
                     self.state.redo(write.key)
                 self._wake.set()
 
-    async def _newer_than(self, write: StatusWrite) -> kueue.Workload | None:
+    async def _newer_than(self, write: StatusWrite, *, read: bool = True) -> kueue.Workload | None:
         """The Workload after a write of it lost a race: the cache's copy once it has seen the
-        change that won, else read now. Planning again from a copy no newer than the one the
-        write was computed from would only lose again."""
+        change that won, else read now (`read`; not for a Workload the write found gone).
+        Planning again from a copy no newer than the one the write was computed from would only
+        lose again."""
         cached = self.caches.workloads.get(write.key)
         if cached is not None and older_resource_version(write.resource_version, cached.metadata.resource_version):
             return cached
+        if not read:
+            return None
         try:
             return await self.client.get(kueue.Workload, write.name, namespace=write.namespace)
         except NotFoundError:
