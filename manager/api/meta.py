@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime
 from functools import lru_cache
-from typing import Annotated, Any, ClassVar, Literal, Protocol
+from typing import Annotated, Any, ClassVar, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer
 from pydantic.alias_generators import to_camel
@@ -252,6 +252,16 @@ class Resource(KubeModel):
 
 
 _RESOURCE_VERSION = re.compile(r"[1-9][0-9]*")
+Copy = TypeVar("Copy", bound=Resource)
+
+
+def newest_copy(*copies: Copy | None) -> Copy | None:
+    """The newest of several copies of one object (by `older_resource_version`); None if none."""
+    best: Copy | None = None
+    for copy in copies:
+        if copy is not None and (best is None or older_resource_version(best.metadata.resource_version, copy.metadata.resource_version)):
+            best = copy
+    return best
 
 
 def older_resource_version(candidate: str | None, held: str | None) -> bool:

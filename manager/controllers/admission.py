@@ -24,7 +24,7 @@ from manager.api import constants as c
 from manager.api import kueue
 from manager.api.config import Configuration
 from manager.api.core import Namespace
-from manager.api.meta import is_condition_true, older_resource_version, utcnow
+from manager.api.meta import is_condition_true, newest_copy, older_resource_version, utcnow
 from manager.controllers.caches import Caches
 from manager.controllers.events import EventRecorder, InvolvedObject
 from manager.controllers.queue_metrics import (
@@ -34,7 +34,6 @@ from manager.controllers.queue_metrics import (
     finished_entry,
     finished_transition,
     local_queue_samples,
-    preemption_written,
     priority_class,
     record_write,
 )
@@ -323,17 +322,16 @@ class AdmissionController:
                         message=event.message,
                     )
             if before is not None:
-                record_write(self.metrics, write, before, self._cohorts_of, self.clock())
-                preemption = preemption_written(write, before)
+                preemption = record_write(self.metrics, write, before, self._cohorts_of, self.clock())
                 if preemption is not None:
-                    self._preempted.inc(preemption[0])
+                    self._preempted.inc(preemption.victim_cq)
         except (ConflictError, NotFoundError) as err:
             log.debug("workload write lost a race", extra={"key": write.key, "error": str(err)})
             gone = isinstance(err, NotFoundError)
-            self.state.write_failed(write, self.clock(), await self._newer_than(write, read=not gone))
+            self.state.write_failed(write, self.clock(), await self._copy_to_plan_from(write, may_read=not gone))
         except KubeError as err:
             log.warning("workload status write failed", extra={"key": write.key, "error": str(err)})
-            self.state.write_failed(write, self.clock(), self.caches.workloads.get(write.key))
+            self.state.write_failed(write, self.clock(), await self._copy_to_plan_from(write, may_read=False))
         finally:
             # A write replaced before it was sent (see _issue) leaves the workload to its successor.
             if self._inflight.get(write.key) is asyncio.current_task():
@@ -344,23 +342,28 @@ class AdmissionController:
                     self.state.redo(write.key)
                 self._wake.set()
 
-    async def _newer_than(self, write: StatusWrite, *, read: bool = True) -> kueue.Workload | None:
-        """The Workload after a write of it lost a race: the cache's copy once it has seen the
-        change that won, else read now (`read`; not for a Workload the write found gone).
-        Planning again from a copy no newer than the one the write was computed from would only
-        lose again."""
+    async def _copy_to_plan_from(self, write: StatusWrite, *, may_read: bool) -> kueue.Workload | None:
+        """The Workload to plan again from after a write of it failed (None: it is gone).
+
+        The newest copy known (the cache's, or the one the engine holds from our own writes)
+        if it is newer than the copy the write was computed from; planning again from that one
+        would only lose again, so then it is read (`may_read`: a 409, not a Workload found gone
+        nor a failed request). The engine never goes back to a copy older than the one it holds
+        (`AdmissionState.write_failed`)."""
         cached = self.caches.workloads.get(write.key)
-        if cached is not None and older_resource_version(write.resource_version, cached.metadata.resource_version):
+        known = newest_copy(cached, self.state.held_copy(write.key))
+        if not may_read or (known is not None and older_resource_version(write.resource_version, known.metadata.resource_version)):
             return cached
-        if not read:
-            return None
         try:
-            return await self.client.get(kueue.Workload, write.name, namespace=write.namespace)
+            fetched = await self.client.get(kueue.Workload, write.name, namespace=write.namespace)
         except NotFoundError:
             return None
         except KubeError as err:
             log.warning("workload read after a lost race failed", extra={"key": write.key, "error": str(err)})
             return cached
+        if cached is not None and self.caches.workloads.get(write.key) is None:
+            return None  # deleted while it was read: the delete was applied already
+        return newest_copy(fetched, self.caches.workloads.get(write.key))
 
     async def _write_queue_status(self, now: datetime) -> None:
         writes: list[tuple[Any, str, str | None, Any, Any]] = []

@@ -8,6 +8,7 @@ import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import NamedTuple
 
 from manager.api import constants as c
 from manager.api.kueue import FlavorUsage, LocalQueueFlavorUsage, Workload, WorkloadStatus
@@ -192,10 +193,13 @@ def queued_since(wl: Workload) -> datetime | None:
     return wl.metadata.creation_timestamp
 
 
-def record_write(metrics: Metrics, write: StatusWrite, before: Workload, cohorts: Callable[[str], list[str]], now: datetime) -> None:
+def record_write(
+    metrics: Metrics, write: StatusWrite, before: Workload, cohorts: Callable[[str], list[str]], now: datetime
+) -> WrittenPreemption | None:
     """Report what a Workload status write that succeeded changed, as Kueue's scheduler and
-    workload controller report it: a quota reservation, an admission, an eviction. `before` is
-    the object the write was computed from."""
+    workload controller report it: a quota reservation, an admission, an eviction, a
+    preemption (returned, for kfed's own counter). `before` is the object the write was
+    computed from."""
     old, new = before.status or WorkloadStatus(), write.status
     reasons = {event.reason for event in write.events}
     lq = LocalQueueRef(before.spec.queue_name or "", before.namespace or "")
@@ -215,7 +219,7 @@ def record_write(metrics: Metrics, write: StatusWrite, before: Workload, cohorts
         metrics.admitted(cq, lq, pc, waited, checks_wait, cohorts(cq))
     preemption = preemption_written(write, before)
     if preemption is not None:
-        metrics.preempted(write.preempting_cq, preemption[1])
+        metrics.preempted(write.preempting_cq, preemption.reason)
     evicted = find_condition(new.conditions, c.EVICTED)
     old_cq = old.admission.cluster_queue if old.admission is not None else ""
     if evicted is not None and evicted.status == "True":
@@ -225,9 +229,15 @@ def record_write(metrics: Metrics, write: StatusWrite, before: Workload, cohorts
         was = find_condition(old.conditions, c.EVICTED)
         if (was is None or was.status != "True") and old_cq:
             metrics.evicted(old_cq, lq, reason, cause, pc)
+    return preemption
 
 
-def preemption_written(write: StatusWrite, before: Workload) -> tuple[str, str] | None:
+class WrittenPreemption(NamedTuple):
+    victim_cq: str
+    reason: str
+
+
+def preemption_written(write: StatusWrite, before: Workload) -> WrittenPreemption | None:
     """(the victim's ClusterQueue, the preemption reason) when a write that succeeded preempted
     the workload: Kueue counts a preemption once its eviction is written, not when the scheduler
     picks the victim (a victim picked and then admitted again before any write was never
@@ -238,7 +248,7 @@ def preemption_written(write: StatusWrite, before: Workload) -> tuple[str, str] 
         return None
     if old.admission is None or not write.preempting_cq:
         return None
-    return old.admission.cluster_queue, now_preempted.reason or ""
+    return WrittenPreemption(old.admission.cluster_queue, now_preempted.reason or "")
 
 
 def eviction_release(old: Workload, new: Workload, now: datetime) -> tuple[str, str, float] | None:

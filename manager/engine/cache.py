@@ -332,6 +332,8 @@ class Cache:
         if cq is not None:
             wl.cluster_queue = cq.name
             self.reserve(cq, wl)
+        else:
+            wl.held_by(None)  # a queue of an earlier cache may still point at it
         return cq
 
     def release(self, cq: ClusterQueueInfo, wl: WorkloadInfo) -> None:

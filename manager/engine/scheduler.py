@@ -639,6 +639,7 @@ class Scheduler:
         wl.reserved_at = now
         wl.last_assignment = None
         self.cache.reserve(cq, wl)
+        wl.preempted_by = ""  # admitted again: a later eviction of it says who preempted it then
         if self.afs_enabled and cq.admission_fair_sharing:
             self._afs_charge(wl, wl.usage)
         wl.set_condition(c.QUOTA_RESERVED, "True", REASON_QUOTA_RESERVED, f"Quota reserved in ClusterQueue {cq.name}", now)

@@ -23,7 +23,7 @@ from manager.api import kueue
 from manager.api.config import Configuration
 from manager.api.core import LimitRange, PriorityClass
 from manager.api.kueue import ClusterQueueStatus, LocalQueueStatus, Workload, WorkloadStatus
-from manager.api.meta import is_condition_true, older_resource_version
+from manager.api.meta import is_condition_true, newest_copy, older_resource_version
 from manager.engine.cache import Cache, CheckInfo
 from manager.engine.jobs import BACKOFF_FINISHED, requeued_on_release
 from manager.engine.podsready import (
@@ -287,9 +287,15 @@ class AdmissionState:
         """A Workload as the cluster now has it."""
         key = wl.key
         old = self.infos.get(key)
-        if old is not None and older_resource_version(wl.metadata.resource_version, old.obj.metadata.resource_version):
+        if (
+            old is not None
+            and old.obj.metadata.uid == wl.metadata.uid
+            and older_resource_version(wl.metadata.resource_version, old.obj.metadata.resource_version)
+        ):
             # A watch event can arrive after the answer to our own later write: taking it would
-            # undo that write here (a reservation given back, then handed out twice).
+            # undo that write here (a reservation given back, then handed out twice). After an
+            # etcd restore resource versions go back; Kubernetes asks every controller to be
+            # restarted then, and this one starts from what the cluster says.
             return
         if wl.metadata.creation_timestamp is None:
             wl.metadata.creation_timestamp = now
@@ -494,19 +500,26 @@ class AdmissionState:
         info = self.infos.get(write.key)
         if info is None:
             return
-        info.obj = stored
+        info.obj = newest_copy(stored, info.obj) or stored  # a newer event may have come first
         info.check_resets.clear()
         info.reset_nomination = False
         info.requeue_state_write = None
         if write.admits:
             self.assumed.discard(write.key)
 
+    def held_copy(self, key: str) -> Workload | None:
+        """The newest copy of a Workload this state knows (from a watch event or our own write)."""
+        info = self.infos.get(key)
+        return info.obj if info is not None else None
+
     def write_failed(self, write: StatusWrite, now: datetime, latest: Workload | None) -> None:
-        """The write lost a race (or the object is gone): forget what we assumed (its quota goes
-        back and parked workloads get another try), then start again from `latest`."""
+        """The write lost a race (or the object is gone, `latest` None): forget what we assumed
+        (its quota goes back and parked workloads get another try), then start again from the
+        newer of `latest` and the copy held, never from an older one."""
+        held = self.held_copy(write.key)
         self._remove(write.key)
         if latest is not None:
-            self.upsert_workload(latest, now)
+            self.upsert_workload(newest_copy(latest, held) or latest, now)
 
     # --- output ----------------------------------------------------------------------------------------
     def flush(self, now: datetime) -> list[StatusWrite]:

@@ -132,7 +132,7 @@ class WorkloadInfo:
     _candidate_key: tuple[bool, int, float, str] | None = None
     # Set while a ClusterQueue holds this workload's quota: drops that queue's cached candidate
     # order, which sorts by this workload's key (`ClusterQueueInfo.sorted_workloads`).
-    _forget_holder_order: Callable[[], None] | None = None
+    _forget_holder_order: Callable[[], None] | None = field(default=None, repr=False)
     # What the last flush saw (see AdmissionState.flush): unchanged means no status to compute.
     flushed_view: tuple[Any, ...] | None = None
 

@@ -3,8 +3,8 @@
 kfed builds its requests and reads its answers itself (`manager.kube.client`); from
 kubernetes_asyncio it uses the ApiClient (the aiohttp session, TLS and credentials), its
 Configuration and the kubeconfig and in-cluster loaders. But `import kubernetes_asyncio` runs
-the package's `__init__`, which imports every API class and every model: about 38 MiB of
-memory and 0.4 s of start-up in every manager, worker agent and `kfed` command, for classes
+the package's `__init__`, which imports every API class and every model: about 32 MiB of
+memory and 0.3 s of start-up in every manager, worker agent and `kfed` command, for classes
 kfed never uses.
 
 `load()` puts the packages `kubernetes_asyncio`, `kubernetes_asyncio.client` and
@@ -21,6 +21,7 @@ import importlib
 import importlib.util
 import logging
 import sys
+import threading
 import types
 from pathlib import Path
 from typing import Any
@@ -43,21 +44,32 @@ class DeferredPackage(types.ModuleType):
         self.__file__ = str(init)
         self.__path__ = [str(directory)]
         self.__package__ = name
-        self.__spec__ = importlib.util.spec_from_file_location(name, init, submodule_search_locations=[str(directory)])
-        self.__loader__ = self.__spec__.loader if self.__spec__ is not None else None
+        spec = importlib.util.spec_from_file_location(name, init, submodule_search_locations=[str(directory)])
+        if spec is None or spec.loader is None:
+            raise ImportError(f"no loader for {init}")
+        self.__spec__ = spec
+        self.__loader__ = spec.loader
+        self.__cached__ = spec.cached
         self._kfed_state = "deferred"
+        self._kfed_lock = threading.RLock()
 
     def __getattr__(self, name: str) -> Any:
         # Only called for a name the module lacks (`__version__`, `CoreV1Api`, `__all__` for a
         # star import): the real `__init__` runs once, then the name is there or truly missing.
-        # A lookup made while the `__init__` runs is answered as the plain package would.
-        if self.__dict__.get("_kfed_state") != "deferred":
+        # A lookup made while the `__init__` runs (in the same thread) is answered as the plain
+        # package would answer it; another thread waits for the `__init__` to finish.
+        lock = self.__dict__.get("_kfed_lock")
+        if lock is None:
             raise AttributeError(f"module {self.__name__!r} has no attribute {name!r}")
-        self._kfed_state = "loading"
-        try:
-            exec(compile(Path(self.__file__ or "").read_text(), self.__file__ or "", "exec"), self.__dict__)  # the package's own __init__
-        finally:
-            self._kfed_state = "loaded"
+        with lock:
+            if self.__dict__.get("_kfed_state") == "deferred":
+                self._kfed_state = "loading"
+                try:
+                    self.__loader__.exec_module(self)  # type: ignore[union-attr]  # the package's own __init__
+                except BaseException:
+                    self._kfed_state = "deferred"  # the next lookup tries again, and raises the cause
+                    raise
+                self._kfed_state = "loaded"
         try:
             return self.__dict__[name]
         except KeyError:

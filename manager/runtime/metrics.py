@@ -154,7 +154,7 @@ class Metrics:
         self.local_queue_metrics = local_queue_metrics
         self.cluster_queue_resources = cluster_queue_resources
         self.local_queue_filter = local_queue_filter
-        self.collectors: list[Callable[[], None]] = []  # run before each scrape (kfed gauges read from elsewhere)
+        self._read_counters: set[str] = set()  # names registered by `counter_from`
         self._own: dict[str, tuple[type, tuple[str, ...], Counter | Gauge | Histogram]] = {}
         self._events: dict[str, PromCounter | PromHistogram] = {}
         self._gauge_sources: list[Callable[[], Iterable[Sample]]] = []
@@ -181,6 +181,8 @@ class Metrics:
     # kfed's own metrics: registering a name again returns the same metric (a controller rebuilt
     # in the same process keeps counting where it was).
     def _own_metric(self, cls: type, name: str, labels: tuple[str, ...], make: Callable[[], Counter | Gauge | Histogram]) -> object:
+        if name in self._read_counters:
+            raise ValueError(f"metric {name} is already registered with another type or labels")
         existing = self._own.get(name)
         if existing is not None:
             if existing[0] is not cls or existing[1] != labels:
@@ -223,6 +225,9 @@ class Metrics:
     ) -> None:
         """A counter whose values another object already counts (a client's requests by verb),
         read at scrape time: exposed as a counter, so `rate()` works, with no second tally kept."""
+        if name in self._own or name in self._read_counters:
+            raise ValueError(f"metric {name} is already registered")
+        self._read_counters.add(name)
         self.registry.register(_ReadCounter(name, help_text, labels, read))
 
     # --- Kueue's gauges, read at scrape time ------------------------------------------------------
@@ -297,8 +302,6 @@ class Metrics:
     # --- exposition -----------------------------------------------------------------------------------
     def render(self, accept: str | None = None) -> tuple[bytes, str]:
         """The exposition for a scrape with this Accept header: (body, content type)."""
-        for collect in self.collectors:
-            collect()
         encoder, content_type = choose_encoder(accept or "")
         return encoder(self.registry), content_type
 

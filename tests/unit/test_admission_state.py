@@ -7,7 +7,7 @@ from typing import Any
 
 from manager.api import constants as c
 from manager.api import kueue
-from manager.api.meta import is_condition_true, older_resource_version
+from manager.api.meta import is_condition_true, newest_copy, older_resource_version
 from manager.controllers.admission import HOLD, REPLACE, SEND, issue_action
 from manager.engine.state import AdmissionState, StatusWrite, moves_quota
 
@@ -144,6 +144,20 @@ def test_a_watch_event_older_than_our_own_write_changes_nothing() -> None:
     assert state.infos["ns/a"].reserved and state.infos["ns/a"].obj.metadata.resource_version == "9"
 
 
+def test_a_lost_race_never_plans_again_from_a_copy_older_than_the_one_held() -> None:
+    state = ready_state(cpu=1)
+    a = workload("a", rv="7")
+    state.upsert_workload(a, T0)
+    admission = run(state)[0]
+    state.write_succeeded(admission, stored(admission, a, "9"))
+    # A later write computed from version 9 loses a race; the cache still has version 7.
+    lost = StatusWrite("ns/a", "ns", "a", "9", admission.status)
+    state.write_failed(lost, T0 + timedelta(seconds=1), workload("a", rv="7"))
+    assert state.infos["ns/a"].reserved and state.infos["ns/a"].obj.metadata.resource_version == "9"
+    assert newest_copy(workload("a", rv="7"), None, workload("a", rv="10")).metadata.resource_version == "10"  # type: ignore[union-attr]
+    assert newest_copy(None, None) is None
+
+
 def test_resource_versions_compare_as_integers_only_when_well_formed() -> None:
     assert older_resource_version("8", "9") and older_resource_version("99", "100")
     assert not older_resource_version("9", "9") and not older_resource_version("10", "9")
@@ -209,6 +223,9 @@ def test_a_victim_still_stopping_is_targeted_again_and_no_other_is_evicted() -> 
     # y's Job is still stopping; later cycles find y first and evict nobody else.
     later = {w.key: w for w in run(state, T0 + timedelta(seconds=11))}
     assert not any(is_condition_true(w.status.conditions, c.EVICTED) for key, w in later.items() if key != "ns/y")
+    high = state.infos["ns/high"]
+    assert not high.reserved and high.conditions[c.QUOTA_RESERVED].message.endswith("Pending the preemption of 1 workload(s)")
+    assert all(state.infos[f"ns/{name}"].reserved for name in ("x", "y", "z")), "y keeps its quota until its Job stops"
 
 
 def test_a_bare_workload_is_requeued_at_once_when_preempted() -> None:

@@ -201,6 +201,10 @@ def test_kfed_metrics_render_in_prometheus_text_format() -> None:
     assert '# TYPE kfed_kube_requests_total counter\nkfed_kube_requests_total{verb="get"} 3.0' in text
     by_verb["get"] = 5  # read again at the next scrape, from the object that counts
     assert 'kfed_kube_requests_total{verb="get"} 5.0' in metrics.render()[0].decode()
+    with pytest.raises(ValueError, match="kfed_kube_requests_total"):
+        metrics.counter_from("kfed_kube_requests_total", "Requests.", ("verb",), lambda: [])
+    with pytest.raises(ValueError, match="kfed_kube_requests_total"):
+        metrics.gauge("kfed_kube_requests_total", "Requests.", ("verb",))
     assert "_created" not in text  # as Kueue's registry: no creation-time series
     # The same name again is the same metric; another type under it is a bug.
     metrics.counter("kfed_admitted_workloads_total", "Admitted.", ("cluster_queue",)).inc("cq-a")
