@@ -129,12 +129,18 @@ def test_a_write_held_back_behind_one_in_flight_is_flushed_again_until_sent() ->
     assert state.flush(T0) == []
 
 
-def test_a_watch_event_older_than_our_own_write_changes_nothing() -> None:
-    state = ready_state(cpu=1)
+def admitted_by_our_write(state: AdmissionState) -> StatusWrite:
+    """Workload a, read at version 7 and admitted by our write, which the apiserver stored as 9."""
     a = workload("a", rv="7")
     state.upsert_workload(a, T0)
     admission = run(state)[0]
     state.write_succeeded(admission, stored(admission, a, "9"))
+    return admission
+
+
+def test_a_watch_event_older_than_our_own_write_changes_nothing() -> None:
+    state = ready_state(cpu=1)
+    admitted_by_our_write(state)
     # The watch now brings version 8 (a write of ours from before the admission): ignored, so
     # the quota stays with a and b, asking for the same quota, waits.
     state.upsert_workload(workload("a", rv="8"), T0 + timedelta(seconds=1))
@@ -146,10 +152,7 @@ def test_a_watch_event_older_than_our_own_write_changes_nothing() -> None:
 
 def test_a_lost_race_never_plans_again_from_a_copy_older_than_the_one_held() -> None:
     state = ready_state(cpu=1)
-    a = workload("a", rv="7")
-    state.upsert_workload(a, T0)
-    admission = run(state)[0]
-    state.write_succeeded(admission, stored(admission, a, "9"))
+    admission = admitted_by_our_write(state)
     # A later write computed from version 9 loses a race; the cache still has version 7.
     lost = StatusWrite("ns/a", "ns", "a", "9", admission.status)
     state.write_failed(lost, T0 + timedelta(seconds=1), workload("a", rv="7"))
