@@ -361,9 +361,10 @@ class AdmissionController:
         except KubeError as err:
             log.warning("workload read after a lost race failed", extra={"key": write.key, "error": str(err)})
             return cached
-        if cached is not None and self.caches.workloads.get(write.key) is None:
+        cached_now = self.caches.workloads.get(write.key)
+        if cached is not None and cached_now is None:
             return None  # deleted while it was read: the delete was applied already
-        return newest_copy(fetched, self.caches.workloads.get(write.key))
+        return newest_copy(fetched, cached_now)
 
     async def _write_queue_status(self, now: datetime) -> None:
         writes: list[tuple[Any, str, str | None, Any, Any]] = []
