@@ -29,6 +29,7 @@ from manager.controllers.caches import Caches
 from manager.controllers.events import EventRecorder, InvolvedObject
 from manager.controllers.queue_metrics import (
     Finished,
+    admitted_written,
     cluster_queue_samples,
     eviction_release,
     finished_entry,
@@ -36,9 +37,11 @@ from manager.controllers.queue_metrics import (
     local_queue_samples,
     priority_class,
     record_write,
+    since_reservation,
 )
 from manager.engine.scheduler import Refusal
 from manager.engine.state import AdmissionState, StatusWrite
+from manager.engine.status import EventRecord, admitted_message
 from manager.engine.workload import DEACTIVATION_TARGET, conditions_of, is_active, is_finished
 from manager.kube.client import KubeClient
 from manager.kube.errors import ConflictError, KubeError, NotFoundError
@@ -313,14 +316,8 @@ class AdmissionController:
                 patch = status_patch(write, before.status if before is not None else None)
                 stored = await self.client.patch(kueue.Workload, write.name, patch, namespace=write.namespace, subresource="status")
             self.state.write_succeeded(write, stored)
-            if self.recorder is not None:
-                for event in write.events:
-                    self.recorder.emit(
-                        InvolvedObject(f"{c.GROUP}/{c.STORAGE_VERSION}", "Workload", event.namespace, event.name, event.uid),
-                        type=event.type,
-                        reason=event.reason,
-                        message=event.message,
-                    )
+            for event in write.events:
+                self._emit(event)
             if before is not None:
                 preemption = record_write(self.metrics, write, before, self._cohorts_of, self.clock())
                 if preemption is not None:
@@ -341,6 +338,29 @@ class AdmissionController:
                     self._held.discard(write.key)
                     self.state.redo(write.key)
                 self._wake.set()
+
+    def _emit(self, event: EventRecord) -> None:
+        if self.recorder is not None:
+            self.recorder.emit(
+                InvolvedObject(f"{c.GROUP}/{c.STORAGE_VERSION}", "Workload", event.namespace, event.name, event.uid),
+                type=event.type,
+                reason=event.reason,
+                message=event.message,
+            )
+
+    def admitted_by_check(self, before: kueue.Workload, written: kueue.Workload) -> None:
+        """The MultiKueue check wrote `Admitted` with its `Ready` (by the engine's rule,
+        `admitted_condition`), in place of the engine's own write: the Event and the metrics
+        Kueue's workload controller gives an admission after its checks, as if it wrote it."""
+        status = written.status
+        if status is None or status.admission is None:
+            return
+        now = self.clock()
+        cq = status.admission.cluster_queue
+        waited = since_reservation(before.status or kueue.WorkloadStatus(), now)
+        uid = written.metadata.uid or ""
+        self._emit(EventRecord(written.namespace, written.name, uid, "Normal", "Admitted", admitted_message(cq, waited)))
+        admitted_written(self.metrics, before, cq, self._cohorts_of(cq), now, checks_wait=waited)
 
     async def _copy_to_plan_from(self, write: StatusWrite, *, may_read: bool) -> kueue.Workload | None:
         """The Workload to plan again from after a write of it failed (None: it is gone).

@@ -193,6 +193,28 @@ def queued_since(wl: Workload) -> datetime | None:
     return wl.metadata.creation_timestamp
 
 
+def _queued_wait(wl: Workload, now: datetime) -> float:
+    start = queued_since(wl)
+    return (now - start).total_seconds() if start is not None else 0.0
+
+
+def since_reservation(status: WorkloadStatus, now: datetime) -> float:
+    """Seconds since the quota was reserved (0 without a reservation): the time an admission
+    waited for its checks."""
+    reserved = find_condition(status.conditions, c.QUOTA_RESERVED)
+    since = reserved.last_transition_time if reserved is not None and reserved.status == "True" else None
+    return max(0.0, (now - since).total_seconds()) if since is not None else 0.0
+
+
+def admitted_written(
+    metrics: Metrics, before: Workload, cluster_queue: str, cohorts: Iterable[str], now: datetime, *, checks_wait: float | None
+) -> None:
+    """Report an admission that was written, from the Workload as it was before: Kueue's
+    admitted counters and wait times (`checks_wait` None when no check was involved)."""
+    lq = LocalQueueRef(before.spec.queue_name or "", before.namespace or "")
+    metrics.admitted(cluster_queue, lq, priority_class(before), _queued_wait(before, now), checks_wait, cohorts)
+
+
 def record_write(
     metrics: Metrics, write: StatusWrite, before: Workload, cohorts: Callable[[str], list[str]], now: datetime
 ) -> WrittenPreemption | None:
@@ -204,19 +226,14 @@ def record_write(
     reasons = {event.reason for event in write.events}
     lq = LocalQueueRef(before.spec.queue_name or "", before.namespace or "")
     pc = priority_class(before)
-    start = queued_since(before)
-    waited = (now - start).total_seconds() if start is not None else 0.0
     cq = new.admission.cluster_queue if new.admission is not None else ""
     if "QuotaReserved" in reasons and cq:
-        metrics.quota_reserved(cq, lq, pc, waited)
+        metrics.quota_reserved(cq, lq, pc, _queued_wait(before, now))
     if "Admitted" in reasons and cq:
-        reserved = find_condition(old.conditions, c.QUOTA_RESERVED)
         if "QuotaReserved" in reasons:
-            checks_wait = 0.0 if new.admission_checks else None
+            admitted_written(metrics, before, cq, cohorts(cq), now, checks_wait=0.0 if new.admission_checks else None)
         else:
-            since = reserved.last_transition_time if reserved is not None and reserved.status == "True" else None
-            checks_wait = (now - since).total_seconds() if since is not None else 0.0
-        metrics.admitted(cq, lq, pc, waited, checks_wait, cohorts(cq))
+            admitted_written(metrics, before, cq, cohorts(cq), now, checks_wait=since_reservation(old, now))
     preemption = preemption_written(write, before)
     if preemption is not None:
         metrics.preempted(write.preempting_cq, preemption.reason)

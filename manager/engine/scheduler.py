@@ -42,7 +42,7 @@ from manager.engine.selectors import selector_matches
 from manager.engine.units import FlavorResource
 from manager.engine.workload import (
     NAMESPACE_NOT_SELECTED_MESSAGE,
-    REASON_ADMITTED,
+    NO_RESERVATION_MESSAGE,
     REASON_EXCEEDS_MAX_QUOTA,
     REASON_MISCONFIGURED,
     REASON_NO_RESERVATION,
@@ -50,18 +50,17 @@ from manager.engine.workload import (
     REASON_PREEMPTED,
     REASON_QUOTA_RESERVED,
     REASON_SUSPENDED,
-    REASON_UNSATISFIED_CHECKS,
     REASON_WAITING_FOR_PREEMPTED,
     REASON_WAITING_FOR_QUOTA,
     AssignedPodSet,
     WorkloadInfo,
+    admitted_condition,
     missing_namespace_message,
 )
 
 NO_LONGER_FITS = "Workload no longer fits after processing another workload"
 OVERLAPPING_TARGETS = "Workload has overlapping preemption targets with another workload"
 BYPASSED = "Bypassed scheduling evaluation because an equivalent workload recently failed"
-NO_RESERVATION_MESSAGE = "The workload has no reservation"
 
 # A rule from outside the quota tree that keeps a workload from reserving quota in a queue,
 # as the message that says why, or None. MultiKueue's: no worker could ever admit it.
@@ -656,12 +655,7 @@ class Scheduler:
 
     def sync_admitted(self, wl: WorkloadInfo, now: datetime) -> None:
         """Kueue's SyncAdmittedCondition: Admitted once quota is reserved and every check is Ready."""
-        if not wl.reserved:
-            wl.set_condition(c.ADMITTED, "False", REASON_NO_RESERVATION, NO_RESERVATION_MESSAGE, now)
-        elif all(state == "Ready" for state in wl.checks.values()):
-            wl.set_condition(c.ADMITTED, "True", REASON_ADMITTED, "The workload is admitted", now)
-        else:
-            wl.set_condition(c.ADMITTED, "False", REASON_UNSATISFIED_CHECKS, "The workload has not all checks ready", now)
+        wl.set_condition(c.ADMITTED, *admitted_condition(reserved=wl.reserved, check_states=wl.checks.values()), now)
 
     def _finish(self, entry: Entry, result: CycleResult, now: datetime) -> None:
         """Requeue what was not admitted and write its condition (Kueue's requeueAndUpdate)."""

@@ -23,7 +23,7 @@ from manager.api import kueue
 from manager.api.config import Configuration
 from manager.api.core import LimitRange, PriorityClass
 from manager.api.kueue import ClusterQueueStatus, LocalQueueStatus, Workload, WorkloadStatus
-from manager.api.meta import is_condition_true, newest_copy, older_resource_version
+from manager.api.meta import find_condition, is_condition_true, newest_copy, older_resource_version
 from manager.engine.cache import Cache, CheckInfo
 from manager.engine.jobs import BACKOFF_FINISHED, requeued_on_release
 from manager.engine.podsready import (
@@ -52,7 +52,9 @@ from manager.engine.workload import (
     REASON_PENDING_EVALUATION,
     WorkloadInfo,
     build_info,
+    conditions_of,
     controller_owner,
+    from_condition,
     has_quota_reservation,
     is_active,
     is_finished,
@@ -348,11 +350,27 @@ class AdmissionState:
         self._check_reserved(info, now)
         self.dirty.add(info.key)
 
+    @staticmethod
+    def _take_admitted_as_written(info: WorkloadInfo) -> None:
+        """The MultiKueue check writes `Admitted` with its `Ready`, by the engine's own rule
+        (`admitted_condition`): where the engine now says the same, it takes the condition as
+        written, its time included (waitForPodsReady counts from it)."""
+        mine = info.conditions.get(c.ADMITTED)
+        written = find_condition(conditions_of(info.obj), c.ADMITTED)
+        if (
+            mine is not None
+            and written is not None
+            and written.last_transition_time is not None
+            and (written.status, written.reason, written.message) == (mine.status, mine.reason, mine.message)
+        ):
+            info.conditions[c.ADMITTED] = from_condition(written, default_time=mine.last_transition_time)
+
     def _check_reserved(self, info: WorkloadInfo, now: datetime) -> None:
         """Kueue's workload controller for a workload holding quota: sync Admitted with the
         checks, evict for a stop policy, a deactivation or a check asking for a retry."""
         before = info.conditions.get(c.ADMITTED)
         self.scheduler.sync_admitted(info, now)
+        self._take_admitted_as_written(info)
         if info.conditions.get(c.ADMITTED) != before:
             self.dirty.add(info.key)
         eviction = None if info.evicted else reserved_eviction(info, self.cache)
@@ -540,7 +558,7 @@ class AdmissionState:
             if same_status(current, desired):
                 continue
             admits = key in self.assumed
-            events = status_events(info, current, desired)
+            events = status_events(info, current, desired, now=now)
             rv = info.obj.metadata.resource_version or ""
             out.append(
                 StatusWrite(

@@ -162,7 +162,13 @@ def same_status(current: WorkloadStatus, desired: WorkloadStatus) -> bool:
     return _check_states(current) == _check_states(desired)
 
 
-def status_events(info: WorkloadInfo, current: WorkloadStatus, desired: WorkloadStatus) -> list[EventRecord]:
+def admitted_message(cluster_queue: str, since_reservation: float) -> str:
+    """The Admitted Event's message: Kueue's scheduler says 0s for a workload admitted as it
+    reserves quota, its workload controller the seconds its checks took."""
+    return f"Admitted by ClusterQueue {cluster_queue}, wait time since reservation was {since_reservation:.0f}s"
+
+
+def status_events(info: WorkloadInfo, current: WorkloadStatus, desired: WorkloadStatus, *, now: datetime) -> list[EventRecord]:
     """Kueue's Events for a status change: QuotaReserved, Admitted, Preempted or EvictedDueTo…, Pending."""
     before, after = owned_conditions(current.conditions), owned_conditions(desired.conditions)
     out = []
@@ -177,7 +183,9 @@ def status_events(info: WorkloadInfo, current: WorkloadStatus, desired: Workload
         waited = int(((info.reserved_at or info.created) - info.queue_time).total_seconds())
         event("Normal", "QuotaReserved", f"Quota reserved in ClusterQueue {info.admission_cq}, wait time since queued was {waited}s")
     if became(c.ADMITTED, "True"):
-        event("Normal", "Admitted", f"Admitted by ClusterQueue {info.admission_cq}, wait time since reservation was 0s")
+        reserved_at = None if became(c.QUOTA_RESERVED, "True") else info.reserved_at
+        since = max(0.0, (now - reserved_at).total_seconds()) if reserved_at is not None else 0.0
+        event("Normal", "Admitted", admitted_message(info.admission_cq, since))
     if became(c.PREEMPTED, "True"):
         event("Normal", "Preempted", after[c.PREEMPTED][2])
     elif became(c.EVICTED, "True"):

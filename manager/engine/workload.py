@@ -50,6 +50,21 @@ DEACTIVATION_TARGET = "DeactivationTarget"
 # job integration and are carried over untouched.
 OWNED_CONDITIONS = (c.QUOTA_RESERVED, c.ADMITTED, c.EVICTED, c.PREEMPTED, c.REQUEUED)
 
+NO_RESERVATION_MESSAGE = "The workload has no reservation"
+ADMITTED_MESSAGE = "The workload is admitted"
+UNSATISFIED_CHECKS_MESSAGE = "The workload has not all checks ready"
+
+
+def admitted_condition(*, reserved: bool, check_states: Iterable[str]) -> tuple[str, str, str]:
+    """Kueue's SyncAdmittedCondition as (status, reason, message): Admitted once quota is
+    reserved and every admission check is Ready. The engine keeps the condition by this rule,
+    and the MultiKueue check writes it with its own Ready (one write instead of two)."""
+    if not reserved:
+        return "False", REASON_NO_RESERVATION, NO_RESERVATION_MESSAGE
+    if all(state == "Ready" for state in check_states):
+        return "True", REASON_ADMITTED, ADMITTED_MESSAGE
+    return "False", REASON_UNSATISFIED_CHECKS, UNSATISFIED_CHECKS_MESSAGE
+
 
 @dataclass(slots=True, frozen=True)
 class PodSetInfo:

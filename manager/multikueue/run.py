@@ -51,6 +51,7 @@ class MultiKueue:
             configs=self.configs,
             recorder=process.recorder,
             on_refusal_inputs=process.admission.refusal_may_have_changed,
+            on_admitted=process.admission.admitted_by_check,
         )
         process.admission.refuse_with(self.workloads.refusal)
         self.checks = AdmissionCheckController(

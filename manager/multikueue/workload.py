@@ -21,7 +21,16 @@ from typing import Any
 
 from manager.api import constants as c
 from manager.api import kueue
-from manager.api.meta import MAX_CONDITION_MESSAGE, Condition, OwnerReference, Resource, format_time, utcnow
+from manager.api.meta import (
+    MAX_CONDITION_MESSAGE,
+    Condition,
+    OwnerReference,
+    Resource,
+    find_condition,
+    format_time,
+    transition_time,
+    utcnow,
+)
 from manager.controllers.caches import Caches
 from manager.controllers.events import EventRecorder, InvolvedObject
 from manager.engine.cache import ClusterQueueInfo
@@ -91,6 +100,9 @@ class WorkloadController:
     # Called when what the refusal reads (a worker's queue specs) changed: the admission
     # controller then tries the refused Workloads again.
     on_refusal_inputs: Callable[[], None] | None = None
+    # Called with the Workload before and after a check write that admitted it (`CheckUpdate.
+    # admitted`): the admission controller reports that admission as Kueue's does.
+    on_admitted: Callable[[kueue.Workload, kueue.Workload], None] | None = None
     workers: InitVar[int] = 16
 
     def __post_init__(self, workers: int) -> None:
@@ -729,6 +741,21 @@ class WorkloadController:
                 status["clusterName"] = update.cluster_name
             if update.clear_nominated:
                 status["nominatedClusterNames"] = None
+            if update.admitted is not None:
+                old = local.status.conditions if local.status else None
+                kind, (state, reason, message) = c.ADMITTED, update.admitted
+                admitted = Condition(
+                    type=kind,
+                    status=state,
+                    reason=reason,
+                    message=message,
+                    last_transition_time=transition_time(find_condition(old, kind), state, now),
+                )
+                # The list is replaced whole; the resourceVersion guards what it was built from.
+                status["conditions"] = [cond.to_dict() for cond in old or [] if cond.type != kind] + [admitted.to_dict()]
         if plan.nominate is not None and "nominatedClusterNames" not in status:
             status["nominatedClusterNames"] = plan.nominate or None
-        return await self._patch_local(local, status)
+        written = await self._patch_local(local, status)
+        if update is not None and update.admitted is not None and self.on_admitted is not None:
+            self.on_admitted(local, written)
+        return written

@@ -3,6 +3,7 @@ finished-workload metrics, under Kueue's names."""
 
 from __future__ import annotations
 
+import re
 import uuid
 from typing import Any
 
@@ -46,3 +47,14 @@ async def test_a_federated_job_counts_its_dispatch_admission_and_finish(fed: Fed
     # Its Events went out (they wait behind other requests, but none was dropped).
     assert (value(samples, "kfed_events_total", outcome="sent") or 0) >= 1
     assert value(samples, "kfed_events_total", outcome="dropped") == 0
+    # The check's Ready carried the admission; it is told as Kueue's workload controller tells
+    # one made after its checks: one Admitted Event, with the seconds the checks took.
+    selector = f"involvedObject.kind=Workload,involvedObject.name={wl.name},reason=Admitted"
+
+    async def admitted_events() -> list[str] | None:
+        events = await kube.manager.request("GET", f"/api/v1/namespaces/{ns}/events", query=[("fieldSelector", selector)])
+        messages = [event["message"] for event in events["items"]]
+        return messages or None
+
+    [message] = await eventually(admitted_events, timeout=30, what=f"the Admitted Event of {ns}/{wl.name}")
+    assert re.fullmatch(rf"Admitted by ClusterQueue {cq}, wait time since reservation was \d+s", message), message

@@ -25,7 +25,7 @@ import yaml
 from manager.api import constants as c
 from manager.api import kueue
 from manager.api.core import Job, Secret
-from manager.api.meta import format_time, utcnow
+from manager.api.meta import find_condition, format_time, is_condition_true, utcnow
 from manager.controllers.caches import Caches
 from manager.dev.local import LocalCluster
 from manager.engine.workload import admission_check_state
@@ -122,7 +122,16 @@ async def test_a_pass_planned_from_a_stale_cache_creates_no_job_and_the_next_one
         on_connection_change=lambda remote: controller.on_connection_change(remote),
         on_remote_object=lambda remote, namespace, name: controller.on_remote_object(remote, namespace, name),
     )
-    controller = WorkloadController(kube, caches, settings=settings, clusters=clusters, configs=configs, workers=1)
+    admissions: list[tuple[kueue.Workload, kueue.Workload]] = []
+    controller = WorkloadController(
+        kube,
+        caches,
+        settings=settings,
+        clusters=clusters,
+        configs=configs,
+        workers=1,
+        on_admitted=lambda before, written: admissions.append((before, written)),
+    )
     try:
         await clusters.reconcile(member)
         remote = clusters.remotes[member]
@@ -156,6 +165,19 @@ async def test_a_pass_planned_from_a_stale_cache_creates_no_job_and_the_next_one
         state = admission_check_state(final, check)
         assert state is not None and state.state == "Ready", state
         assert final.status is not None and final.status.cluster_name == member
+        # Its only check is Ready: the same write admitted it (Kueue's workload controller would
+        # need a second one), and the admission was handed over to be reported once.
+        written = find_condition(final.status.conditions, c.ADMITTED)
+        assert written is not None and (written.status, written.reason, written.message) == (
+            "True",
+            "Admitted",
+            "The workload is admitted",
+        )
+        assert written.last_transition_time == state.last_transition_time
+        assert is_condition_true(final.status.conditions, c.QUOTA_RESERVED)
+        assert [(before.metadata.resource_version, after.metadata.resource_version) for before, after in admissions] == [
+            (moved.metadata.resource_version, final.metadata.resource_version)
+        ]
     finally:
         controller.controller.stop()
         await clusters.stop()

@@ -7,7 +7,7 @@ from typing import Any
 
 from manager.api import constants as c
 from manager.api import kueue
-from manager.api.meta import is_condition_true, newest_copy, older_resource_version
+from manager.api.meta import Condition, is_condition_true, newest_copy, older_resource_version
 from manager.controllers.admission import HOLD, REPLACE, SEND, issue_action
 from manager.engine.state import AdmissionState, StatusWrite, moves_quota
 
@@ -370,6 +370,56 @@ def test_a_retry_check_evicts_and_resets_the_checks_and_the_cluster_nomination()
     check = (write.status.admission_checks or [])[0]
     assert (check.state, check.message, check.retry_count) == ("Pending", "Reset to Pending after eviction. Previously: Retry", 1)
     assert write.status.cluster_name is None and write.status.nominated_cluster_names is None
+
+
+def _reserved_with_check(check: str = "mk") -> tuple[AdmissionState, kueue.Workload]:
+    """A workload that holds quota with its check Pending, as the cluster stores it."""
+    state = ready_state(**checks(check))
+    state.upsert_admission_check(admission_check(check))
+    state.rebuild_if_needed(T0)
+    wl = workload("a", owned=True)
+    state.upsert_workload(wl, T0)
+    first = run(state)[0]
+    reserved = stored(first, wl, "2")
+    state.write_succeeded(first, reserved)
+    return state, reserved
+
+
+def test_an_admitted_condition_written_with_the_checks_ready_is_taken_as_written() -> None:
+    """MultiKueue writes Admitted with its Ready (one write): the engine agrees, writes nothing
+    more, and keeps the written time (waitForPodsReady counts from it)."""
+    state, reserved = _reserved_with_check()
+    ready = reserved.model_copy(deep=True)
+    ready.metadata.resource_version = "3"
+    assert ready.status is not None and ready.status.admission_checks and ready.status.conditions
+    ready.status.admission_checks[0].state = "Ready"
+    written_at = T0 + timedelta(seconds=4)
+    admitted = Condition(
+        type=c.ADMITTED, status="True", reason="Admitted", message="The workload is admitted", last_transition_time=written_at
+    )
+    ready.status.conditions = [cond for cond in ready.status.conditions if cond.type != c.ADMITTED] + [admitted]
+    later = T0 + timedelta(seconds=5)
+    state.upsert_workload(ready, later)
+    assert run(state, later) == []
+    kept = state.infos["ns/a"].conditions[c.ADMITTED]
+    assert (kept.status, kept.last_transition_time) == ("True", written_at)
+
+
+def test_an_admission_after_its_checks_says_how_long_they_took() -> None:
+    """Another controller's check turns Ready: the engine writes Admitted, and its Event gives
+    the seconds since the reservation, as Kueue's workload controller does."""
+    state, reserved = _reserved_with_check("prov")
+    ready = reserved.model_copy(deep=True)
+    ready.metadata.resource_version = "3"
+    assert ready.status is not None and ready.status.admission_checks
+    ready.status.admission_checks[0].state = "Ready"
+    later = T0 + timedelta(seconds=7)
+    state.upsert_workload(ready, later)
+    [write] = run(state, later)
+    assert is_condition_true(write.status.conditions, c.ADMITTED)
+    assert [(e.reason, e.message) for e in write.events] == [
+        ("Admitted", "Admitted by ClusterQueue cq, wait time since reservation was 7s")
+    ]
 
 
 def test_a_deactivation_target_evicts_with_its_cause() -> None:

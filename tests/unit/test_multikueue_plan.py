@@ -150,6 +150,25 @@ def test_the_earliest_admitted_copy_wins_and_the_others_are_deleted() -> None:
     assert plan.requeue_after == TIMEOUT.total_seconds()
 
 
+@pytest.mark.parametrize(
+    ("other_state", "already_admitted", "expected"),
+    [
+        (None, False, ("True", "Admitted", "The workload is admitted")),  # the only check: Ready admits it
+        ("Ready", False, ("True", "Admitted", "The workload is admitted")),  # every other check is Ready too
+        ("Pending", False, None),  # another check went back to Pending: the engine keeps Admitted False
+        (None, True, None),  # already Admitted: nothing to write
+    ],
+)
+def test_the_ready_write_carries_admitted_when_it_admits_the_workload(
+    other_state: str | None, already_admitted: bool, expected: tuple[str, str, str] | None
+) -> None:
+    other = [{"name": "prov", "state": other_state, "message": "", "lastTransitionTime": T0}] if other_state else None
+    wl = local(other_checks=other, conditions=[cond(c.ADMITTED, reason="Admitted")] if already_admitted else None)
+    plan = plan_workload(inputs(wl, up("w1"), {"w1": remote(cond(c.ADMITTED), round_of=wl)}))
+    assert plan.check is not None and plan.check.state == "Ready"
+    assert plan.check.admitted == expected
+
+
 def test_a_recorded_winner_keeps_winning_over_a_copy_admitted_in_the_same_second() -> None:
     """Two copies admitted in the same second tie, and the tie goes to the first name. Once w2
     is recorded, a later pass that still sees w1's copy must not move the Job to w1."""
