@@ -36,11 +36,11 @@ import admission
 from manager.api import constants as c
 from manager.api import kueue
 from manager.api.meta import is_condition_true
+from manager.controllers.admission import STATUS_INTERVAL
 from manager.engine.state import AdmissionState
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 STEP = 0.01  # seconds of virtual time gathered into one round
-STATUS_INTERVAL = 0.5
 
 
 class Replay:

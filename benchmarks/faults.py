@@ -34,7 +34,8 @@ The faults (`--faults` takes these names; `--short` runs the quick ones with a s
 - secret-rotated-broken: worker2's kubeconfig Secret rotated (same credentials, re-encoded),
   then broken (not a kubeconfig) for 20 s, then restored;
 - preemption-race: low-priority Jobs preempted by high-priority ones the moment their pod
-  runs, so eviction races the Job's completion.
+  runs, so eviction races the Job's completion, or (every other round) the moment the
+  manager reserves their quota, so eviction races the dispatch and the admission write.
 
 How the table counts (`judge`, a pure function; tests/unit/test_fault_counting.py):
 
@@ -83,6 +84,7 @@ from manager.api.core import Job, Lease, Secret
 from manager.api.meta import OpenModel, Resource
 from manager.dev import federation
 from manager.dev.local import LocalCluster, LocalProvider
+from manager.engine.workload import has_quota_reservation
 from manager.kube.client import KubeClient
 from manager.kube.errors import AlreadyExistsError, KubeError, NotFoundError, TransientError
 from manager.kube.informer import Informer
@@ -556,8 +558,10 @@ async def secret_rotated_broken(suite: Suite) -> None:
 
 
 async def preemption_race(suite: Suite, namespace: str, rounds: int) -> list[MixJob]:
-    """Each round: a low-priority Job; the moment a pod of it runs, a high-priority Job that
-    needs its quota. Returns the Jobs it submitted."""
+    """Each round: a low-priority Job, then a high-priority Job that needs its quota, sent the
+    moment a pod of the low one runs (even rounds: the eviction races the Job's completion) or
+    the moment the manager reserves its quota (odd rounds: the eviction races the dispatch, and
+    the check's Ready that admits it in the same write). Returns the Jobs it submitted."""
     submitted: list[MixJob] = []
     for i in range(rounds):
         low = MixJob(f"race-low-{i}", cpu="4")
@@ -567,7 +571,13 @@ async def preemption_race(suite: Suite, namespace: str, rounds: int) -> list[Mix
         async def low_runs(name: str = low.name) -> bool:
             return any(name in r.runs(namespace) for r in suite.recorders.values())
 
-        await poll(low_runs, timeout=60, interval=0.05)
+        async def low_reserved(name: str = low.name) -> bool:
+            workloads = await suite.clients.manager.list(kueue.Workload, namespace=namespace)
+            return any(
+                owner.name == name and has_quota_reservation(wl) for wl in workloads.items for owner in wl.metadata.owner_references or []
+            )
+
+        await poll(low_runs if i % 2 == 0 else low_reserved, timeout=60, interval=0.05)
         high = MixJob(f"race-high-{i}", cpu="4", priority=HIGH)
         await submit(suite, [high], namespace)
         submitted.append(high)

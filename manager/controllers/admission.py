@@ -53,7 +53,8 @@ log = logging.getLogger("kfed.admission")
 
 TICK = 1.0  # the longest the loop waits without an event (time-based requeues)
 CYCLES_PER_ROUND = 200
-STATUS_INTERVAL = 0.5  # queue status writes at most this often
+# Queue status writes at most this often: Kueue's UpdatesBatchPeriod (pkg/constants), 1 s.
+STATUS_INTERVAL = 1.0
 
 
 SEND, HOLD, REPLACE = "send", "hold", "replace"
