@@ -35,7 +35,8 @@ The faults (`--faults` takes these names; `--short` runs the quick ones with a s
   then broken (not a kubeconfig) for 20 s, then restored;
 - preemption-race: low-priority Jobs preempted by high-priority ones the moment their pod
   runs, so eviction races the Job's completion, or (every other round) the moment the
-  manager reserves their quota, so eviction races the dispatch and the admission write.
+  manager is seen to reserve their quota, so eviction lands during the dispatch and may race
+  the write that admits them.
 
 How the table counts (`judge`, a pure function; tests/unit/test_fault_counting.py):
 
@@ -560,8 +561,9 @@ async def secret_rotated_broken(suite: Suite) -> None:
 async def preemption_race(suite: Suite, namespace: str, rounds: int) -> list[MixJob]:
     """Each round: a low-priority Job, then a high-priority Job that needs its quota, sent the
     moment a pod of the low one runs (even rounds: the eviction races the Job's completion) or
-    the moment the manager reserves its quota (odd rounds: the eviction races the dispatch, and
-    the check's Ready that admits it in the same write). Returns the Jobs it submitted."""
+    the moment the manager is seen to reserve its quota (odd rounds: the eviction lands during
+    the dispatch, and may race the check's Ready that admits it). Returns the Jobs it
+    submitted."""
     submitted: list[MixJob] = []
     for i in range(rounds):
         low = MixJob(f"race-low-{i}", cpu="4")

@@ -37,11 +37,10 @@ from manager.controllers.queue_metrics import (
     local_queue_samples,
     priority_class,
     record_write,
-    since_reservation,
 )
 from manager.engine.scheduler import Refusal
 from manager.engine.state import AdmissionState, StatusWrite
-from manager.engine.status import EventRecord, admitted_message
+from manager.engine.status import EventRecord, admitted_message, since_reservation
 from manager.engine.workload import DEACTIVATION_TARGET, conditions_of, is_active, is_finished
 from manager.kube.client import KubeClient
 from manager.kube.errors import ConflictError, KubeError, NotFoundError

@@ -19,7 +19,7 @@ from manager.engine.fairshare import dominant_resource_share
 from manager.engine.podsready import REASON_PODS_READY_TIMEOUT, timeout_cause
 from manager.engine.quota import QuotaNode
 from manager.engine.state import AdmissionState, StatusWrite
-from manager.engine.status import cluster_queue_status
+from manager.engine.status import cluster_queue_status, since_reservation
 from manager.engine.units import to_quantity
 from manager.engine.workload import eviction_labels, is_finished
 from manager.runtime.metrics import LocalQueueRef, Metrics, Sample
@@ -196,14 +196,6 @@ def queued_since(wl: Workload) -> datetime | None:
 def _queued_wait(wl: Workload, now: datetime) -> float:
     start = queued_since(wl)
     return (now - start).total_seconds() if start is not None else 0.0
-
-
-def since_reservation(status: WorkloadStatus, now: datetime) -> float:
-    """Seconds since the quota was reserved (0 without a reservation): the time an admission
-    waited for its checks."""
-    reserved = find_condition(status.conditions, c.QUOTA_RESERVED)
-    since = reserved.last_transition_time if reserved is not None and reserved.status == "True" else None
-    return max(0.0, (now - since).total_seconds()) if since is not None else 0.0
 
 
 def admitted_written(

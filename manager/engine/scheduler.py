@@ -42,10 +42,8 @@ from manager.engine.selectors import selector_matches
 from manager.engine.units import FlavorResource
 from manager.engine.workload import (
     NAMESPACE_NOT_SELECTED_MESSAGE,
-    NO_RESERVATION_MESSAGE,
     REASON_EXCEEDS_MAX_QUOTA,
     REASON_MISCONFIGURED,
-    REASON_NO_RESERVATION,
     REASON_PENDING_EVALUATION,
     REASON_PREEMPTED,
     REASON_QUOTA_RESERVED,
@@ -61,6 +59,7 @@ from manager.engine.workload import (
 NO_LONGER_FITS = "Workload no longer fits after processing another workload"
 OVERLAPPING_TARGETS = "Workload has overlapping preemption targets with another workload"
 BYPASSED = "Bypassed scheduling evaluation because an equivalent workload recently failed"
+NOT_RESERVED = admitted_condition(reserved=False, check_states=())  # Admitted of a workload without quota
 
 # A rule from outside the quota tree that keeps a workload from reserving quota in a queue,
 # as the message that says why, or None. MultiKueue's: no worker could ever admit it.
@@ -269,7 +268,7 @@ class Scheduler:
 
     def _not_admitted(self, wl: WorkloadInfo, reason: str, message: str, now: datetime) -> None:
         wl.set_condition(c.QUOTA_RESERVED, "False", reason, message, now)
-        wl.set_condition(c.ADMITTED, "False", REASON_NO_RESERVATION, NO_RESERVATION_MESSAGE, now)
+        wl.set_condition(c.ADMITTED, *NOT_RESERVED, now)
 
     def pending_count(self, cq: str) -> int:
         queue = self.queues.get(cq)
@@ -689,7 +688,7 @@ class Scheduler:
             reserved is not None
             and admitted is not None
             and (reserved.status, reserved.reason, reserved.message) == ("False", reason, message)
-            and (admitted.status, admitted.reason, admitted.message) == ("False", REASON_NO_RESERVATION, NO_RESERVATION_MESSAGE)
+            and (admitted.status, admitted.reason, admitted.message) == NOT_RESERVED
         )
 
     def _mark_preemptions(self, result: CycleResult, now: datetime) -> None:

@@ -357,12 +357,14 @@ class AdmissionState:
         written, its time included (waitForPodsReady counts from it)."""
         mine = info.conditions.get(c.ADMITTED)
         written = find_condition(conditions_of(info.obj), c.ADMITTED)
-        if (
-            mine is not None
-            and written is not None
-            and written.last_transition_time is not None
-            and (written.status, written.reason, written.message) == (mine.status, mine.reason, mine.message)
-        ):
+        if mine is None or written is None or written.last_transition_time is None:
+            return
+        # Not one left from an earlier admission (an eviction leaves Admitted True until its
+        # release is written, and the engine may have reserved again in memory by then). The
+        # API keeps whole seconds.
+        if info.reserved_at is not None and written.last_transition_time < info.reserved_at.replace(microsecond=0):
+            return
+        if (written.status, written.reason, written.message) == (mine.status, mine.reason, mine.message):
             info.conditions[c.ADMITTED] = from_condition(written, default_time=mine.last_transition_time)
 
     def _check_reserved(self, info: WorkloadInfo, now: datetime) -> None:

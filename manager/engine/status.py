@@ -162,6 +162,14 @@ def same_status(current: WorkloadStatus, desired: WorkloadStatus) -> bool:
     return _check_states(current) == _check_states(desired)
 
 
+def since_reservation(status: WorkloadStatus, now: datetime) -> float:
+    """Seconds since the stored quota reservation (0 without one): the time an admission waited
+    for its checks, as Kueue's workload controller measures it for its Event and metrics."""
+    reserved = find_condition(status.conditions, c.QUOTA_RESERVED)
+    since = reserved.last_transition_time if reserved is not None and reserved.status == "True" else None
+    return max(0.0, (now - since).total_seconds()) if since is not None else 0.0
+
+
 def admitted_message(cluster_queue: str, since_reservation: float) -> str:
     """The Admitted Event's message: Kueue's scheduler says 0s for a workload admitted as it
     reserves quota, its workload controller the seconds its checks took."""
@@ -183,8 +191,7 @@ def status_events(info: WorkloadInfo, current: WorkloadStatus, desired: Workload
         waited = int(((info.reserved_at or info.created) - info.queue_time).total_seconds())
         event("Normal", "QuotaReserved", f"Quota reserved in ClusterQueue {info.admission_cq}, wait time since queued was {waited}s")
     if became(c.ADMITTED, "True"):
-        reserved_at = None if became(c.QUOTA_RESERVED, "True") else info.reserved_at
-        since = max(0.0, (now - reserved_at).total_seconds()) if reserved_at is not None else 0.0
+        since = 0.0 if became(c.QUOTA_RESERVED, "True") else since_reservation(current, now)
         event("Normal", "Admitted", admitted_message(info.admission_cq, since))
     if became(c.PREEMPTED, "True"):
         event("Normal", "Preempted", after[c.PREEMPTED][2])

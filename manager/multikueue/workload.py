@@ -757,5 +757,8 @@ class WorkloadController:
             status["nominatedClusterNames"] = plan.nominate or None
         written = await self._patch_local(local, status)
         if update is not None and update.admitted is not None and self.on_admitted is not None:
-            self.on_admitted(local, written)
+            try:
+                self.on_admitted(local, written)
+            except Exception:  # the admission is written: the rest of the pass (its Job) must go on
+                log.exception("reporting an admission failed", extra={"key": local.key})
         return written

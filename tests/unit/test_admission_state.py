@@ -10,6 +10,7 @@ from manager.api import kueue
 from manager.api.meta import Condition, is_condition_true, newest_copy, older_resource_version
 from manager.controllers.admission import HOLD, REPLACE, SEND, issue_action
 from manager.engine.state import AdmissionState, StatusWrite, moves_quota
+from manager.engine.workload import Cond
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -403,6 +404,26 @@ def test_an_admitted_condition_written_with_the_checks_ready_is_taken_as_written
     assert run(state, later) == []
     kept = state.infos["ns/a"].conditions[c.ADMITTED]
     assert (kept.status, kept.last_transition_time) == ("True", written_at)
+
+
+def test_an_admitted_condition_left_from_an_earlier_admission_is_not_taken_for_the_current_one() -> None:
+    """An eviction leaves Admitted True until its release is written; the engine may have
+    reserved again in memory by then. The old condition's time must not become the new
+    admission's (waitForPodsReady would count from it)."""
+    state = ready_state()
+    wl = workload("a")
+    state.upsert_workload(wl, T0)
+    [first] = run(state)
+    admitted = stored(first, wl, "2")
+    state.write_succeeded(first, admitted)
+    info = state.infos["ns/a"]
+    again = T0 + timedelta(seconds=30)  # as a second admission in memory leaves them
+    info.reserved_at = again
+    info.conditions[c.ADMITTED] = Cond("True", "Admitted", "The workload is admitted", again)
+    late = admitted.model_copy(deep=True)
+    late.metadata.resource_version = "3"  # an event of the old admission, still Admitted since T0
+    state.upsert_workload(late, again)
+    assert state.infos["ns/a"].conditions[c.ADMITTED].last_transition_time == again
 
 
 def test_an_admission_after_its_checks_says_how_long_they_took() -> None:
