@@ -157,6 +157,16 @@ def _other_checks_ready(wl: Workload, name: str) -> bool:
     return all(check.state == "Ready" for check in (wl.status.admission_checks if wl.status else None) or [] if check.name != name)
 
 
+def _stop_request(local_conditions: list[Condition] | None, cluster: str, copy: Workload) -> tuple[str, str] | None:
+    """(cluster, message) asking that worker to evict its copy of a Workload evicted here (the
+    copy's DeactivationTarget), or None when it was asked already."""
+    target = find_condition(_conditions(copy), DEACTIVATION_TARGET)
+    if target is not None and target.status == "True":
+        return None
+    evicted = find_condition(local_conditions, c.EVICTED)
+    return cluster, f"Evicted on manager: {evicted.message if evicted else ''}"[:MAX_MESSAGE]
+
+
 def _admitted_with_ready(wl: Workload, check_name: str) -> tuple[str, str, str] | None:
     """The Admitted condition to write with this check's Ready, when that admits the Workload
     and it does not say so already."""
@@ -297,6 +307,12 @@ def plan_workload(inputs: WorkloadInputs) -> Plan:
         cluster = evicted[0]
         if local_evicted:
             plan.sync_job = cluster  # carries the worker Job's stopping status back
+            # Another copy of this round may still be admitted (its worker was cut off while
+            # the Workload moved on): its agent may start the Job, and the manager keeps the
+            # quota while it may (`may_still_run_on`), so it is asked to stop too.
+            for other in sorted(remotes):
+                if other != cluster and other not in inputs.blocked and is_condition_true(_conditions(remotes[other]), c.ADMITTED):
+                    plan.deactivate = plan.deactivate or _stop_request(conditions, other, remotes[other])
             return plan
         if check.state == "Ready":
             message = f'Workload evicted on worker cluster: "{cluster_name or cluster}", resetting for re-admission. Previously: "Ready"'
@@ -355,10 +371,7 @@ def plan_workload(inputs: WorkloadInputs) -> Plan:
         winner = admitted[0]
         plan.delete += [cluster for cluster in sorted(remotes) if cluster != winner and cluster not in plan.delete]
         if local_evicted:
-            message = f"Evicted on manager: {find_condition(conditions, c.EVICTED).message}"  # type: ignore[union-attr]
-            target = find_condition(_conditions(remotes[winner]), DEACTIVATION_TARGET)
-            if target is None or target.status != "True":
-                plan.deactivate = (winner, message[:MAX_MESSAGE])
+            plan.deactivate = _stop_request(conditions, winner, remotes[winner])
             return plan
         plan.sync_job = winner
         plan.create_job = True

@@ -11,7 +11,7 @@ from manager.api import constants as c
 from manager.api.core import Job
 from manager.api.kueue import Workload
 from manager.engine.integrations.registry import BATCH_JOB, enabled
-from manager.engine.workload import admission_check_state
+from manager.engine.workload import DEACTIVATION_TARGET, admission_check_state
 from manager.multikueue.capacity import Choice
 from manager.multikueue.plan import (
     DISPATCH_ROUND_ANNOTATION,
@@ -295,6 +295,22 @@ def test_once_both_sides_are_evicted_the_worker_jobs_stopping_status_is_synced()
         inputs(wl, up("w1"), {"w1": remote(cond(c.EVICTED, reason="DeactivatedDueToEvictedOnManagerCluster"), round_of=wl)})
     )
     assert plan.sync_job == "w1" and plan.deactivate is None
+
+
+def test_an_eviction_also_stops_a_copy_still_admitted_on_a_worker_that_was_cut_off() -> None:
+    """Found by the fault suite (watch-410, capacity-aware): worker1 admitted its copy while its
+    apiserver restarted, the copy was moved to worker2, and the Workload was then preempted.
+    worker2 evicted its copy; worker1's stayed admitted, so the manager kept the quota for it
+    (its agent may start the Job) and the Job never ran again. It is asked to stop too."""
+    evicted = cond(c.EVICTED, reason="Preempted", message="Preempted")
+    wl = local(conditions=[evicted])
+    stopped = remote(cond(c.EVICTED, reason="DeactivatedDueToEvictedOnManagerCluster"), round_of=wl)
+    cut_off = remote(cond(c.QUOTA_RESERVED), cond(c.ADMITTED), round_of=wl)
+    plan = plan_workload(inputs(wl, up("w1", "w2"), {"w1": cut_off, "w2": stopped}, dispatcher=c.DISPATCHER_CAPACITY_AWARE))
+    assert plan.deactivate == ("w1", "Evicted on manager: Preempted") and plan.sync_job == "w2"
+    asked = remote(cond(c.QUOTA_RESERVED), cond(c.ADMITTED), cond(DEACTIVATION_TARGET, reason="EvictedOnManagerCluster"), round_of=wl)
+    plan = plan_workload(inputs(wl, up("w1", "w2"), {"w1": asked, "w2": stopped}, dispatcher=c.DISPATCHER_CAPACITY_AWARE))
+    assert plan.deactivate is None and plan.sync_job == "w2"  # asked once; the worker evicts it
 
 
 def test_a_priority_change_is_forwarded_and_other_drift_deletes_the_copy() -> None:
