@@ -302,6 +302,27 @@ def test_whether_a_worker_still_runs_an_evicted_job_is_asked_only_once_it_stoppe
     assert not admitted.ask_runs_elsewhere
 
 
+@pytest.mark.parametrize(("managed_by", "waits"), [(None, True), (c.MULTIKUEUE_MANAGED_BY, False)])
+def test_an_evicted_batch_job_waits_until_the_job_controller_has_seen_its_suspension(managed_by: str | None, waits: bool) -> None:
+    """Found by the fault suite (watch-410): across an apiserver restart the Job controller
+    created pods it had not counted yet, its last word still Suspended=False. Clearing
+    startTime then left a Job that could never finish once those pods succeeded. A Job handed
+    to MultiKueue has no Job controller on the manager: nothing to wait for there."""
+    resumed = {"type": "Suspended", "status": "False", "reason": "JobResumed", "message": "Job resumed"}
+    job = batch_job(status={"startTime": T0, "conditions": [resumed]})
+    job.spec.managed_by = managed_by
+    job.metadata.resource_version = "9"
+    result = plan(BATCH_JOB, job, workload(BATCH_JOB, job, admitted=True, conditions=[PREEMPTED]), runs_elsewhere=False)
+    if waits:
+        assert result.actions == [] and result.requeue_after == 1.0
+    else:
+        assert result.actions == [PatchJob({"metadata": {"resourceVersion": "9"}, "status": {"startTime": None}}, subresource="status")]
+    seen = batch_job(status={"startTime": T0, "conditions": [{**resumed, "status": "True", "reason": "JobSuspended"}]})
+    seen.metadata.resource_version = "9"
+    result = plan(BATCH_JOB, seen, workload(BATCH_JOB, seen, admitted=True, conditions=[PREEMPTED]))
+    assert result.actions == [PatchJob({"metadata": {"resourceVersion": "9"}, "status": {"startTime": None}}, subresource="status")]
+
+
 def test_an_evicted_batch_job_has_its_start_time_cleared_before_its_template_is_restored() -> None:
     job = batch_job(status={"startTime": T0})
     job.metadata.resource_version = "9"

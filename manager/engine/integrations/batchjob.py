@@ -179,7 +179,16 @@ class BatchJobAdapter(JobAdapter[Job]):
         succeed), and it is not finishing: a Job that finished, or is about to, must end
         Finished; an eviction never starts it again."""
         status = job.status.to_dict() if job.status else {}
-        return not status.get("active") and not status.get("terminating") and not job_finishing(job)
+        if status.get("active") or status.get("terminating") or job_finishing(job):
+            return False
+        # Where the Job controller runs the Job, it must have seen the suspension: while its
+        # last word is Suspended=False (it resumed the Job), its counts predate the stop and a
+        # pod may yet run. Seen in the fault suite: two pods created across an apiserver
+        # restart and counted nowhere, which succeeded after the stop had cleared startTime;
+        # the Job controller could then never finish the Job ("startTime is required for
+        # finished job"). A Job handed to MultiKueue has no Job controller here.
+        runs_here = self.managed_by(job) in (None, JOB_CONTROLLER_NAME)
+        return not (runs_here and _resumed_last(job))
 
     def pods_ready(self, job: Job) -> bool:
         status = job.status.to_dict() if job.status else {}
@@ -220,16 +229,14 @@ class BatchJobAdapter(JobAdapter[Job]):
         # running Job's startTime may not be removed): copy later.
         return None, True
 
-    def stopped(self, job: Job) -> bool:
-        """Also, the Job controller must have seen the suspension: while its last word is
-        Suspended=False (it resumed the Job), its counts predate the stop and a pod may yet run."""
-        conditions = (job.status.conditions if job.status else None) or []
-        if any(cond.type == "Suspended" and cond.status == "False" for cond in conditions):
-            return False
-        return super().stopped(job)
-
     def lost_pods_status(self, job: Job) -> dict[str, Any]:
         return {"status": {"active": 0, "ready": 0, "terminating": 0}}
+
+
+def _resumed_last(job: Job) -> bool:
+    """Whether the Job controller's last word on the suspension is Suspended=False."""
+    conditions = (job.status.conditions if job.status else None) or []
+    return any(cond.type == "Suspended" and cond.status == "False" for cond in conditions)
 
 
 # The Job API refuses a status that lowers these (`cannot decrease the succeeded counter`).
