@@ -77,7 +77,7 @@ class WorkloadInputs:
     # The GVK strings of the enabled kinds with a MultiKueue adapter (the shell asks the registry).
     multikueue_kinds: frozenset[str] = frozenset({JOB_ADAPTER_KIND})
     owner_managed_by: str | None = c.MULTIKUEUE_MANAGED_BY
-    local_job_active: int = 0
+    local_job_holds_quota: bool = False  # the manager's Job still counts pods (not `releasable`)
     problems: Mapping[str, str] = field(default_factory=dict)  # per cluster: why a copy cannot be made there
     blocked: Mapping[str, str] = field(default_factory=dict)  # per cluster: a foreign Job has the name
     remote_jobs: frozenset[str] = frozenset()  # connected clusters that hold our Job for this workload
@@ -306,7 +306,10 @@ def plan_workload(inputs: WorkloadInputs) -> Plan:
     if evicted is not None:
         cluster = evicted[0]
         if local_evicted:
-            plan.sync_job = cluster  # carries the worker Job's stopping status back
+            # The worker Job's stopping status comes back from an evicted copy whose worker
+            # holds our Job (a copy evicted while its worker was cut off may have none).
+            evicted_on = sorted(cl for cl, copy in remotes.items() if is_condition_true(_conditions(copy), c.EVICTED))
+            plan.sync_job = next((cl for cl in evicted_on if cl in inputs.remote_jobs), cluster)
             # Another copy of this round may still be admitted (its worker was cut off while
             # the Workload moved on): its agent may start the Job, and the manager keeps the
             # quota while it may (`may_still_run_on`), so it is asked to stop too.
@@ -363,7 +366,7 @@ def plan_workload(inputs: WorkloadInputs) -> Plan:
             plan.events.append(("Normal", plan.check.message))
             plan.retried_on = cluster_name or None
             return plan
-        if local_evicted and inputs.local_job_active > 0 and not remotes and _only_lost_workers_may_run_it(inputs):
+        if local_evicted and inputs.local_job_holds_quota and not remotes and _only_lost_workers_may_run_it(inputs):
             # The worker that ran it is gone past workerLostTimeout: its pods count as gone,
             # so the manager Job stops holding quota (nothing will ever report them).
             plan.stop_local_job = True

@@ -355,7 +355,7 @@ class WorkloadController:
             owner_managed_by=adapter.managed_by(job)
             if adapter is not None and job is not None
             else (c.MULTIKUEUE_MANAGED_BY if owner is not None else None),
-            local_job_active=adapter.active_count(job) if adapter is not None and job is not None else 0,
+            local_job_holds_quota=adapter is not None and job is not None and not adapter.releasable(job),
             problems={cl: msg for (k, cl), msg in self.problems.items() if k == key},
             blocked={cl: msg for (k, cl), msg in self.blocked.items() if k == key},
             remote_jobs=frozenset(name for name, remote in connected.items() if remote.jobs_for(key)),

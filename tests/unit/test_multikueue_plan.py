@@ -311,6 +311,13 @@ def test_an_eviction_also_stops_a_copy_still_admitted_on_a_worker_that_was_cut_o
     asked = remote(cond(c.QUOTA_RESERVED), cond(c.ADMITTED), cond(DEACTIVATION_TARGET, reason="EvictedOnManagerCluster"), round_of=wl)
     plan = plan_workload(inputs(wl, up("w1", "w2"), {"w1": asked, "w2": stopped}, dispatcher=c.DISPATCHER_CAPACITY_AWARE))
     assert plan.deactivate is None and plan.sync_job == "w2"  # asked once; the worker evicts it
+    # Once both copies are evicted, the stopping status comes from the worker that holds our
+    # Job, not from the copy evicted first (its worker was cut off and has none).
+    first = remote(cond(c.EVICTED, reason="DeactivatedDueToEvictedOnManagerCluster", at="2026-11-21T11:00:01Z"), round_of=wl)
+    ran = remote(cond(c.EVICTED, reason="DeactivatedDueToEvictedOnManagerCluster", at="2026-11-21T11:00:09Z"), round_of=wl)
+    both = {"w1": first, "w2": ran}
+    plan = plan_workload(inputs(wl, up("w1", "w2"), both, dispatcher=c.DISPATCHER_CAPACITY_AWARE, remote_jobs=frozenset({"w2"})))
+    assert plan.sync_job == "w2" and plan.deactivate is None
 
 
 def test_a_priority_change_is_forwarded_and_other_drift_deletes_the_copy() -> None:
@@ -354,9 +361,9 @@ def test_a_copy_deleted_on_a_reachable_worker_means_retry() -> None:
 def test_the_manager_job_of_a_lost_worker_stops_counting_its_pods_after_the_timeout() -> None:
     wl = local(conditions=[cond(c.EVICTED, reason="AdmissionCheck")])
     lost = [ClusterHealth("w1", False, NOW - TIMEOUT - timedelta(seconds=1)), *up("w2")]
-    assert plan_workload(inputs(wl, lost, local_job_active=1)).stop_local_job
+    assert plan_workload(inputs(wl, lost, local_job_holds_quota=True)).stop_local_job
     recent = [ClusterHealth("w1", False, NOW - timedelta(seconds=30)), *up("w2")]
-    assert not plan_workload(inputs(wl, recent, local_job_active=1)).stop_local_job
+    assert not plan_workload(inputs(wl, recent, local_job_holds_quota=True)).stop_local_job
 
 
 @pytest.mark.parametrize(
@@ -373,7 +380,7 @@ def test_the_manager_job_stops_counting_pods_only_when_only_lost_workers_may_run
     clusters: list[ClusterHealth], remote_jobs: frozenset[str], stops: bool
 ) -> None:
     wl = local(conditions=[cond(c.EVICTED, reason="Preempted")])
-    assert plan_workload(inputs(wl, clusters, local_job_active=1, remote_jobs=remote_jobs)).stop_local_job is stops
+    assert plan_workload(inputs(wl, clusters, local_job_holds_quota=True, remote_jobs=remote_jobs)).stop_local_job is stops
 
 
 def test_a_deleted_manager_workload_deletes_its_copies_on_reachable_workers() -> None:
@@ -556,7 +563,7 @@ DONE = cond(c.FINISHED, reason="Succeeded", message="Job finished successfully")
 def test_a_finish_racing_an_eviction(case: str, manager: dict[str, Any], copy: list[dict[str, Any]], expected: str) -> None:
     wl = local(**manager)
     made_for = local(retry_count=None) if manager.get("retry_count") else wl
-    plan = plan_workload(inputs(wl, up("w1"), {"w1": remote(*copy, round_of=made_for)}, local_job_active=0))
+    plan = plan_workload(inputs(wl, up("w1"), {"w1": remote(*copy, round_of=made_for)}, local_job_holds_quota=False))
     if expected == "finish":
         assert plan.finish == ("Succeeded", "Job finished successfully") and plan.sync_job == "w1", case
         assert not plan.create_job and plan.delete == [] and plan.deactivate is None, case  # nothing is started or deleted
