@@ -301,21 +301,24 @@ def plan_workload(inputs: WorkloadInputs) -> Plan:
             plan.retried_on = cluster
         return plan
 
-    # 5. A copy was evicted on a worker.
-    evicted = _earliest(remotes, c.EVICTED)
+    # 5. A copy was evicted on a worker. Not one on a worker where a foreign Job holds the
+    #    name: that copy is being removed and never speaks for the Workload (its Job is not
+    #    ours to sync, and a pass syncing it would be retried at once, forever).
+    unblocked = {k: v for k, v in remotes.items() if k not in inputs.blocked}
+    evicted = _earliest(unblocked, c.EVICTED)
     if evicted is not None:
         cluster = evicted[0]
         if local_evicted:
             # The worker Job's stopping status comes back from an evicted copy whose worker
             # holds our Job (a copy evicted while its worker was cut off may have none).
-            evicted_on = sorted(cl for cl, copy in remotes.items() if is_condition_true(_conditions(copy), c.EVICTED))
+            evicted_on = sorted(cl for cl, copy in unblocked.items() if is_condition_true(_conditions(copy), c.EVICTED))
             plan.sync_job = next((cl for cl in evicted_on if cl in inputs.remote_jobs), cluster)
             # Another copy of this round may still be admitted (its worker was cut off while
             # the Workload moved on): its agent may start the Job, and the manager keeps the
             # quota while it may (`may_still_run_on`), so it is asked to stop too.
-            for other in sorted(remotes):
-                if other != cluster and other not in inputs.blocked and is_condition_true(_conditions(remotes[other]), c.ADMITTED):
-                    plan.deactivate = plan.deactivate or _stop_request(conditions, other, remotes[other])
+            for other in sorted(unblocked):
+                if other != cluster and is_condition_true(_conditions(unblocked[other]), c.ADMITTED):
+                    plan.deactivate = plan.deactivate or _stop_request(conditions, other, unblocked[other])
             return plan
         if check.state == "Ready":
             message = f'Workload evicted on worker cluster: "{cluster_name or cluster}", resetting for re-admission. Previously: "Ready"'

@@ -320,6 +320,19 @@ def test_an_eviction_also_stops_a_copy_still_admitted_on_a_worker_that_was_cut_o
     assert plan.sync_job == "w2" and plan.deactivate is None
 
 
+def test_a_copy_evicted_on_a_worker_where_a_foreign_job_holds_the_name_speaks_for_nothing() -> None:
+    """Its Job is not ours: syncing it would be retried at once, forever, and its eviction
+    says nothing of the copy that runs the Workload elsewhere."""
+    wl = local(state="Ready", cluster_name="w2")
+    foreign = remote(cond(c.EVICTED, reason="Preempted", at="2026-11-21T11:00:01Z"), round_of=wl)
+    running = remote(cond(c.QUOTA_RESERVED), cond(c.ADMITTED), round_of=wl)
+    plan = plan_workload(inputs(wl, up("w1", "w2"), {"w1": foreign, "w2": running}, blocked={"w1": "a foreign Job"}))
+    assert plan.check is None and plan.sync_job == "w2"
+    evicted = local(conditions=[cond(c.EVICTED, reason="Preempted", message="Preempted")])
+    plan = plan_workload(inputs(evicted, up("w1", "w2"), {"w1": foreign, "w2": running}, blocked={"w1": "a foreign Job"}))
+    assert plan.sync_job != "w1" and plan.deactivate == ("w2", "Evicted on manager: Preempted")
+
+
 def test_a_priority_change_is_forwarded_and_other_drift_deletes_the_copy() -> None:
     wl = local()
     plan = plan_workload(
