@@ -222,10 +222,10 @@ def record_write(
     if "QuotaReserved" in reasons and cq:
         metrics.quota_reserved(cq, lq, pc, _queued_wait(before, now))
     if "Admitted" in reasons and cq:
-        if "QuotaReserved" in reasons:
-            admitted_written(metrics, before, cq, cohorts(cq), now, checks_wait=0.0 if new.admission_checks else None)
-        else:
-            admitted_written(metrics, before, cq, cohorts(cq), now, checks_wait=since_reservation(old, now))
+        # Admitted as it reserved quota: its checks (if any) took no time; else since the reservation.
+        reserved_now = "QuotaReserved" in reasons
+        checks_wait = (0.0 if new.admission_checks else None) if reserved_now else since_reservation(old, now)
+        admitted_written(metrics, before, cq, cohorts(cq), now, checks_wait=checks_wait)
     preemption = preemption_written(write, before)
     if preemption is not None:
         metrics.preempted(write.preempting_cq, preemption.reason)

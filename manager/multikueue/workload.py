@@ -26,9 +26,8 @@ from manager.api.meta import (
     Condition,
     OwnerReference,
     Resource,
-    find_condition,
     format_time,
-    transition_time,
+    set_condition,
     utcnow,
 )
 from manager.controllers.caches import Caches
@@ -742,17 +741,11 @@ class WorkloadController:
             if update.clear_nominated:
                 status["nominatedClusterNames"] = None
             if update.admitted is not None:
-                old = local.status.conditions if local.status else None
-                kind, (state, reason, message) = c.ADMITTED, update.admitted
-                admitted = Condition(
-                    type=kind,
-                    status=state,
-                    reason=reason,
-                    message=message,
-                    last_transition_time=transition_time(find_condition(old, kind), state, now),
-                )
+                state, reason, message = update.admitted
+                admitted = Condition(type=c.ADMITTED, status=state, reason=reason, message=message)
                 # The list is replaced whole; the resourceVersion guards what it was built from.
-                status["conditions"] = [cond.to_dict() for cond in old or [] if cond.type != kind] + [admitted.to_dict()]
+                conditions = set_condition(local.status.conditions if local.status else None, admitted, now=now)
+                status["conditions"] = [cond.to_dict() for cond in conditions]
         if plan.nominate is not None and "nominatedClusterNames" not in status:
             status["nominatedClusterNames"] = plan.nominate or None
         written = await self._patch_local(local, status)

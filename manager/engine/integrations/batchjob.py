@@ -186,9 +186,9 @@ class BatchJobAdapter(JobAdapter[Job]):
         # pod may yet run. Seen in the fault suite: two pods created across an apiserver
         # restart and counted nowhere, which succeeded after the stop had cleared startTime;
         # the Job controller could then never finish the Job ("startTime is required for
-        # finished job"). A Job handed to MultiKueue has no Job controller here.
-        runs_here = self.managed_by(job) in (None, JOB_CONTROLLER_NAME)
-        return not (runs_here and _resumed_last(job))
+        # finished job"). A Job handed to MultiKueue has no Job controller here: the Job
+        # controller runs only a Job that names it or nobody (`can_default_managed_by`).
+        return not (self.can_default_managed_by(self.managed_by(job)) and _resumed_last(job))
 
     def pods_ready(self, job: Job) -> bool:
         status = job.status.to_dict() if job.status else {}
