@@ -13,6 +13,7 @@ import pytest
 
 from manager.kube.client import KubeClient
 from tests.harness import Provider, provider_session
+from tests.prerequisites import ALLOWED_SKIPS, allowed_skips, in_ci, unlisted
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO_ROOT / "examples"
@@ -25,6 +26,30 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         tier = Path(str(item.fspath)).relative_to(REPO_ROOT / "tests").parts[0]
         if tier in ("unit", "integration", "e2e"):
             item.add_marker(getattr(pytest.mark, tier))
+
+
+_skipped: list[str] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.skipped and not hasattr(report, "wasxfail"):
+        _skipped.append(report.nodeid)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Under CI, a skipped test that tests/allowed_skips.txt does not list fails the run."""
+    if not in_ci() or not _skipped:
+        return
+    refused = unlisted(_skipped, allowed_skips(ALLOWED_SKIPS.read_text()))
+    if not refused:
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_sep("=", f"CI: {len(refused)} skipped test(s) not listed in tests/{ALLOWED_SKIPS.name}", red=True)
+        for nodeid in refused:
+            reporter.write_line(f"  {nodeid}", red=True)
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture(scope="session")

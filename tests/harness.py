@@ -15,7 +15,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn, Protocol
+from typing import Any, Protocol
 
 import pytest
 import yaml
@@ -25,6 +25,7 @@ from manager.dev.binaries import JOBSET_FILES
 from manager.dev.kind import KindProvider, ProviderUnavailableError
 from manager.dev.local import LocalProvider
 from manager.kube.client import api_client_from_kubeconfig
+from tests.prerequisites import missing_prerequisite
 
 
 class HasKubeconfig(Protocol):
@@ -83,14 +84,6 @@ def batch_api(api: client.ApiClient) -> Any:
 
 def custom_api(api: client.ApiClient) -> Any:
     return client.CustomObjectsApi(api)
-
-
-def missing_prerequisite(reason: str) -> NoReturn:
-    """A test that needs something hack/test.sh builds (upstream Kueue, JobSet, ...) and lacks it:
-    a failure under CI, where a skip would hide that the test never ran; a skip elsewhere."""
-    if os.environ.get("CI") == "true":
-        pytest.fail(reason)
-    pytest.skip(reason)
 
 
 def require_jobset() -> Path:

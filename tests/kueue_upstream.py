@@ -6,11 +6,16 @@ KFED_KUEUE_BIN. Kueue runs here as an administrator runs it without cert-manager
 plumbing: with an admin kubeconfig (a test dependency, so no RBAC of its own), its internal
 certificate management off, a serving certificate for 127.0.0.1 that this module issues, and its
 webhooks registered by URL.
+
+Kueue reads its metrics certificate from a fixed path, `/etc/kueue/metrics/certs`. The harness
+never writes there: each Kueue runs in a private mount namespace (util-linux `unshare`) whose
+`/etc` is the host's, entry by entry, plus a `kueue/` directory from the test's own directory.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +26,7 @@ import yaml
 from manager.dev import federation
 from manager.dev.local import ClusterError, Component, LocalCluster, free_port, wait_for, wait_ready, webhooks_by_url
 from manager.runtime import pki
-from tests.harness import missing_prerequisite
+from tests.prerequisites import missing_prerequisite
 
 KUEUE_NAMESPACE = "kueue-system"
 # Only the Job integration is on, so only the webhooks for Jobs and Kueue's own kinds are
@@ -30,6 +35,20 @@ WEBHOOK_GROUPS = frozenset({"batch", "kueue.x-k8s.io"})
 # With internal certificate management off, Kueue reads its metrics serving certificate from
 # this fixed path (cert-manager mounts it in a real install); it does not start without one.
 METRICS_CERT_DIR = Path("/etc/kueue/metrics/certs")
+# Run in a private mount namespace: the host's /etc is bound at $1/host-etc, $1/etc gets a link
+# to each of its entries (its own kueue/ aside), and $1/etc is bound over /etc. Nothing outside
+# $1 is written, and the mounts vanish with the process (unshare makes them private).
+_PRIVATE_ETC = r"""set -e
+root=$1; shift
+mkdir -p "$root/host-etc"
+mount --rbind /etc "$root/host-etc"
+for entry in "$root"/host-etc/* "$root"/host-etc/.[!.]*; do
+  name=${entry##*/}
+  if [ "$name" != kueue ] && [ -e "$entry" -o -L "$entry" ] && [ ! -e "$root/etc/$name" ]; then ln -s "$entry" "$root/etc/$name"; fi
+done
+mount --bind "$root/etc" /etc
+exec "$@"
+"""
 CONFIGURATION_NAMES = {
     "MutatingWebhookConfiguration": "kueue-mutating-webhook-configuration",
     "ValidatingWebhookConfiguration": "kueue-validating-webhook-configuration",
@@ -84,17 +103,20 @@ def webhook_configurations(manifests: str, url: str, ca_pem: bytes) -> list[dict
     return webhooks_by_url(manifests, url, ca_pem, names=CONFIGURATION_NAMES, adapt=adapt)
 
 
-def ensure_metrics_certificate() -> None:
-    """A certificate at Kueue's fixed metrics path, kept when one is already there."""
-    if (METRICS_CERT_DIR / "tls.crt").is_file() and (METRICS_CERT_DIR / "tls.key").is_file():
-        return
+def with_private_etc(root: Path, argv: list[str]) -> list[str]:
+    """`argv` run with `root/etc/kueue/...` seen at `/etc/kueue/...`, in a mount namespace of its
+    own, with a metrics certificate for 127.0.0.1 issued into it. A user namespace maps the
+    caller to root there, so this needs no privilege where the kernel allows user namespaces."""
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        missing_prerequisite("upstream Kueue runs in a private mount namespace: `unshare` (util-linux) is not installed")
+    probe = subprocess.run([unshare, "--user", "--map-root-user", "--mount", "true"], capture_output=True, text=True, timeout=30)
+    if probe.returncode != 0:
+        missing_prerequisite(f"upstream Kueue runs in a private mount namespace, which this kernel refuses: {probe.stderr.strip()}")
+    certs = root / "etc" / METRICS_CERT_DIR.relative_to("/etc")
     ca = pki.new_ca("kfed-test-kueue-metrics-ca")
-    pair = pki.issue(ca, "kueue-metrics", server_ips=("127.0.0.1",))
-    try:
-        METRICS_CERT_DIR.mkdir(parents=True, exist_ok=True)
-        pki.write(METRICS_CERT_DIR, "tls", pair)
-    except OSError as err:
-        missing_prerequisite(f"upstream Kueue needs a metrics certificate in {METRICS_CERT_DIR}, which cannot be written: {err.strerror}")
+    pki.write(certs, "tls", pki.issue(ca, "kueue-metrics", server_ips=("127.0.0.1",)))
+    return [unshare, "--user", "--map-root-user", "--mount", "/bin/sh", "-c", _PRIVATE_ETC, "private-etc", str(root), *argv]
 
 
 @dataclass
@@ -131,7 +153,6 @@ class UpstreamKueue:
 
     def start(self) -> UpstreamKueue:
         """Install the CRDs, start Kueue, and register its webhooks once it serves them."""
-        ensure_metrics_certificate()
         self.install_crds()
         federation.create(self.cluster, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": KUEUE_NAMESPACE}})
         cert_dir = self.directory / "certs"
@@ -153,6 +174,7 @@ class UpstreamKueue:
             f"--kubeconfig={self.cluster.kubeconfig_path}",
             f"--zap-log-level={self.log_level}",
         ]
+        argv = with_private_etc(self.directory / "private-etc", argv)
         self.process = Component("kueue", argv, self.directory / "kueue.log")
         self.process.start()
         wait_ready(self.process, self.health_port, what=f"upstream Kueue on {self.cluster.name}", timeout=90)

@@ -23,6 +23,7 @@ from manager.kube.errors import NotFoundError
 from tests.harness import Provider, eventually
 from tests.integration.controllers import ControllerProcess, crd_cluster, running_manager
 from tests.integration.test_controllers import condition, make_queues
+from tests.prerequisites import missing_prerequisite
 
 PARKED = {"kfed-test/pool": "parked"}
 CRD = Path("crds") / "jobset.x-k8s.io_jobsets.yaml"
@@ -35,10 +36,7 @@ def jobset_crd() -> dict[str, Any]:
     if value and (Path(value) / CRD).is_file():
         loaded: dict[str, Any] = yaml.safe_load((Path(value) / CRD).read_text())
         return loaded
-    reason = "JobSet not built: export KFED_JOBSET_BIN_DIR=$(bash hack/jobset/build.sh) (hack/test.sh does)"
-    if os.environ.get("CI") == "true":
-        pytest.fail(reason)
-    pytest.skip(reason)
+    missing_prerequisite("JobSet not built: export KFED_JOBSET_BIN_DIR=$(bash hack/jobset/build.sh) (hack/test.sh does)")
 
 
 @pytest.fixture(scope="module")
