@@ -41,6 +41,10 @@ class GarbageCollector:
         self._collected = REGISTRY.counter(
             "kfed_multikueue_gc_deleted_total", "Orphaned remote objects deleted, per cluster.", ("cluster",)
         )
+        # A pass that deletes nothing is invisible otherwise: this says the collector still runs.
+        self._passes = REGISTRY.counter(
+            "kfed_multikueue_gc_passes_total", "Garbage collection passes completed, per connected cluster.", ("cluster",)
+        )
 
     def runnable(self) -> Runnable:
         """Deletes on the workers, so only the lease holder collects."""
@@ -87,4 +91,5 @@ class GarbageCollector:
         if deleted:
             self._collected.inc(remote.name, amount=deleted)
             log.info("collected orphans", extra={"cluster": remote.name, "objects": deleted})
+        self._passes.inc(remote.name)
         return deleted

@@ -5,10 +5,11 @@ MultiKueueConfig and an AdmissionCheck, as an administrator would set it up."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from manager.api.core import Job, Secret
 from manager.dev import federation, jobset
 from manager.dev.local import LocalCluster
 from manager.kube.client import KubeClient
+from manager.kube.informer import Informer
 from tests.conftest import REPO_ROOT
 from tests.integration.controllers import SYSTEM_NAMESPACE, ControllerProcess, ensure_namespace, wait_webhooks
 from tests.integration.test_controllers import job_manifest as job_manifest
@@ -273,3 +275,47 @@ def join(manager: LocalCluster, workers: dict[str, LocalCluster], *, namespace: 
     federation.create(
         manager, kueue_object("AdmissionCheck", CHECK, {"controllerName": c.MULTIKUEUE_CONTROLLER_NAME, "parameters": parameters})
     )
+
+
+@dataclass
+class Sightings:
+    """Every object of one kind that each worker held while a block ran, however briefly: a watch
+    sees a duplicate that existed for a moment, where a poll that waits for the final state
+    cannot."""
+
+    names: dict[str, set[str]]
+    uids: dict[str, set[str]]
+    most_at_once: dict[str, int]
+
+
+@contextlib.asynccontextmanager
+async def watch_workers(kube: Clients, ns: str, model: type[Any]) -> AsyncIterator[Sightings]:
+    """Watch `model` in `ns` on every worker while the block runs. A watch that fails on the way
+    fails the block: its sightings would be incomplete."""
+    seen = Sightings({w: set() for w in kube.workers}, {w: set() for w in kube.workers}, {w: 0 for w in kube.workers})
+    live: dict[str, set[str]] = {w: set() for w in kube.workers}
+    informers = []
+    for worker, client in kube.workers.items():
+        informer: Informer[Any] = Informer(client, model, namespace=ns)
+
+        def record(kind: str, old: Any, new: Any, worker: str = worker) -> None:
+            if new is None:
+                live[worker].discard(old.metadata.uid)
+                return
+            seen.names[worker].add(new.name)
+            seen.uids[worker].add(new.metadata.uid)
+            live[worker].add(new.metadata.uid)
+            seen.most_at_once[worker] = max(seen.most_at_once[worker], len(live[worker]))
+
+        informer.add_handler(record)
+        await informer.relist()
+        informers.append(asyncio.create_task(informer.watch_until_error()))
+    try:
+        yield seen
+    finally:
+        failed = [task.exception() for task in informers if task.done() and not task.cancelled() and task.exception()]
+        for task in informers:
+            task.cancel()
+        await asyncio.gather(*informers, return_exceptions=True)
+    if failed:
+        raise AssertionError(f"a worker watch of {model.__name__} in {ns} failed, so its sightings are incomplete: {failed[0]!r}")

@@ -5,10 +5,8 @@ ever give is refused with every dispatcher: `test_multikueue`.)"""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +17,7 @@ from manager.api import kueue
 from manager.api.core import Job
 from manager.dev.local import POD_RUN_TIME_ANNOTATION
 from manager.engine.workload import admission_check_state
-from manager.kube.informer import Informer
-from tests.e2e.federation import CHECK, RUNS, Clients, Federation, job_manifest, running
+from tests.e2e.federation import CHECK, RUNS, Clients, Federation, job_manifest, running, watch_workers
 from tests.e2e.test_multikueue import running_where
 from tests.harness import Provider, eventually
 
@@ -44,30 +41,6 @@ def long_job(name: str, ns: str, cpu: str, run_time: str = "600s") -> dict[str, 
     return manifest
 
 
-@contextlib.asynccontextmanager
-async def copies_seen(kube: Clients, ns: str) -> AsyncIterator[dict[str, set[str]]]:
-    """Every Workload copy that appears on each worker while the block runs, however briefly
-    (a watch, not a poll)."""
-    seen: dict[str, set[str]] = {worker: set() for worker in kube.workers}
-    informers = []
-    for worker, client in kube.workers.items():
-        informer: Informer[kueue.Workload] = Informer(client, kueue.Workload, namespace=ns)
-
-        def record(kind: str, old: Any, new: Any, worker: str = worker) -> None:
-            if new is not None:
-                seen[worker].add(new.name)
-
-        informer.add_handler(record)
-        await informer.relist()
-        informers.append(asyncio.create_task(informer.watch_until_error()))
-    try:
-        yield seen
-    finally:
-        for task in informers:
-            task.cancel()
-        await asyncio.gather(*informers, return_exceptions=True)
-
-
 async def check_message(kube: Clients, ns: str, job: str) -> str | None:
     wl = await kube.manager_workload(ns, job)
     check = admission_check_state(wl, CHECK) if wl else None
@@ -88,13 +61,13 @@ def running_on_worker(kube: Clients, ns: str, job: str) -> Callable[[], Awaitabl
 async def test_a_job_is_sent_only_to_the_worker_where_it_fits(kube: Clients, tag: str) -> None:
     ns = f"{tag}-fit"
     await kube.queues(ns, manager_cpu=8, worker_cpu={"worker1": 1, "worker2": 4}, labels=RUNS, tag=tag)
-    async with copies_seen(kube, ns) as seen:
+    async with watch_workers(kube, ns, kueue.Workload) as seen:
         await kube.manager.create(Job, job_manifest("train", ns, cpu="2"))
         assert await eventually(lambda: running_where(kube, ns, "train"), timeout=60, what="train running on a worker") == ["worker2"]
         wl = await kube.manager_workload(ns, "train")
         assert wl is not None and wl.status is not None and wl.status.cluster_name == "worker2"
     # worker1's queue has 1 cpu: it never got a copy, not even for a moment.
-    assert seen["worker1"] == set() and len(seen["worker2"]) == 1, seen
+    assert seen.names["worker1"] == set() and len(seen.names["worker2"]) == 1, seen
 
 
 async def test_a_job_with_no_room_now_waits_and_goes_where_room_appears(kube: Clients, tag: str) -> None:
@@ -104,7 +77,7 @@ async def test_a_job_with_no_room_now_waits_and_goes_where_room_appears(kube: Cl
         await kube.manager.create(Job, long_job(blocker, ns, cpu="2"))
     for blocker in ("block-a", "block-b"):
         await eventually(running_on_worker(kube, ns, blocker), timeout=60, what=f"{blocker} running")
-    async with copies_seen(kube, ns) as seen:
+    async with watch_workers(kube, ns, kueue.Workload) as seen:
         await kube.manager.create(Job, job_manifest("late", ns, cpu="2"))
         waiting = "waiting for room on worker1, worker2"
         await eventually(message_is(kube, ns, "late", waiting), timeout=30, what="the waiting message")
@@ -112,4 +85,4 @@ async def test_a_job_with_no_room_now_waits_and_goes_where_room_appears(kube: Cl
         assert await eventually(lambda: running_where(kube, ns, "late"), timeout=60, what="late running once worker2 grew") == ["worker2"]
     late = await kube.manager_workload(ns, "late")
     assert late is not None
-    assert late.name not in seen["worker1"], seen
+    assert late.name not in seen.names["worker1"], seen

@@ -4,7 +4,6 @@ worker's apiserver, rotating its Secret and restarting the manager."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import uuid
 from collections.abc import Awaitable, Iterator
@@ -33,10 +32,13 @@ from tests.e2e.federation import (
     job_manifest,
     running,
     secret_manifest,
+    watch_workers,
 )
 from tests.harness import Provider, eventually
-from tests.integration.controllers import SYSTEM_NAMESPACE
+from tests.integration.controllers import SYSTEM_NAMESPACE, ControllerProcess
 from tests.integration.test_job_integrations import KWOK_RUN_TIME
+from tests.integration.test_metrics import scrape
+from tests.integration.test_metrics import value as sample_value
 
 DISPATCHERS = {"all-at-once": c.DISPATCHER_ALL_AT_ONCE, "capacity-aware": c.DISPATCHER_CAPACITY_AWARE}
 
@@ -108,15 +110,15 @@ async def test_a_job_runs_on_exactly_one_worker_and_its_status_comes_back(kube: 
     assert wl.status.cluster_name in ("worker1", "worker2")
     check = admission_check_state(wl, CHECK)
     assert check is not None and check.message == f'The workload was admitted on "{wl.status.cluster_name}"'
-    # Pods ran on one worker only, and every remote object is gone after the finish.
-    pods = {name: (await client.request("GET", f"/api/v1/namespaces/{ns}/pods"))["items"] for name, client in kube.workers.items()}
-    assert sorted(name for name, items in pods.items() if items) in ([], [wl.status.cluster_name])
 
     async def cleaned() -> bool:
         jobs, wls = await kube.remote_jobs(ns), await kube.remote_workloads(ns)
         return not any(jobs.values()) and not any(wls.values())
 
     await eventually(cleaned, timeout=30, what="every remote Job and Workload deleted after the finish")
+    # Its one pod was created on the winner, and none anywhere else.
+    created = await pods_created(kube, ns, "train")
+    assert sorted(created.values()) == [0, 1] and created[wl.status.cluster_name] == 1, created
 
 
 async def pods_created(kube: Clients, ns: str, job: str, *, reason: str = "SuccessfulCreate") -> dict[str, int]:
@@ -344,24 +346,29 @@ async def test_a_manager_restart_mid_dispatch_makes_no_duplicates_and_dispatch_r
         check = admission_check_state(wl, CHECK) if wl else None
         return check is not None and check.message == "waiting for room on worker1, worker2"
 
-    if dispatcher == c.DISPATCHER_CAPACITY_AWARE:
-        await eventually(held_on_the_manager, timeout=60, what="the Workload held on the manager, no worker having room")
-    else:
-        await eventually(copies_everywhere, timeout=60, what="a copy on each worker, waiting for quota")
-    fed.stop_manager(kill=True)
-    try:
-        await kube.set_stop_policy(kube.workers["worker2"], cqs["worker2"], "None")
-    finally:
-        fed.start_manager()
-    assert await eventually(lambda: admitted_on(kube, ns, "survivor"), timeout=60, what="admission after the restart") == "worker2"
+    async with watch_workers(kube, ns, kueue.Workload) as copies, watch_workers(kube, ns, Job) as jobs:
+        if dispatcher == c.DISPATCHER_CAPACITY_AWARE:
+            await eventually(held_on_the_manager, timeout=60, what="the Workload held on the manager, no worker having room")
+        else:
+            await eventually(copies_everywhere, timeout=60, what="a copy on each worker, waiting for quota")
+        fed.stop_manager(kill=True)
+        try:
+            await kube.set_stop_policy(kube.workers["worker2"], cqs["worker2"], "None")
+        finally:
+            fed.start_manager()
+        assert await eventually(lambda: admitted_on(kube, ns, "survivor"), timeout=60, what="admission after the restart") == "worker2"
 
-    async def one_job_on_worker2() -> Any:
-        jobs = {name: [j.name for j in items] for name, items in (await kube.remote_jobs(ns)).items()}
-        wls = {name: len(items) for name, items in (await kube.remote_workloads(ns)).items()}
-        return (jobs, wls) if jobs == {"worker1": [], "worker2": ["survivor"]} and wls == {"worker1": 0, "worker2": 1} else None
+        async def one_job_on_worker2() -> Any:
+            jobs = {name: [j.name for j in items] for name, items in (await kube.remote_jobs(ns)).items()}
+            wls = {name: len(items) for name, items in (await kube.remote_workloads(ns)).items()}
+            return (jobs, wls) if jobs == {"worker1": [], "worker2": ["survivor"]} and wls == {"worker1": 0, "worker2": 1} else None
 
-    await eventually(one_job_on_worker2, timeout=30, what="exactly one remote Job and copy, on worker2")
-    assert await running_where(kube, ns, "survivor") == ["worker2"]
+        await eventually(one_job_on_worker2, timeout=30, what="exactly one remote Job and copy, on worker2")
+        assert await running_where(kube, ns, "survivor") == ["worker2"]
+    # Across the restart, seen by a watch and not only at the end: one Job ever, on worker2, and
+    # never two copies on a worker at once.
+    assert jobs.uids["worker1"] == set() and len(jobs.uids["worker2"]) == 1, jobs
+    assert max(copies.most_at_once.values()) == 1, copies
 
 
 # --- a job no worker could ever admit --------------------------------------------------------------------
@@ -666,16 +673,26 @@ async def test_two_managers_with_different_origins_share_workers_without_touchin
                 return jobs if jobs == {"first": "multikueue", "second": "second"} else None
 
             await eventually(both_running, timeout=60, what="each manager's Job on worker1, with its own origin")
-            # Several GC rounds of both managers later, both are still there.
-            loop = asyncio.get_running_loop()
-            started = loop.time()
-            while loop.time() - started < 3 * GC_INTERVAL:
+            # Two completed GC passes of each manager over worker1 later (counted, not assumed from
+            # the time that passed), both Jobs are still there, checked all along.
+            managers = {"first": fed.process, "second": second.process}
+            before = {name: gc_passes(process, "worker1") for name, process in managers.items()}
+
+            async def two_more_passes_each() -> bool:
                 assert await both_running(), "a manager touched the other's objects"
-                await asyncio.sleep(0.5)  # the polling interval while both collectors run
+                return all(gc_passes(process, "worker1") >= before[name] + 2 for name, process in managers.items())
+
+            await eventually(two_more_passes_each, timeout=6 * GC_INTERVAL + 30, interval=0.5, what="two GC passes of each manager")
         finally:
             await other.close()
     finally:
         second.stop_manager()
+
+
+def gc_passes(process: ControllerProcess | None, cluster: str) -> float:
+    """How many garbage collection passes the manager has completed over `cluster`."""
+    assert process is not None
+    return sample_value(scrape(process), "kfed_multikueue_gc_passes_total", cluster=cluster) or 0.0
 
 
 # --- a worker whose admission agent is not running -----------------------------------------------------
@@ -692,12 +709,11 @@ async def test_a_worker_whose_agent_stopped_is_reported_and_gets_no_new_workload
 
         _, _, message = await eventually(reported, timeout=60, what="worker2 reported with its agent not running")
         assert message.startswith("the worker's admission agent is not running: its Lease kfed-system/kfed-worker-agent")
-        await kube.manager.create(Job, job_manifest("while-down", ns))
-        assert await eventually(lambda: admitted_on(kube, ns, "while-down"), timeout=60, what="admission on worker1") == "worker1"
-        wl = await kube.manager_workload(ns, "while-down")
-        assert wl is not None
-        copies = await kube.remote_workloads(ns)
-        assert copies["worker2"] == []  # never sent to the worker that could not admit it
+        async with watch_workers(kube, ns, kueue.Workload) as copies:
+            await kube.manager.create(Job, job_manifest("while-down", ns))
+            assert await eventually(lambda: admitted_on(kube, ns, "while-down"), timeout=60, what="admission on worker1") == "worker1"
+        # Never sent to the worker that could not admit it, not even for a moment.
+        assert copies.names["worker2"] == set() and len(copies.names["worker1"]) == 1, copies
     finally:
         agent.process = None
         agent.start()

@@ -486,7 +486,9 @@ async def test_v1beta1_objects_are_converted_by_the_webhook(manager: ControllerP
         await kube.get(kueue.ClusterQueue, names("never-made"))
 
 
-async def test_a_job_submitted_right_after_its_queue_is_marked_for_multikueue(kube: KubeClient, names: Any) -> None:
+async def test_a_job_submitted_right_after_its_queue_is_marked_for_multikueue(
+    manager: ControllerProcess, kube: KubeClient, names: Any
+) -> None:
     """The defaulting webhook decides managedBy from its caches. A queue created a moment before
     the job may not be in them yet; the webhook then reads it from the apiserver, so the job is
     still dispatched to a worker rather than run on the manager."""
@@ -505,6 +507,12 @@ async def test_a_job_submitted_right_after_its_queue_is_marked_for_multikueue(ku
     other = names("fresh-other")
     await make_queues(kube, other, cq=names("fresh-local"), cpu=4, flavor=names("fresh-flavor"), node_labels=RUNS, lq="local")
 
+    # Submitted through the manager's webhook the moment the queues exist.
+    federated = await kube.create(Job, job_manifest("right-after", ns, queue="federated"), namespace=ns)
+    local = await kube.create(Job, job_manifest("right-after", other, queue="local"), namespace=other)
+    assert federated.spec.managed_by == c.MULTIKUEUE_MANAGED_BY
+    assert local.spec.managed_by is None and local.spec.suspend is True
+    # The same decision from caches that have seen nothing at all, so the read path is certain to run.
     unsynced = Caches.create(kube)  # never started: it has seen none of these objects
     assert await queue_uses_multikueue(unsynced, kube, ns, "federated")
     assert not await queue_uses_multikueue(unsynced, kube, other, "local")

@@ -13,7 +13,7 @@ from typing import Any
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from tests.conftest import REPO_ROOT
-from tests.harness import KubeconfigFile, api_for, custom_api, eventually
+from tests.harness import KubeconfigFile, api_for, batch_api, custom_api, eventually
 
 
 def kfed(*args: str) -> subprocess.CompletedProcess[str]:
@@ -70,6 +70,35 @@ async def test_a_killed_worker_agent_is_restarted_and_admits_again(tmp_path: Pat
                 return [c for c in lq.get("status", {}).get("conditions", []) if c["type"] == "Active" and c["status"] == "True"]
 
             await eventually(active, timeout=60, what="the LocalQueue made Active by the restarted worker_agent")
+
+        # ... and admits again: a Job submitted to the manager is admitted by worker1's new agent,
+        # the only admission side in this federation, so the manager's Workload names worker1.
+        async with api_for(KubeconfigFile(tmp_path / "manager.kubeconfig")) as api:
+            job = {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "metadata": {"name": "after-restart", "namespace": "default", "labels": {"kueue.x-k8s.io/queue-name": "user-queue"}},
+                "spec": {
+                    "template": {
+                        "spec": {
+                            "restartPolicy": "Never",
+                            "containers": [{"name": "main", "image": "busybox", "resources": {"requests": {"cpu": "1"}}}],
+                        }
+                    }
+                },
+            }
+            await batch_api(api).create_namespaced_job("default", job)
+
+            async def admitted_on_worker1() -> Any:
+                listed = await custom_api(api).list_namespaced_custom_object("kueue.x-k8s.io", "v1beta2", "default", "workloads")
+                for wl in listed["items"]:
+                    owners = [ref["name"] for ref in wl["metadata"].get("ownerReferences", [])]
+                    conditions = {cond["type"]: cond["status"] for cond in wl.get("status", {}).get("conditions", [])}
+                    if owners == ["after-restart"] and conditions.get("Admitted") == "True":
+                        return wl["status"].get("clusterName")
+                return None
+
+            assert await eventually(admitted_on_worker1, timeout=60, what="the Job admitted through worker1's restarted agent") == "worker1"
         status = kfed("dev", "status", "--dir", str(tmp_path))
         assert "worker_agent=up" in status.stdout, status.stdout
     finally:

@@ -5,8 +5,10 @@ from the cluster alone."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -14,9 +16,10 @@ import pytest
 from manager.api import constants as c
 from manager.api import kueue
 from manager.api.core import Job, Lease
-from manager.api.meta import is_condition_true
+from manager.api.meta import find_condition, is_condition_true
 from manager.dev.local import LocalCluster
 from manager.kube.client import KubeClient
+from manager.kube.informer import Informer
 from tests.harness import Provider, eventually
 from tests.integration.controllers import SYSTEM_NAMESPACE, ControllerProcess, ServiceProxy, crd_cluster, wait_webhooks
 from tests.integration.test_controllers import job_manifest
@@ -118,14 +121,58 @@ async def finish(kube: KubeClient, wl: kueue.Workload) -> None:
     await kube.patch(kueue.Workload, wl.name, {"status": {"conditions": conditions}}, namespace=wl.namespace, subresource="status")
 
 
-async def quota_reserved_events(kube: KubeClient, ns: str) -> dict[str, int]:
-    events = await kube.request("GET", f"/api/v1/namespaces/{ns}/events")
-    counts: dict[str, int] = {}
-    for event in events["items"]:
-        if event["reason"] == "QuotaReserved":
-            name = event["involvedObject"]["name"]
-            counts[name] = counts.get(name, 0) + 1
-    return counts
+@dataclass
+class Reservations:
+    """Every quota reservation a watch saw written to the Workloads of one namespace: one entry
+    per Workload each time its QuotaReserved turned True, or was written True again with another
+    transition time (a second admission). Counted from the Workloads' own writes, which a watch
+    delivers one by one, not from Events, which are best effort and dropped under load."""
+
+    by_workload: dict[str, list[str]] = field(default_factory=dict)
+
+    def record(self, kind: str, old: kueue.Workload | None, new: kueue.Workload | None) -> None:
+        if new is None:
+            return
+        now, before = _reserved_at(new), _reserved_at(old)
+        if now is not None and now != before:
+            self.by_workload.setdefault(new.name, []).append(now)
+
+    def total(self) -> int:
+        return sum(len(times) for times in self.by_workload.values())
+
+    def twice(self) -> dict[str, list[str]]:
+        return {name: times for name, times in self.by_workload.items() if len(times) > 1}
+
+
+def _reserved_at(wl: kueue.Workload | None) -> str | None:
+    cond = find_condition(wl.status.conditions if wl is not None and wl.status else None, c.QUOTA_RESERVED)
+    return str(cond.last_transition_time) if cond is not None and cond.status == "True" else None
+
+
+@contextlib.asynccontextmanager
+async def reservations_seen(kube: KubeClient, ns: str) -> AsyncIterator[Reservations]:
+    """Watch the namespace's Workloads while the block runs (it must run through every restart and
+    handover of the test: the apiserver's watch outlives the replicas). A watch that fails on
+    the way fails the block, since what it saw would be incomplete."""
+    seen = Reservations()
+    informer: Informer[kueue.Workload] = Informer(kube, kueue.Workload, namespace=ns)
+    informer.add_handler(seen.record)
+    await informer.relist()
+    task = asyncio.create_task(informer.watch_until_error())
+    try:
+        yield seen
+    finally:
+        error = task.exception() if task.done() and not task.cancelled() else None
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    if error is not None:
+        raise AssertionError(f"the Workload watch in {ns} failed, so its count is incomplete: {error!r}")
+
+
+async def _reservations(seen: Reservations, total: int) -> bool:
+    if seen.twice() or seen.total() > total:
+        raise AssertionError(f"{seen.total()} reservations for {total} Workloads, twice: {seen.twice()}")
+    return seen.total() == total
 
 
 async def holder(kube: KubeClient) -> str:
@@ -140,37 +187,27 @@ async def test_only_the_leader_admits_and_a_standby_takes_over_when_it_dies(proc
     second = processes("replica-b")
     second.wait_ready()  # a standby is ready: its caches are synced, so it can take over at once
     ns, _ = await setup_queue(kube, cpu=3)
-    await add_workloads(kube, ns, [f"w{i}" for i in range(6)])
-    first_batch = await eventually(lambda: _exactly(kube, ns, 3), timeout=30, what="3 Workloads admitted by the leader")
-    assert await holder(kube) == "replica-a"
-    assert not second.is_leader_log()
-
-    async def first_events_recorded() -> bool:
-        return sum((await quota_reserved_events(kube, ns)).values()) == 3
-
-    # Events are sent after their writes; let them land before the crash, which would lose them.
-    await eventually(first_events_recorded, timeout=30, what="the leader's 3 QuotaReserved events")
-    first.kill()
-    # Handover: the standby must hold the lease within one lease duration (plus its retry period).
-    await eventually(lambda: _holder_is(kube, "replica-b"), timeout=LEASE_DURATION + 2.0, interval=0.1, what="replica-b taking the lease")
-    for wl in first_batch[:2]:
-        await finish(kube, wl)
-    second_batch = await eventually(
-        lambda: _exactly(kube, ns, 3, excluding={w.name for w in first_batch[:2]}),
-        timeout=30,
-        what="the new leader admitting into the freed quota",
-    )
-    assert {w.name for w in first_batch[2:]} <= {w.name for w in second_batch}
-
-    # Nothing was admitted twice, by either replica. The leader sends its Events after its
-    # writes, so wait for the fifth; a sixth (a second admission) would fail the count below.
-    async def all_events_recorded() -> dict[str, int] | None:
-        events = await quota_reserved_events(kube, ns)
-        return events if sum(events.values()) >= 5 else None
-
-    events = await eventually(all_events_recorded, timeout=30, what="5 QuotaReserved events")
-    assert all(count == 1 for count in events.values()), events
-    assert sum(events.values()) == 5
+    async with reservations_seen(kube, ns) as seen:
+        await add_workloads(kube, ns, [f"w{i}" for i in range(6)])
+        first_batch = await eventually(lambda: _exactly(kube, ns, 3), timeout=30, what="3 Workloads admitted by the leader")
+        assert await holder(kube) == "replica-a"
+        assert not second.is_leader_log()
+        first.kill()
+        # Handover: the standby must hold the lease within one lease duration (plus its retry period).
+        await eventually(
+            lambda: _holder_is(kube, "replica-b"), timeout=LEASE_DURATION + 2.0, interval=0.1, what="replica-b taking the lease"
+        )
+        for wl in first_batch[:2]:
+            await finish(kube, wl)
+        second_batch = await eventually(
+            lambda: _exactly(kube, ns, 3, excluding={w.name for w in first_batch[:2]}),
+            timeout=30,
+            what="the new leader admitting into the freed quota",
+        )
+        assert {w.name for w in first_batch[2:]} <= {w.name for w in second_batch}
+        # Nothing was reserved twice, by either replica: five reservations, one per Workload.
+        await eventually(lambda: _reservations(seen, 5), timeout=30, what="5 reservations, one per Workload")
+    assert seen.total() == 5 and not seen.twice(), seen
 
 
 async def test_a_burst_of_jobs_during_a_handover_is_admitted_exactly_once_each(jobs_ha_cluster: LocalCluster, tmp_path: Any) -> None:
@@ -193,31 +230,14 @@ async def test_a_burst_of_jobs_during_a_handover_is_admitted_exactly_once_each(j
         wait_webhooks(cluster, first, url=proxy.url)
         second.start().wait_ready()
         ns, _ = await setup_queue(kube, cpu=30, queue="user-queue")
-        early = [f"early-{i}" for i in range(5)]
-        for name in early:
-            await kube.create(Job, job_manifest(name, ns), namespace=ns)
-        await eventually(lambda: _unsuspended(kube, ns, early), timeout=30, what="the leader starting the first 5 Jobs")
-        await eventually(lambda: _events_total(kube, ns, 5), timeout=30, what="the leader's 5 QuotaReserved events")
-
-        first.kill()
-        burst = [f"burst-{i}" for i in range(20)]
-        # As `kfed submit` does: a create the apiserver refused because its webhook call hit the
-        # dead replica stored nothing, so it is sent again.
-        created = await asyncio.gather(
-            *(kube.create(Job, job_manifest(name, ns), namespace=ns, retry_unreachable_webhook=True) for name in burst)
-        )
-        # Accepted by the surviving replica's webhook and held, while nobody leads yet.
-        assert all(job.spec.suspend is True for job in created)
-        assert await holder(kube) == "jobs-a", "the burst must arrive before the standby takes over"
-        await eventually(lambda: _holder_is(kube, "jobs-b"), timeout=8 + 4, interval=0.1, what="jobs-b taking the lease")
-
-        await eventually(lambda: _unsuspended(kube, ns, early + burst), timeout=60, what="every Job started")
-        await eventually(lambda: _events_total(kube, ns, 25), timeout=30, what="25 QuotaReserved events")
-        events = await quota_reserved_events(kube, ns)
-        assert len(events) == 25 and all(count == 1 for count in events.values()), events
+        async with reservations_seen(kube, ns) as seen:
+            jobs = await _handover_burst(kube, ns, [f"early-{i}" for i in range(5)], first)
+            await eventually(lambda: _reservations(seen, 25), timeout=30, what="25 reservations, one per Workload")
+        # One reservation per Workload, through the handover: none twice.
+        assert seen.total() == 25 and not seen.twice(), seen
         workloads = (await kube.list(kueue.Workload, namespace=ns)).items
         owners = [ref.name for w in workloads for ref in w.metadata.owner_references or []]
-        assert sorted(owners) == sorted(early + burst)  # one Workload per Job, none twice
+        assert sorted(owners) == sorted(jobs)  # one Workload per Job, none twice
         assert all(w.status is not None and is_condition_true(w.status.conditions, c.QUOTA_RESERVED) for w in workloads)
     finally:
         await kube.close()
@@ -226,16 +246,30 @@ async def test_a_burst_of_jobs_during_a_handover_is_admitted_exactly_once_each(j
         proxy.close()
 
 
+async def _handover_burst(kube: KubeClient, ns: str, early: list[str], first: ControllerProcess) -> list[str]:
+    """Start 5 Jobs, kill the leader, send 20 more while nobody leads, and wait for all 25 to run
+    and their reservations to be seen."""
+    for name in early:
+        await kube.create(Job, job_manifest(name, ns), namespace=ns)
+    await eventually(lambda: _unsuspended(kube, ns, early), timeout=30, what="the leader starting the first 5 Jobs")
+    first.kill()
+    burst = [f"burst-{i}" for i in range(20)]
+    # As `kfed submit` does: a create the apiserver refused because its webhook call hit the
+    # dead replica stored nothing, so it is sent again.
+    created = await asyncio.gather(
+        *(kube.create(Job, job_manifest(name, ns), namespace=ns, retry_unreachable_webhook=True) for name in burst)
+    )
+    # Accepted by the surviving replica's webhook and held, while nobody leads yet.
+    assert all(job.spec.suspend is True for job in created)
+    assert await holder(kube) == "jobs-a", "the burst must arrive before the standby takes over"
+    await eventually(lambda: _holder_is(kube, "jobs-b"), timeout=8 + 4, interval=0.1, what="jobs-b taking the lease")
+    await eventually(lambda: _unsuspended(kube, ns, early + burst), timeout=60, what="every Job started")
+    return early + burst
+
+
 async def _unsuspended(kube: KubeClient, ns: str, names: list[str]) -> bool:
     jobs = {job.name: job for job in (await kube.list(Job, namespace=ns)).items}
     return all(name in jobs and jobs[name].spec.suspend is False for name in names)
-
-
-async def _events_total(kube: KubeClient, ns: str, total: int) -> bool:
-    found = sum((await quota_reserved_events(kube, ns)).values())
-    if found > total:
-        raise AssertionError(f"{found} QuotaReserved events for {total} Jobs: something was admitted twice")
-    return found == total
 
 
 async def test_sigterm_releases_the_lease_and_losing_it_exits_non_zero(processes: Any, kube: KubeClient) -> None:
@@ -262,21 +296,22 @@ async def test_a_restarted_manager_rebuilds_its_state_from_the_cluster(processes
     process.wait_ready()
     await eventually(lambda: _holder_is(kube, "replica-e"), timeout=30, what="replica-e leading")
     ns, cq = await setup_queue(kube, cpu=3)
-    await add_workloads(kube, ns, [f"a{i}" for i in range(5)])
-    admitted = await eventually(lambda: _exactly(kube, ns, 3), timeout=30, what="3 admitted")
-    process.kill()
-    # While it is down: one admitted Workload finishes and two more arrive.
-    await finish(kube, admitted[0])
-    await add_workloads(kube, ns, ["b0", "b1"])
-    await kube.patch(Lease, LEASE, {"spec": {"holderIdentity": None}}, namespace=SYSTEM_NAMESPACE)
-    restarted = processes("replica-e2")
-    restarted.wait_ready()
-    after = await eventually(
-        lambda: _exactly(kube, ns, 3, excluding={admitted[0].name}), timeout=30, what="quota refilled after the restart"
-    )
-    assert {w.name for w in admitted[1:]} <= {w.name for w in after}  # still admitted, not readmitted
-    events = await quota_reserved_events(kube, ns)
-    assert all(count == 1 for count in events.values()), events
+    async with reservations_seen(kube, ns) as seen:
+        await add_workloads(kube, ns, [f"a{i}" for i in range(5)])
+        admitted = await eventually(lambda: _exactly(kube, ns, 3), timeout=30, what="3 admitted")
+        process.kill()
+        # While it is down: one admitted Workload finishes and two more arrive.
+        await finish(kube, admitted[0])
+        await add_workloads(kube, ns, ["b0", "b1"])
+        await kube.patch(Lease, LEASE, {"spec": {"holderIdentity": None}}, namespace=SYSTEM_NAMESPACE)
+        restarted = processes("replica-e2")
+        restarted.wait_ready()
+        after = await eventually(
+            lambda: _exactly(kube, ns, 3, excluding={admitted[0].name}), timeout=30, what="quota refilled after the restart"
+        )
+        assert {w.name for w in admitted[1:]} <= {w.name for w in after}  # still admitted, not readmitted
+        await eventually(lambda: _reservations(seen, 4), timeout=30, what="4 reservations, one per admitted Workload")
+    assert seen.total() == 4 and not seen.twice(), seen
 
     async def status_counts() -> Any:
         got = await kube.get(kueue.ClusterQueue, cq)

@@ -9,7 +9,8 @@ import pytest
 from manager.api import constants as c
 from manager.engine.fairshare import DRS, compare, dominant_resource_share
 from manager.engine.quota import Quota, QuotaNode, recompute_tree
-from tests.unit.scenario import cluster_queue, flavor, local_queue, run, workload
+from manager.engine.simulate import Simulation
+from tests.unit.scenario import cluster_queue, flavor, local_queue, run, sources, workload
 
 F = flavor("default-flavor")
 FAIR: dict[str, Any] = {"fairSharing": {}}
@@ -107,8 +108,8 @@ def test_fair_sharing_within_nominal_reclaims_without_share_test() -> None:
     assert preempted == {"a5": "InCohortReclamation", "a4": "InCohortReclamation"}
 
 
-def test_two_queues_never_preempt_each_other_back_and_forth() -> None:
-    objs = [
+def two_borrowing_queues() -> list[dict[str, Any]]:
+    return [
         F,
         cluster_queue("a", {"default-flavor": {"cpu": 2}}, cohort="co", preemption={"reclaimWithinCohort": "Any"}),
         cluster_queue("b", {"default-flavor": {"cpu": 2}}, cohort="co", preemption={"reclaimWithinCohort": "Any"}),
@@ -116,11 +117,36 @@ def test_two_queues_never_preempt_each_other_back_and_forth() -> None:
         local_queue("qa", "a"),
         local_queue("qb", "b"),
     ]
+
+
+def test_two_queues_arriving_together_split_the_cohort_evenly() -> None:
+    objs = two_borrowing_queues()
     objs += [workload(f"a{i}", "qa", {"cpu": "1"}, created=i) for i in range(8)]
     objs += [workload(f"b{i}", "qb", {"cpu": "1"}, created=100 + i) for i in range(8)]
     outcome = run(objs, config=FAIR)
-    assert outcome.result.converged
     assert outcome.usage("a", "default-flavor", "cpu") == outcome.usage("b", "default-flavor", "cpu") == 4000
+    assert outcome.result.preemptions == 0
+
+
+def test_two_queues_never_preempt_each_other_back_and_forth() -> None:
+    """a borrows the whole cohort; b's Workloads arrive and take back their fair half, one victim
+    of a's at a time. Every preemption of the run is recorded, cycle by cycle: a's victims, once
+    each, never one of b's, and none once the shares are equal (a's requeued victims do not
+    take their quota back)."""
+    objs = two_borrowing_queues()
+    objs += [workload(f"a{i}", "qa", {"cpu": "1"}, admitted=("a", {"cpu": "default-flavor"}), created=i) for i in range(8)]
+    objs += [workload(f"b{i}", "qb", {"cpu": "1"}, created=100 + i) for i in range(8)]
+    simulation = Simulation(sources([{"apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration", **FAIR}, *objs]))
+    preemptions: list[tuple[str, str]] = []
+    for _ in range(100):
+        outcome = simulation.step()
+        preemptions += [(p.victim_cq.name, p.victim.name) for p in outcome.preemptions]
+        if not outcome.changed:
+            break
+    assert preemptions == [("a", "a7"), ("a", "a6"), ("a", "a5"), ("a", "a4")]
+    assert all(simulation.step().preemptions == [] for _ in range(10))  # settled: nothing is taken back
+    usage = simulation.cache.cluster_queues
+    assert usage["a"].node.usage[("default-flavor", "cpu")] == usage["b"].node.usage[("default-flavor", "cpu")] == 4000
 
 
 def test_less_than_initial_share_strategy_alone_is_stricter() -> None:
