@@ -32,7 +32,7 @@ from manager.kube.client import KubeClient
 from manager.kube.errors import KubeError
 from manager.kube.leader import LeaderElector
 from manager.runtime import logs
-from manager.runtime.certs import ServingCert, ensure_serving_cert
+from manager.runtime.certs import ServingCert, ensure_serving_cert, trusts
 from manager.runtime.metrics import ROLE_FOLLOWER, ROLE_LEADER, ROLE_STANDALONE, LocalQueueRef, Metrics, use
 from manager.runtime.options import Options
 from manager.runtime.runnables import Runnable, RunnableGroups, always, leader
@@ -115,6 +115,7 @@ class Process:
         self.groups = RunnableGroups()
         self.webhook_endpoint: WebhookEndpoint | None = None
         self._endpoint_changed = asyncio.Event()
+        self._stored_trust: list[bytes] = []  # the caBundles the apiserver stored at the last install
 
     def _ready(self) -> tuple[bool, str]:
         if not self.caches.synced() or not all(i.synced.is_set() for e in self.extensions for i in e.informers):
@@ -155,6 +156,7 @@ class Process:
                 rotate_before=parse_duration(opts.webhook_cert_rotate_before),
                 check_interval=opts.webhook_cert_check_interval,
                 on_change=self._certificate_changed,
+                trusted=self._trusted_by_configurations,
             )
             cert = await self.cert_manager.ensure()
             self.groups.add(*self.cert_manager.runnables())
@@ -176,14 +178,18 @@ class Process:
         self.groups.add(leader("webhook-configurations", self._install_webhooks))
 
     async def _certificate_changed(self, cert: ServingCert) -> None:
-        """A new certificate in the Secret: serve it on new connections, and (the leader) trust
-        both the new and the previous CA while the other replicas catch up."""
+        """A new bundle in the Secret: serve its certificate on new connections, and (the leader)
+        give the configurations its trust bundle (the previous, current and next CAs)."""
         assert self.ssl_context is not None and self.webhook_endpoint is not None
         self.ssl_context.load_cert_chain(str(cert.cert_file), str(cert.key_file))
-        previous = self.webhook_endpoint.ca_bundle.split(b"-----END CERTIFICATE-----")[0] + b"-----END CERTIFICATE-----\n"
-        self.webhook_endpoint = dataclasses.replace(self.webhook_endpoint, ca_bundle=cert.ca_pem + previous)
+        self.webhook_endpoint = dataclasses.replace(self.webhook_endpoint, ca_bundle=cert.ca_pem)
         log.info("webhook certificate reloaded", extra={"component": self.component})
         self._endpoint_changed.set()
+
+    def _trusted_by_configurations(self, ca_pem: bytes) -> bool:
+        """Whether every webhook and conversion configuration, as the apiserver stored it at the
+        last install, trusts `ca_pem`."""
+        return bool(self._stored_trust) and all(trusts(bundle, ca_pem) for bundle in self._stored_trust)
 
     async def _install_webhooks(self) -> None:
         """The lease holder keeps the webhook configurations pointing at the current endpoint
@@ -192,7 +198,7 @@ class Process:
             self._endpoint_changed.clear()
             if self.webhook_endpoint is not None:
                 try:
-                    await install(self.client, self.webhook_endpoint, self.integrations.adapters)
+                    self._stored_trust = await install(self.client, self.webhook_endpoint, self.integrations.adapters)
                 except KubeError as err:
                     log.error("cannot install the webhook configurations", extra={"error": str(err)})
             await self._endpoint_changed.wait()

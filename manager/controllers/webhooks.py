@@ -275,11 +275,13 @@ def webhook_configurations(endpoint: WebhookEndpoint, adapters: Sequence[JobAdap
     ]
 
 
-async def install(client: KubeClient, endpoint: WebhookEndpoint, adapters: Sequence[JobAdapter[Any]] = DEFAULT_ADAPTERS) -> None:
+async def install(client: KubeClient, endpoint: WebhookEndpoint, adapters: Sequence[JobAdapter[Any]] = DEFAULT_ADAPTERS) -> list[bytes]:
     """Point the CRDs' conversion at us, then create or update the webhook configurations.
+    Returns every `caBundle` as the apiserver stored it (what it will trust).
 
     A CRD is patched only when its conversion settings differ: each change makes the
     apiserver rebuild that kind's storage, which drops every watch on it."""
+    stored: list[bytes] = []
     conversion_spec = {
         "strategy": "Webhook",
         "webhook": {"clientConfig": endpoint.client_config(CONVERT_PATH), "conversionReviewVersions": ["v1"]},
@@ -292,18 +294,18 @@ async def install(client: KubeClient, endpoint: WebhookEndpoint, adapters: Seque
         except NotFoundError:
             log.warning("CRD not installed; conversion not configured", extra={"key": name})
             continue
-        if (current.get("spec") or {}).get("conversion") == conversion_spec:
-            continue
-        body = {"spec": {"conversion": conversion_spec}}
-        await client.request(
-            "PATCH", path, body=body, content_type="application/merge-patch+json", what=f"patch CustomResourceDefinition {name}"
-        )
+        if (current.get("spec") or {}).get("conversion") != conversion_spec:
+            body = {"spec": {"conversion": conversion_spec}}
+            current = await client.request(
+                "PATCH", path, body=body, content_type="application/merge-patch+json", what=f"patch CustomResourceDefinition {name}"
+            )
+        stored.append(_ca_bundle(((current.get("spec") or {}).get("conversion") or {}).get("webhook")))
     for obj in webhook_configurations(endpoint, adapters):
         plural = "mutatingwebhookconfigurations" if obj["kind"].startswith("Mutating") else "validatingwebhookconfigurations"
         base = f"/apis/admissionregistration.k8s.io/v1/{plural}"
         name = obj["metadata"]["name"]
         try:
-            await client.request(
+            answer = await client.request(
                 "PATCH",
                 f"{base}/{name}",
                 body={"webhooks": obj["webhooks"]},
@@ -314,12 +316,23 @@ async def install(client: KubeClient, endpoint: WebhookEndpoint, adapters: Seque
             # Local clusters (`kfed dev`) have no deploy/ base, so kfed makes them; in a cluster
             # the base ships them and kfed's RBAC may only patch them, by name.
             try:
-                await client.request("POST", base, body=obj, what=f"create {obj['kind']} {name}")
+                answer = await client.request("POST", base, body=obj, what=f"create {obj['kind']} {name}")
             except ForbiddenError:
                 raise ForbiddenError(
                     f"{obj['kind']} {name} is missing and kfed may not create it: apply the webhooks.yaml of "
                     "deploy/manager or deploy/worker-agent (or the Helm chart), which ship it"
                 ) from None
+        stored += [_ca_bundle(webhook) for webhook in answer.get("webhooks") or []]
+    return stored
+
+
+def _ca_bundle(webhook: dict[str, Any] | None) -> bytes:
+    """The decoded `clientConfig.caBundle` of a stored webhook (empty when it has none)."""
+    encoded = ((webhook or {}).get("clientConfig") or {}).get("caBundle") or ""
+    try:
+        return base64.b64decode(encoded)
+    except ValueError:
+        return b""
 
 
 def server_ssl_context(cert_file: str, key_file: str) -> ssl.SSLContext:

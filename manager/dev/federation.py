@@ -20,11 +20,11 @@ import yaml
 from manager.api import constants as c
 from manager.api import crdgen, kueue
 from manager.api.quantity import Quantity
-from manager.cli import register
-from manager.cli.fleet import CommandError
 from manager.dev.local import APPLY_PATCH, ClusterError, LocalCluster, wait_for
 from manager.kube.client import KubeClient, KubeconfigError
 from manager.kube.errors import KubeError
+from manager.multikueue import worker_access
+from manager.multikueue.worker_access import WorkerAccessError
 
 SYSTEM_NAMESPACE = "kfed-system"
 WORKER_CPU = 8
@@ -281,15 +281,15 @@ def least_privilege_kubeconfig(worker: LocalCluster) -> dict[str, Any]:
         try:
             # Only a worker with Job controllers runs the token controller; the others get a
             # TokenRequest token at once.
-            wait = register.TOKEN_WAIT_SECONDS if worker.jobs else 0.0
-            return await register.create_service_account(client, admin, namespace=SYSTEM_NAMESPACE, token_wait=wait)
+            wait = worker_access.TOKEN_WAIT_SECONDS if worker.jobs else 0.0
+            return await worker_access.create_service_account(client, admin, namespace=SYSTEM_NAMESPACE, token_wait=wait)
         finally:
             await client.close()
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
         try:
             return pool.submit(asyncio.run, issue()).result()
-        except (CommandError, KubeError, KubeconfigError) as err:
+        except (WorkerAccessError, KubeError, KubeconfigError) as err:
             raise ClusterError(f"{worker.name}: cannot make the manager's ServiceAccount: {err}") from None
 
 

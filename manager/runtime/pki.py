@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
@@ -113,3 +114,12 @@ def write(directory: Path, name: str, pair: KeyPair) -> tuple[Path, Path]:
 def not_after(cert_pem: bytes) -> datetime.datetime:
     """When a certificate expires (timezone-aware UTC)."""
     return x509.load_pem_x509_certificate(cert_pem).not_valid_after_utc
+
+
+def signed_by(cert_pem: bytes, ca_pem: bytes) -> bool:
+    """Whether the CA certificate `ca_pem` issued and signed `cert_pem`."""
+    try:
+        x509.load_pem_x509_certificate(cert_pem).verify_directly_issued_by(x509.load_pem_x509_certificate(ca_pem))
+    except (ValueError, TypeError, InvalidSignature):
+        return False
+    return True

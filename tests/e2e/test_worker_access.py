@@ -29,13 +29,13 @@ from manager.api import kueue
 from manager.api.core import Job
 from manager.api.meta import find_condition, is_condition_true
 from manager.api.rbac import Grant, Request, allows, grants_for, service_account_user, unused_rights
-from manager.cli import register
 from manager.dev import federation
 from manager.dev.audit import AuditEntry, denied_to, groups_of, read_audit_log, requests_of
 from manager.dev.local import LocalCluster, LocalProvider
 from manager.engine.workload import admission_check_state
 from manager.kube.client import KubeClient
 from manager.kube.errors import NotFoundError
+from manager.multikueue import worker_access
 from manager.multikueue.agent import AGENT_LEASE_NAMESPACE
 from manager.multikueue.plan import WORKER_NAMESPACES_ANNOTATION
 from tests.conftest import REPO_ROOT
@@ -43,10 +43,10 @@ from tests.e2e.federation import LQ, job_manifest, kueue_object, write_config
 from tests.harness import Provider, eventually
 from tests.integration.controllers import SYSTEM_NAMESPACE, ControllerProcess, ensure_namespace, wait_webhooks
 
-SA = service_account_user(SYSTEM_NAMESPACE, register.SERVICE_ACCOUNT)
+SA = service_account_user(SYSTEM_NAMESPACE, worker_access.SERVICE_ACCOUNT)
 # The roles `kfed register` makes; the others the ServiceAccount has are every identity's
 # (discovery, SelfSubjectAccessReview), which register's checklist uses.
-OURS = (f"ClusterRole {register.SERVICE_ACCOUNT}", f"Role {AGENT_LEASE_NAMESPACE}/{register.AGENT_LEASE_ROLE}")
+OURS = (f"ClusterRole {worker_access.SERVICE_ACCOUNT}", f"Role {AGENT_LEASE_NAMESPACE}/{worker_access.AGENT_LEASE_ROLE}")
 # Rights of our roles that the flow below does not use, each with the code path that needs
 # it: JobSets go through the same paths as Jobs (manager/engine/integrations/jobset.py), for a
 # manager that enables them; this flow runs batch/v1 Jobs. The worker's queues are read
@@ -372,7 +372,7 @@ async def test_the_cluster_wide_role_grants_exactly_the_verbs_the_manager_uses(
     await multikueue_flow(kube, ns, tag)
     found = await audited_until_every_right_shows(audited.workers["wide"], kube.worker)
     check_exactly_the_role(found)
-    assert any(g.binding == f"ClusterRoleBinding {register.SERVICE_ACCOUNT}" for g in found.ours)
+    assert any(g.binding == f"ClusterRoleBinding {worker_access.SERVICE_ACCOUNT}" for g in found.ours)
 
 
 async def test_named_namespaces_get_the_job_and_workload_rights_from_rolebindings_only(
@@ -406,11 +406,12 @@ async def test_named_namespaces_get_the_job_and_workload_rights_from_rolebinding
     check_exactly_the_role(found)
     # The Job and Workload rights come from a RoleBinding in each named namespace, never from
     # a ClusterRoleBinding, and every request for them was in one of those namespaces.
-    workload_role = f"ClusterRole {register.SERVICE_ACCOUNT}"
+    workload_role = f"ClusterRole {worker_access.SERVICE_ACCOUNT}"
     assert sorted(g.binding for g in found.grants if g.role == workload_role) == [
-        f"RoleBinding {first}/{register.SERVICE_ACCOUNT}",
-        f"RoleBinding {second}/{register.SERVICE_ACCOUNT}",
+        f"RoleBinding {first}/{worker_access.SERVICE_ACCOUNT}",
+        f"RoleBinding {second}/{worker_access.SERVICE_ACCOUNT}",
     ]
     for request in sorted(r for r in found.used if r.group in ("batch", c.GROUP)):
         assert request.namespace in (first, second), request.describe()
-        assert any(g.allows(request) for g in found.grants if g.binding == f"RoleBinding {request.namespace}/{register.SERVICE_ACCOUNT}")
+        binding = f"RoleBinding {request.namespace}/{worker_access.SERVICE_ACCOUNT}"
+        assert any(g.allows(request) for g in found.grants if g.binding == binding)

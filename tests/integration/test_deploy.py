@@ -17,11 +17,11 @@ import pytest
 import yaml
 
 from manager.api.config import Configuration
-from manager.cli.register import AGENT_LEASE_RULES, WORKLOAD_RULES
 from manager.controllers.webhooks import WebhookEndpoint, install, webhook_configurations
 from manager.dev.binaries import binary_dir
 from manager.dev.local import LocalCluster
 from manager.kube.client import KubeClient
+from manager.multikueue.worker_access import AGENT_LEASE_RULES, WORKLOAD_RULES
 from manager.runtime.pki import new_ca
 from tests.conftest import REPO_ROOT
 from tests.harness import Provider

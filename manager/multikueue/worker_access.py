@@ -1,0 +1,190 @@
+"""The manager's identity on a worker, made through the worker's API: a ServiceAccount with only
+MultiKueue's verbs, its token, and a kubeconfig that uses it (Kueue's setup script, as code).
+`kfed register --create-service-account` and `kfed dev up` both make it here."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import copy
+import time
+from typing import Any
+
+from manager.api import constants as c
+from manager.api.core import Secret
+from manager.api.rbac import Rule
+from manager.kube.client import KubeClient
+from manager.kube.errors import AlreadyExistsError, KubeError, NotFoundError
+from manager.multikueue.agent import AGENT_LEASE_NAME, AGENT_LEASE_NAMESPACE
+
+
+class WorkerAccessError(Exception):
+    """The worker refused or lacked something the ServiceAccount needs; one line, for the user."""
+
+
+SERVICE_ACCOUNT = "kfed-multikueue"
+AGENT_LEASE_ROLE = f"{SERVICE_ACCOUNT}-agent-lease"
+TOKEN_WAIT_SECONDS = 5.0  # for the token controller to fill the token Secret in
+TOKEN_REQUEST_SECONDS = 365 * 24 * 3600
+MANAGED_BY = {"app.kubernetes.io/managed-by": "kfed"}
+RBAC_PATH = "/apis/rbac.authorization.k8s.io/v1"
+APPLY_PATCH = "application/apply-patch+yaml"
+
+# The manager's identity on a worker: the verbs the manager uses there and no more. Each has
+# its code path; tests/e2e/test_worker_access.py compares them with the audit log of a run.
+# The ClusterRole is bound cluster-wide, or, when the administrator names the namespaces, by
+# a RoleBinding in each (the same rules as deploy/multikueue-worker-access; a test keeps them equal).
+# remote.py watches the worker's queues, for the capacity-aware dispatcher and for the refusal
+# of a job no worker could ever admit (read only; where the role is bound per namespace, the
+# cluster-scoped ones stay unreadable, which the manager asks before trying, and the worker's
+# capacity counts as unknown). Optional: register's checklist does not require it.
+QUEUE_READ_RULE: dict[str, list[str]] = {
+    "apiGroups": [c.GROUP],
+    "resources": ["clusterqueues", "cohorts", "localqueues", "resourceflavors"],
+    "verbs": ["list", "watch"],
+}
+WORKLOAD_RULES: list[dict[str, list[str]]] = [
+    # remote.py lists and watches our Jobs; workload.py creates one on the winner, and gets it
+    # when the name is taken (ours, or a foreign Job left alone); deleted with the copy and by gc.py.
+    {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create", "delete", "get", "list", "watch"]},
+    # JobSets, for a manager whose integrations.frameworks enables them (the same paths as Jobs,
+    # through the JobSet adapter; a worker without the JobSet CRD still runs Jobs).
+    {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": ["create", "delete", "get", "list", "watch"]},
+    # remote.py lists and watches the copies; workload.py creates them, patches them (priority
+    # forwarded, our finalizer removed before the delete) and deletes them, as gc.py does.
+    {"apiGroups": [c.GROUP], "resources": ["workloads"], "verbs": ["create", "delete", "list", "patch", "watch"]},
+    # workload.py: a copy evicted on the manager gets its DeactivationTarget condition.
+    {"apiGroups": [c.GROUP], "resources": ["workloads/status"], "verbs": ["patch"]},
+    QUEUE_READ_RULE,
+]
+# Whether the worker's kfed agent runs (remote.py reads its leader-election Lease): that one
+# Lease, read only, through a Role in its namespace.
+AGENT_LEASE_RULES: list[dict[str, list[str]]] = [
+    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": [AGENT_LEASE_NAME], "verbs": ["get"]},
+]
+
+
+def required_access(namespaces: tuple[str, ...] | None) -> list[tuple[str, str, str, str, str]]:
+    """(group, resource, subresource, verb, namespace) for each right MultiKueue needs: in each
+    named namespace, or cluster-wide ("") where the manager watches the whole cluster."""
+    accesses = [access for rule in WORKLOAD_RULES if rule is not QUEUE_READ_RULE for access in Rule.from_dict(rule).accesses()]
+    return [(a.group, a.resource, a.subresource, a.verb, ns) for ns in namespaces or ("",) for a in accesses]
+
+
+def _rbac(kind: str, name: str, namespace: str | None = None, **content: Any) -> tuple[str, dict[str, Any]]:
+    """An RBAC object labelled as kfed's, and the path it is applied at."""
+    metadata = {"name": name, **({"namespace": namespace} if namespace else {}), "labels": dict(MANAGED_BY)}
+    plural = f"{kind.lower()}s"
+    path = f"{RBAC_PATH}/namespaces/{namespace}/{plural}/{name}" if namespace else f"{RBAC_PATH}/{plural}/{name}"
+    return path, {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": kind, "metadata": metadata, **content}
+
+
+def worker_access_rbac(namespace: str, worker_namespaces: tuple[str, ...] | None) -> list[tuple[str, dict[str, Any]]]:
+    """The RBAC objects of the manager's ServiceAccount (in `namespace`), each with the path it
+    is applied at: the ClusterRole bound cluster-wide, or in each of `worker_namespaces`; and
+    the agent Lease's Role, bound in the Lease's namespace."""
+    subjects = [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": namespace}]
+    role = {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": SERVICE_ACCOUNT}
+    lease_role = {**role, "kind": "Role", "name": AGENT_LEASE_ROLE}
+    objects = [
+        _rbac("ClusterRole", SERVICE_ACCOUNT, rules=WORKLOAD_RULES),
+        _rbac("Role", AGENT_LEASE_ROLE, AGENT_LEASE_NAMESPACE, rules=AGENT_LEASE_RULES),
+        _rbac("RoleBinding", AGENT_LEASE_ROLE, AGENT_LEASE_NAMESPACE, roleRef=lease_role, subjects=subjects),
+    ]
+    if worker_namespaces is None:
+        return [*objects, _rbac("ClusterRoleBinding", SERVICE_ACCOUNT, roleRef=role, subjects=subjects)]
+    return [*objects, *(_rbac("RoleBinding", SERVICE_ACCOUNT, ns, roleRef=role, subjects=subjects) for ns in worker_namespaces)]
+
+
+async def create_service_account(
+    worker: KubeClient,
+    kubeconfig: dict[str, Any],
+    *,
+    namespace: str,
+    worker_namespaces: tuple[str, ...] | None = None,
+    token_wait: float = TOKEN_WAIT_SECONDS,
+) -> dict[str, Any]:
+    """Kueue's setup script, done through the API: a ServiceAccount with only MultiKueue's
+    verbs (in `worker_namespaces` only, when named), a long-lived token for it, and a kubeconfig
+    that uses that token. Run again, it brings the rights to what this kfed grants."""
+    for ns in dict.fromkeys([namespace, AGENT_LEASE_NAMESPACE]):
+        with contextlib.suppress(AlreadyExistsError):
+            await worker.request("POST", "/api/v1/namespaces", body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    service_account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": SERVICE_ACCOUNT, "namespace": namespace}}
+    with contextlib.suppress(AlreadyExistsError):
+        await worker.request("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts", body=service_account)
+    for path, body in worker_access_rbac(namespace, worker_namespaces):
+        try:
+            # Server-side apply: a role left by an earlier kfed gets exactly these rules.
+            await worker.request("PATCH", path, query=[("fieldManager", "kfed"), ("force", "true")], body=body, content_type=APPLY_PATCH)
+        except NotFoundError:
+            ns = body["metadata"].get("namespace", "")
+            raise WorkerAccessError(f"--worker-namespace {ns}: namespace not found on the worker (create it and its LocalQueue)") from None
+    await _remove_stale_bindings(worker, worker_namespaces)
+    token_secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "kubernetes.io/service-account-token",
+        "metadata": {
+            "name": f"{SERVICE_ACCOUNT}-token",
+            "namespace": namespace,
+            "annotations": {"kubernetes.io/service-account.name": SERVICE_ACCOUNT},
+        },
+    }
+    with contextlib.suppress(AlreadyExistsError):
+        await worker.request("POST", f"/api/v1/namespaces/{namespace}/secrets", body=token_secret)
+    token = await _issued_token(worker, namespace, token_wait)
+    out = copy.deepcopy(kubeconfig)
+    out["users"] = [{"name": SERVICE_ACCOUNT, "user": {"token": token}}]
+    out["contexts"][0]["context"]["user"] = SERVICE_ACCOUNT
+    return out
+
+
+async def _remove_stale_bindings(worker: KubeClient, worker_namespaces: tuple[str, ...] | None) -> None:
+    """An earlier registration's bindings that this one does not make: the cluster-wide one
+    when namespaces are named now, and those in namespaces no longer named."""
+    if worker_namespaces is not None:
+        with contextlib.suppress(NotFoundError):
+            await worker.request("DELETE", f"{RBAC_PATH}/clusterrolebindings/{SERVICE_ACCOUNT}")
+    ours = ",".join(f"{key}={value}" for key, value in MANAGED_BY.items())
+    query = [("labelSelector", ours), ("fieldSelector", f"metadata.name={SERVICE_ACCOUNT}")]
+    listed = await worker.request("GET", f"{RBAC_PATH}/rolebindings", query=query)
+    for item in listed.get("items") or []:
+        ns = item["metadata"]["namespace"]
+        if worker_namespaces is None or ns not in worker_namespaces:
+            with contextlib.suppress(NotFoundError):
+                await worker.request("DELETE", f"{RBAC_PATH}/namespaces/{ns}/rolebindings/{SERVICE_ACCOUNT}")
+
+
+async def _issued_token(worker: KubeClient, namespace: str, wait: float) -> str:
+    """The long-lived token the worker's token controller writes into the Secret (Kueue's setup
+    script). A cluster without that controller (`kfed dev up` runs no kube-controller-manager
+    on its workers) gets a TokenRequest token bound to the same Secret instead: deleting the
+    Secret revokes either."""
+    secret_name = f"{SERVICE_ACCOUNT}-token"
+    deadline = time.monotonic() + wait
+    while True:  # poll the Secret with a bound
+        secret = await worker.get(Secret, secret_name, namespace=namespace)
+        token = base64.b64decode((secret.data or {}).get("token", "")).decode()
+        if token:
+            return token
+        if time.monotonic() >= deadline:
+            break
+        await asyncio.sleep(0.2)
+    request = {
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenRequest",
+        "spec": {
+            "expirationSeconds": TOKEN_REQUEST_SECONDS,
+            "boundObjectRef": {"apiVersion": "v1", "kind": "Secret", "name": secret_name, "uid": secret.metadata.uid},
+        },
+    }
+    try:
+        answer = await worker.request("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{SERVICE_ACCOUNT}/token", body=request)
+    except KubeError as err:
+        raise WorkerAccessError(f"the worker issued no token for ServiceAccount {namespace}/{SERVICE_ACCOUNT}: {err}") from None
+    token = str((answer.get("status") or {}).get("token") or "")
+    if not token:
+        raise WorkerAccessError(f"the worker issued no token for ServiceAccount {namespace}/{SERVICE_ACCOUNT}")
+    return token
