@@ -36,12 +36,12 @@ from manager.runtime.certs import ServingCert, ensure_serving_cert, trusts
 from manager.runtime.metrics import ROLE_FOLLOWER, ROLE_LEADER, ROLE_STANDALONE, LocalQueueRef, Metrics, use
 from manager.runtime.options import Options
 from manager.runtime.runnables import Runnable, RunnableGroups, always, leader
-from manager.runtime.server import make_probe_app, split_address
+from manager.runtime.server import HttpServer, make_probe_app
 
 log = logging.getLogger("kfed")
 
 EXIT_LOST_LEADERSHIP = 3
-SERVER_SHUTDOWN_SECONDS = 2.0
+EXIT_RUNNABLE_FAILED = 1
 
 
 def load_configuration(path: str | None) -> Configuration:
@@ -111,8 +111,8 @@ class Process:
         self.ssl_context: ssl.SSLContext | None = None
         self.extensions: list[Extension] = []
         self.stop = asyncio.Event()
-        self.runners: list[web.AppRunner] = []
-        self.groups = RunnableGroups()
+        self.servers: list[HttpServer] = []
+        self.groups = RunnableGroups(on_failure=lambda name, err: self.stop.set())
         self.webhook_endpoint: WebhookEndpoint | None = None
         self._endpoint_changed = asyncio.Event()
         self._stored_trust: list[bytes] = []  # the caBundles the apiserver stored at the last install
@@ -122,18 +122,12 @@ class Process:
             return False, "caches not synced"
         return True, "ok"
 
-    async def _serve(self, app: web.Application, address: str, ssl_context: object = None) -> int:
-        host, port = split_address(address)
-        # aiohttp waits up to a minute for open connections on cleanup (the apiserver keeps
-        # webhook connections open); a process that lost its lease must exit well within that.
-        runner = web.AppRunner(app, access_log=None, shutdown_timeout=SERVER_SHUTDOWN_SECONDS)
-        await runner.setup()
-        site = web.TCPSite(runner, host, port, ssl_context=ssl_context)  # type: ignore[arg-type]
-        await site.start()
-        self.runners.append(runner)
-        server = site._server
-        sockets = getattr(server, "sockets", None) or []
-        return int(sockets[0].getsockname()[1]) if sockets else port
+    def _serve(self, name: str, app: web.Application, address: str, ssl_context: ssl.SSLContext | None = None) -> int:
+        """Serve `app` on `address` as one of the process's runnables; returns the bound port."""
+        server = HttpServer(name, app, address, ssl_context=ssl_context)
+        self.servers.append(server)
+        self.groups.add(server.runnable())
+        return server.port
 
     async def _start_webhooks(self) -> None:
         opts = self.opts
@@ -167,7 +161,7 @@ class Process:
 
         uses_multikueue = functools.partial(queue_uses_multikueue, self.caches, self.client)
         app = make_app(uses_multikueue=uses_multikueue, adapters=self.integrations.adapters)
-        port = await self._serve(app, opts.webhook_address, context)
+        port = self._serve("webhook-server", app, opts.webhook_address, context)
         if opts.webhook_service:
             namespace, _, name = opts.webhook_service.partition("/")
             self.webhook_endpoint = WebhookEndpoint(cert.ca_pem, service_namespace=namespace, service_name=name)
@@ -237,9 +231,9 @@ class Process:
             loop.add_signal_handler(sig, self.stop.set)
         code = 0
         try:
-            await self._serve(make_probe_app(ready=self._ready, metrics=self.metrics), opts.health_address)
+            self._serve("probe-server", make_probe_app(ready=self._ready, metrics=self.metrics), opts.health_address)
             if opts.metrics_address != opts.health_address:
-                await self._serve(make_probe_app(ready=self._ready, metrics=self.metrics), opts.metrics_address)
+                self._serve("metrics-server", make_probe_app(ready=self._ready, metrics=self.metrics), opts.metrics_address)
             if opts.webhooks:
                 await self._start_webhooks()
             self.caches.start()
@@ -254,6 +248,10 @@ class Process:
             code = await self._lead()
         finally:
             await self._shutdown()
+        if self.groups.failed is not None:
+            name, err = self.groups.failed
+            log.error("stopped because a runnable failed", extra={"runnable": name, "error": str(err) or type(err).__name__})
+            return EXIT_RUNNABLE_FAILED
         return code
 
     async def _lead(self) -> int:
@@ -312,8 +310,8 @@ class Process:
                 await extension.stop()
             await self.groups.stop()
             await self.caches.stop()
-            for runner in self.runners:
-                await runner.cleanup()
+            for server in self.servers:
+                server.socket.close()  # one whose runnable never started still holds its port
             await self.client.close()
 
         with contextlib.suppress(TimeoutError):

@@ -47,6 +47,12 @@ ROTATE = "rotate"  # the served certificate expires within `before`: serve one f
 KEEP = "keep"
 
 
+def _ca_name() -> str:
+    """A name of its own for each CA: a trust bundle holds up to three, and a verifier that
+    looks a CA up by name alone (OpenSSL) must find the one that signed."""
+    return f"kfed-webhook-ca-{pki.new_serial():x}"
+
+
 def _ca_validity(validity: datetime.timedelta) -> datetime.timedelta:
     """A CA is trusted as the next one for a rotation period, signs the served certificate for
     one more, and stays trusted as the previous one for a third: three certificate lifetimes
@@ -56,7 +62,7 @@ def _ca_validity(validity: datetime.timedelta) -> datetime.timedelta:
 
 def new_bundle(*, names: tuple[str, ...], ips: tuple[str, ...], validity: datetime.timedelta) -> dict[str, bytes]:
     """A CA, a serving certificate signed by it, and the next CA; `ca.crt` trusts both CAs."""
-    authority = pki.new_ca("kfed-webhook-ca", validity=_ca_validity(validity))
+    authority = pki.new_ca(_ca_name(), validity=_ca_validity(validity))
     serving = pki.issue(authority, names[0] if names else "kfed-webhook", server_names=names, server_ips=ips, validity=validity)
     bundle = {"tls.crt": serving.cert_pem, "tls.key": serving.key_pem, "ca.crt": authority.cert_pem}
     return with_next_ca(bundle, validity=validity)
@@ -64,7 +70,7 @@ def new_bundle(*, names: tuple[str, ...], ips: tuple[str, ...], validity: dateti
 
 def with_next_ca(bundle: dict[str, bytes], *, validity: datetime.timedelta) -> dict[str, bytes]:
     """The bundle with a new next CA, added to the trust bundle; the served certificate stays."""
-    following = pki.new_ca("kfed-webhook-ca", validity=_ca_validity(validity))
+    following = pki.new_ca(_ca_name(), validity=_ca_validity(validity))
     trust = bundle["ca.crt"] if bundle["ca.crt"].endswith(b"\n") else bundle["ca.crt"] + b"\n"
     return {**bundle, "ca.crt": trust + following.cert_pem, "next-ca.crt": following.cert_pem, "next-ca.key": following.key_pem}
 

@@ -52,6 +52,9 @@ def new_ca(common_name: str, *, validity: datetime.timedelta = VALIDITY) -> KeyP
         .not_valid_after(now + validity)
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
+        # Key identifiers let a verifier pick the right CA where a trust bundle holds several
+        # of one name (the previous, current and next webhook CAs).
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .sign(key, hashes.SHA256())
     )
     return KeyPair(cert.public_bytes(serialization.Encoding.PEM), _key_pem(key))
@@ -86,6 +89,7 @@ def issue(
             x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH if client else ExtendedKeyUsageOID.SERVER_AUTH]),
             critical=False,
         )
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
     )
     if server_names or server_ips:
         alternative_names: list[x509.GeneralName] = [x509.DNSName(n) for n in server_names]
@@ -123,3 +127,8 @@ def signed_by(cert_pem: bytes, ca_pem: bytes) -> bool:
     except (ValueError, TypeError, InvalidSignature):
         return False
     return True
+
+
+def new_serial() -> int:
+    """A random certificate serial number (also a unique suffix for a name)."""
+    return x509.random_serial_number()

@@ -71,9 +71,15 @@ def while_leading(name: str, source: Handlers, handler: Any) -> Runnable:
 
 class RunnableGroups:
     """Starts every replica's runnables with `start()`, the leader's with `elected()`, and
-    cancels them with `stop()`; `lost()` cancels the leader's alone."""
+    cancels them with `stop()`; `lost()` cancels the leader's alone.
 
-    def __init__(self) -> None:
+    A runnable that raises ends the process, as in controller-runtime: `failed` is set with its
+    name and error, and `on_failure` is called so that the process stops and exits non-zero (its
+    Deployment then restarts it), rather than run on with one controller gone."""
+
+    def __init__(self, *, on_failure: Callable[[str, BaseException], None] | None = None) -> None:
+        self.on_failure = on_failure
+        self.failed: tuple[str, BaseException] | None = None
         self._runnables: list[Runnable] = []
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._started = False
@@ -128,5 +134,9 @@ class RunnableGroups:
             await runnable.run()
         except asyncio.CancelledError:
             raise
-        except Exception:
-            log.exception("runnable stopped with an error", extra={"runnable": runnable.name})
+        except Exception as err:
+            log.exception("runnable stopped with an error; the process stops", extra={"runnable": runnable.name})
+            if self.failed is None:
+                self.failed = (runnable.name, err)
+            if self.on_failure is not None:
+                self.on_failure(runnable.name, err)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import socket
+import ssl
 import uuid
 from collections.abc import Iterator
 
@@ -73,13 +75,28 @@ async def test_the_certificate_is_rotated_while_running_and_no_create_is_refused
                 continue
             (created if job["spec"].get("suspend") is True else refused).append(name)
 
+    handshakes: list[str] = []
+    untrusted: list[str] = []
+
+    async def connect_in_a_loop() -> None:
+        # A new connection each time, as an apiserver's fresh webhook client makes, verified with
+        # the trust bundle the apiserver has stored at that moment: the served certificate must
+        # never be one whose CA the stored configurations do not hold yet. (The apiserver keeps
+        # its connections open, so the creates alone would miss a short window.)
+        while not stop.is_set():
+            trust = base64.b64decode(await _ca_bundle(kube))
+            error = await asyncio.to_thread(handshake, manager.webhook_port, trust)
+            (untrusted if error else handshakes).append(error or "ok")
+
     creator = asyncio.create_task(create_in_a_loop())
+    connector = asyncio.create_task(connect_in_a_loop())
     try:
         for round_ in (1, 2):
 
             def rotated(times: int = round_) -> bool:
-                if creator.done():
-                    creator.result()  # the loop must run throughout: raise what ended it
+                for loop in (creator, connector):
+                    if loop.done():
+                        loop.result()  # the loops must run throughout: raise what ended one
                 return manager_log_count(manager, "webhook certificate reloaded") >= times
 
             await eventually(rotated, timeout=60, what=f"rotation {round_} served")
@@ -92,10 +109,22 @@ async def test_the_certificate_is_rotated_while_running_and_no_create_is_refused
         await eventually(trusted, timeout=30, what="the configurations trusting the new trust bundle")
     finally:
         stop.set()
-        await creator
+        await asyncio.gather(creator, connector)
     assert latest.data != first.data
+    assert untrusted == [], f"{len(untrusted)} of {len(untrusted) + len(handshakes)} new connections untrusted: {untrusted[:3]}"
+    assert len(handshakes) >= 20, handshakes
     assert refused == [], f"{len(refused)} of {len(created) + len(refused)} creates refused during rotation: {refused[:3]}"
     assert len(created) >= 20, created  # the loop really ran through the rotations
+
+
+def handshake(port: int, trust: bytes) -> str | None:
+    """A TLS handshake with the webhook server on 127.0.0.1, trusting only `trust`: None, or why it failed."""
+    context = ssl.create_default_context(cadata=trust.decode())
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as raw, context.wrap_socket(raw, server_hostname="127.0.0.1"):
+            return None
+    except (ssl.SSLError, OSError) as err:
+        return str(err)
 
 
 def manager_log_count(process: ControllerProcess, message: str) -> int:

@@ -152,3 +152,32 @@ async def test_while_leading_feeds_events_only_while_the_lease_is_held() -> None
     assert seen == [2]
     assert source.handlers == []
     await groups.stop()
+
+
+async def test_a_runnable_that_raises_is_reported_once_and_the_others_keep_running_until_stopped() -> None:
+    reported: list[tuple[str, str]] = []
+    groups = RunnableGroups(on_failure=lambda name, err: reported.append((name, str(err))))
+
+    async def broken() -> None:
+        raise RuntimeError("the cache lost its informer")
+
+    groups.add(always("caches", idle), always("broken", broken))
+    groups.start()
+    await wait_for(lambda: reported, "the failure is reported")
+    assert reported == [("broken", "the cache lost its informer")]
+    assert groups.failed is not None and groups.failed[0] == "broken"
+    assert groups.running() == {"caches"}  # the process stops them, not the group
+    await groups.stop()
+    assert groups.running() == set()
+
+
+async def test_a_cancelled_runnable_is_no_failure() -> None:
+    reported: list[str] = []
+    groups = RunnableGroups(on_failure=lambda name, err: reported.append(name))
+    groups.add(leader("admission", idle))
+    groups.start()
+    groups.elected()
+    await wait_for(lambda: groups.running() == {"admission"}, "admission runs")
+    await groups.lost()
+    await groups.stop()
+    assert reported == [] and groups.failed is None
