@@ -24,7 +24,8 @@ from kubernetes_asyncio import client
 from manager.dev.binaries import JOBSET_FILES
 from manager.dev.kind import KindProvider, ProviderUnavailableError
 from manager.dev.local import LocalProvider
-from manager.kube.client import api_client_from_kubeconfig
+from manager.kube.client import KubeClient, api_client_from_kubeconfig
+from manager.kube.informer import Informer
 from tests.prerequisites import missing_prerequisite
 
 
@@ -135,3 +136,21 @@ def provider_session(tmp: Path) -> Iterator[Provider]:
         yield provider
     finally:
         provider.delete_all()
+
+
+@contextlib.asynccontextmanager
+async def watched(client: KubeClient, model: type[Any], ns: str, handler: Any) -> AsyncIterator[None]:
+    """`handler(kind, old, new)` for every change of `model` in `ns` while the block runs. A watch
+    that fails on the way fails the block: what it saw would be incomplete."""
+    informer: Informer[Any] = Informer(client, model, namespace=ns)
+    informer.add_handler(handler)
+    await informer.relist()
+    task = asyncio.create_task(informer.watch_until_error())
+    try:
+        yield
+    finally:
+        error = task.exception() if task.done() and not task.cancelled() else None
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    if error is not None:
+        raise AssertionError(f"the watch of {model.__name__} in {ns} failed, so what it saw is incomplete: {error!r}")

@@ -5,7 +5,6 @@ MultiKueueConfig and an AdmissionCheck, as an administrator would set it up."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import contextlib
 import uuid
@@ -22,8 +21,8 @@ from manager.api.core import Job, Secret
 from manager.dev import federation, jobset
 from manager.dev.local import LocalCluster
 from manager.kube.client import KubeClient
-from manager.kube.informer import Informer
 from tests.conftest import REPO_ROOT
+from tests.harness import watched
 from tests.integration.controllers import SYSTEM_NAMESPACE, ControllerProcess, ensure_namespace, wait_webhooks
 from tests.integration.test_controllers import job_manifest as job_manifest
 
@@ -290,15 +289,12 @@ class Sightings:
 
 @contextlib.asynccontextmanager
 async def watch_workers(kube: Clients, ns: str, model: type[Any]) -> AsyncIterator[Sightings]:
-    """Watch `model` in `ns` on every worker while the block runs. A watch that fails on the way
-    fails the block: its sightings would be incomplete."""
+    """Watch `model` in `ns` on every worker while the block runs (a failed watch fails the block)."""
     seen = Sightings({w: set() for w in kube.workers}, {w: set() for w in kube.workers}, {w: 0 for w in kube.workers})
     live: dict[str, set[str]] = {w: set() for w in kube.workers}
-    informers = []
-    for worker, client in kube.workers.items():
-        informer: Informer[Any] = Informer(client, model, namespace=ns)
 
-        def record(kind: str, old: Any, new: Any, worker: str = worker) -> None:
+    def recorder(worker: str) -> Any:
+        def record(kind: str, old: Any, new: Any) -> None:
             if new is None:
                 live[worker].discard(old.metadata.uid)
                 return
@@ -307,15 +303,9 @@ async def watch_workers(kube: Clients, ns: str, model: type[Any]) -> AsyncIterat
             live[worker].add(new.metadata.uid)
             seen.most_at_once[worker] = max(seen.most_at_once[worker], len(live[worker]))
 
-        informer.add_handler(record)
-        await informer.relist()
-        informers.append(asyncio.create_task(informer.watch_until_error()))
-    try:
+        return record
+
+    async with contextlib.AsyncExitStack() as stack:
+        for worker, client in kube.workers.items():
+            await stack.enter_async_context(watched(client, model, ns, recorder(worker)))
         yield seen
-    finally:
-        failed = [task.exception() for task in informers if task.done() and not task.cancelled() and task.exception()]
-        for task in informers:
-            task.cancel()
-        await asyncio.gather(*informers, return_exceptions=True)
-    if failed:
-        raise AssertionError(f"a worker watch of {model.__name__} in {ns} failed, so its sightings are incomplete: {failed[0]!r}")

@@ -19,8 +19,7 @@ from manager.api.core import Job, Lease
 from manager.api.meta import find_condition, is_condition_true
 from manager.dev.local import LocalCluster
 from manager.kube.client import KubeClient
-from manager.kube.informer import Informer
-from tests.harness import Provider, eventually
+from tests.harness import Provider, eventually, watched
 from tests.integration.controllers import SYSTEM_NAMESPACE, ControllerProcess, ServiceProxy, crd_cluster, wait_webhooks
 from tests.integration.test_controllers import job_manifest
 
@@ -152,21 +151,10 @@ def _reserved_at(wl: kueue.Workload | None) -> str | None:
 @contextlib.asynccontextmanager
 async def reservations_seen(kube: KubeClient, ns: str) -> AsyncIterator[Reservations]:
     """Watch the namespace's Workloads while the block runs (it must run through every restart and
-    handover of the test: the apiserver's watch outlives the replicas). A watch that fails on
-    the way fails the block, since what it saw would be incomplete."""
+    handover of the test: the apiserver's watch outlives the replicas); a failed watch fails it."""
     seen = Reservations()
-    informer: Informer[kueue.Workload] = Informer(kube, kueue.Workload, namespace=ns)
-    informer.add_handler(seen.record)
-    await informer.relist()
-    task = asyncio.create_task(informer.watch_until_error())
-    try:
+    async with watched(kube, kueue.Workload, ns, seen.record):
         yield seen
-    finally:
-        error = task.exception() if task.done() and not task.cancelled() else None
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-    if error is not None:
-        raise AssertionError(f"the Workload watch in {ns} failed, so its count is incomplete: {error!r}")
 
 
 async def _reservations(seen: Reservations, total: int) -> bool:
