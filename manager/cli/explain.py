@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -102,6 +103,16 @@ def worker_verdict(remote: Remote, *, nominated: Sequence[str], winner: str, res
     return Verdict("copied, waiting for the worker's scheduler")
 
 
+# The engine's words (as Kueue's flavor assigner) for a resource no resource group of the
+# ClusterQueue covers.
+_UNCOVERED = re.compile(r"resource (\S+) unavailable in ClusterQueue")
+
+
+def uncovered_resources(reason: str) -> list[str]:
+    """The resources a pending Workload asks for that its ClusterQueue does not cover at all."""
+    return list(dict.fromkeys(_UNCOVERED.findall(reason)))
+
+
 def next_step(
     state: str,
     *,
@@ -141,6 +152,13 @@ def next_step(
     active = find_condition(cq.status.conditions if cq and cq.status else None, c.ACTIVE) if cq else None
     if active is not None and active.status == "False":
         return f"ClusterQueue {cluster_queue} is inactive ({active.reason}): {active.message}"
+    uncovered = uncovered_resources(reason) if state == "Pending" else []
+    if uncovered:
+        return (
+            f"ClusterQueue {cluster_queue} has no quota for {', '.join(uncovered)}, so no finish will help: add "
+            f"{'them' if len(uncovered) > 1 else 'it'} to a resourceGroup's coveredResources, with a nominalQuota in a flavor, "
+            "or remove the request from the job."
+        )
     if state == "Pending" and ("maximum capacity" in reason or "exceeds" in reason.lower()):
         return f"It asks for more than ClusterQueue {cluster_queue} can ever give: lower its requests or raise the queue's nominalQuota."
     if state == "Pending":

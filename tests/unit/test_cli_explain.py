@@ -87,6 +87,17 @@ def test_a_job_waiting_for_quota_on_the_manager_shows_the_numbers_and_what_to_do
     ]
 
 
+def test_a_job_asking_for_a_resource_its_queue_does_not_cover_says_which_queue_lacks_it_and_how_to_add_it() -> None:
+    reason = "couldn't assign flavors to pod set main: resource nvidia.com/gpu unavailable in ClusterQueue"
+    wl = workload({"conditions": [cond("QuotaReserved", "False", "Pending", reason)]})
+    text = run(wl, [Remote("worker1", True)])
+    assert text.splitlines()[-1] == (
+        "Next: ClusterQueue cq has no quota for nvidia.com/gpu, so no finish will help: add it to a resourceGroup's "
+        "coveredResources, with a nominalQuota in a flavor, or remove the request from the job."
+    )
+    assert "running jobs must finish first" not in text
+
+
 def test_a_job_no_worker_could_ever_admit_shows_each_workers_largest_offer_and_what_to_do() -> None:
     never = "no worker can ever admit it: needs cpu 12; largest worker offers cpu 8 (worker1), cpu 6 (worker2)"
     wl = workload({"conditions": [cond("QuotaReserved", "False", "ExceedsMaxQuota", never)]})
