@@ -18,6 +18,8 @@ echo "==> Dockerfile lint" >&2
 if command -v hadolint >/dev/null; then hadolint Dockerfile; else python hack/lint_dockerfile.py Dockerfile; fi
 echo "==> CRDs match the models" >&2
 kfed crds --check
+echo "==> the job kinds' RBAC in deploy/ matches the adapters" >&2
+kfed rbac --check
 echo "==> control-plane binaries (built once per version, cached in ~/.cache/kfed)" >&2
 bin_dir=$(bash hack/kube/build.sh)
 export KFED_KUBE_BIN_DIR="$bin_dir"

@@ -19,6 +19,7 @@ from manager.api.core import Job
 from manager.api.meta import find_condition, is_condition_true
 from manager.cli import views
 from manager.cli.fleet import (
+    JOB_KINDS,
     WORKER_TIMEOUT,
     CommandError,
     ObjectName,
@@ -377,9 +378,10 @@ async def find_workload(client: KubeClient, target: ObjectName, namespace: str, 
         wl = next((w for w in workloads if w.name == target.name), None)
         if wl is not None or target.kind == "workload":
             return wl or f'no Workload "{target.name}" in namespace {namespace} (see `kfed jobs -n {namespace} -o wide`)'
-    if target.kind == "jobset":
-        owned = [w for w in workloads if any(r.kind == "JobSet" and r.name == target.name for r in w.metadata.owner_references or [])]
-        return owned[0] if owned else f"no Workload for jobset/{target.name} in namespace {namespace}"
+    kind = JOB_KINDS.get(target.kind)
+    if kind is not None and kind.model is not Job:  # a Job is also found by its bare name, below
+        owned = [w for w in workloads if any(r.kind == kind.kind and r.name == target.name for r in w.metadata.owner_references or [])]
+        return owned[0] if owned else f"no Workload for {target} in namespace {namespace}"
     try:
         job = await client.get(Job, target.name, namespace=namespace)
     except NotFoundError:

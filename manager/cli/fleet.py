@@ -21,11 +21,11 @@ import yaml
 
 from manager.api import constants as c
 from manager.api import kueue
-from manager.api.core import JOB_NAME_LABEL, Job, Namespace, Secret
-from manager.api.jobset import JOBSET_NAME_LABEL, JobSet
+from manager.api.core import Job, Namespace, Secret
 from manager.api.manifest import ManifestError, object_documents, queue_label_errors
 from manager.api.meta import Resource, is_condition_true, utcnow
 from manager.cli import views
+from manager.engine.integrations.registry import ADAPTERS
 from manager.engine.jobs import job_queue_name
 from manager.engine.selectors import selector_matches
 from manager.engine.workload import controller_owner
@@ -571,23 +571,6 @@ class ObjectName:
         return f"{self.kind}/{self.name}"
 
 
-OBJECT_KINDS = {
-    "job": "job",
-    "jobs": "job",
-    "job.batch": "job",
-    "jobs.batch": "job",
-    "jobset": "jobset",
-    "jobsets": "jobset",
-    "jobset.jobset.x-k8s.io": "jobset",
-    "jobsets.jobset.x-k8s.io": "jobset",
-    "workload": "workload",
-    "workloads": "workload",
-    "wl": "workload",
-    "workload.kueue.x-k8s.io": "workload",
-    "workloads.kueue.x-k8s.io": "workload",
-}
-
-
 @dataclass(frozen=True)
 class JobKind:
     """A kind of job the CLI acts on: its Kubernetes kind, model, and the label its pods carry."""
@@ -601,10 +584,13 @@ class JobKind:
         return f"{self.pod_label}={name}"
 
 
-# The job kinds of the CLI's `job/` and `jobset/` names, one home for what each command needs.
-JOB_KINDS = {
-    "job": JobKind("Job", Job, JOB_NAME_LABEL),
-    "jobset": JobKind("JobSet", JobSet, JOBSET_NAME_LABEL),
+# The job kinds of the CLI's `job/` and `jobset/` names, as their adapters declare them: one
+# home for what each command needs, and a new adapter is a new CLI kind.
+JOB_KINDS = {adapter.cli_name: JobKind(adapter.kind, adapter.model, adapter.pod_label) for adapter in ADAPTERS}
+WORKLOAD_NAMES = ("workload", "workloads", "wl", "workload.kueue.x-k8s.io", "workloads.kueue.x-k8s.io")
+OBJECT_KINDS = {
+    **{name: adapter.cli_name for adapter in ADAPTERS for name in adapter.cli_names()},
+    **dict.fromkeys(WORKLOAD_NAMES, "workload"),
 }
 
 
@@ -615,7 +601,8 @@ def parse_object_name(text: str, default: str = "", *, allowed: tuple[str, ...] 
     if not slash:
         return ObjectName(default, text)
     if kind.lower() not in OBJECT_KINDS or not name or "/" in name:
-        raise CommandError(f'"{text}": expected NAME, job/NAME, jobset/NAME or workload/NAME')
+        forms = ", ".join(f"{name}/NAME" for name in JOB_KINDS)
+        raise CommandError(f'"{text}": expected NAME, {forms} or workload/NAME')
     resolved = OBJECT_KINDS[kind.lower()]
     accepted = allowed or ((default,) if default else ())
     if accepted and resolved not in accepted:

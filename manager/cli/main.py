@@ -98,12 +98,44 @@ def cmd_crds(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_rbac(args: argparse.Namespace) -> int:
+    """Write the job kinds' rules into deploy/ and the Helm chart from the adapters, or --check."""
+    from manager.engine.integrations import rbacgen
+    from manager.engine.integrations.registry import ADAPTERS
+
+    crds_dir = checkout_crds_dir()
+    root = Path(args.dir) if args.dir else (crds_dir.parent if crds_dir is not None else Path("."))
+    texts = {path: (root / path).read_text(encoding="utf-8") for path, _ in rbacgen.TARGETS if (root / path).is_file()}
+    missing = [path for path, _ in rbacgen.TARGETS if path not in texts]
+    if missing:
+        print(f"{root}: not a kfed checkout (missing {', '.join(missing)})", file=sys.stderr)
+        return 1
+    try:
+        if args.check:
+            problems = rbacgen.drift(texts, ADAPTERS)
+            for problem in problems:
+                print(problem, file=sys.stderr)
+            if problems:
+                print("run `kfed rbac` to regenerate", file=sys.stderr)
+                return 1
+            print(f"the job kinds' rules in {len(texts)} manifests match the {len(ADAPTERS)} adapters")
+            return 0
+        for path, side in rbacgen.TARGETS:
+            (root / path).write_text(rbacgen.regenerate(texts[path], ADAPTERS, side, where=path), encoding="utf-8")
+    except rbacgen.MarkersMissingError as err:
+        print(err, file=sys.stderr)
+        return 1
+    print(f"wrote the job kinds' rules of {len(ADAPTERS)} adapters into {len(texts)} manifests")
+    return 0
+
+
 # One runnable example per command, shown at the end of its --help.
 EXAMPLES = {
     "": "kfed jobs -n team-a --state pending",
     "validate": "kfed validate -f queues.yaml -f job.yaml",
     "convert": "kfed convert --to v1beta1 -f queues.yaml",
     "crds": "kfed crds --check",
+    "rbac": "kfed rbac --check",
     "simulate": "kfed simulate -f queues.yaml -f job.yaml --cycles 5",
     "status": "kfed status",
     "clusters": "kfed clusters -o wide",
@@ -204,6 +236,10 @@ def build_parser() -> argparse.ArgumentParser:
     crds.add_argument("--check", action="store_true", help="fail if crds/ (or the Helm chart's crds/) differs from the models")
     crds.add_argument("--dir", help="CRD directory (default: the checkout's crds/)")
     crds.set_defaults(func=cmd_crds)
+    rbac = commands.add_parser("rbac", help="write the job kinds' RBAC into deploy/ from the adapters, or --check for drift")
+    rbac.add_argument("--check", action="store_true", help="fail if a manifest's job-kind rules differ from the adapters")
+    rbac.add_argument("--dir", help="the checkout to read and write (default: the one this kfed runs from)")
+    rbac.set_defaults(func=cmd_rbac)
 
     from manager.cli import simulate
 

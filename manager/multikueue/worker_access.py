@@ -14,6 +14,7 @@ from typing import Any
 from manager.api import constants as c
 from manager.api.core import Secret
 from manager.api.rbac import Rule
+from manager.engine.integrations.registry import ADAPTERS
 from manager.kube.client import KubeClient
 from manager.kube.errors import AlreadyExistsError, KubeError, NotFoundError
 from manager.multikueue.agent import AGENT_LEASE_NAME, AGENT_LEASE_NAMESPACE
@@ -45,12 +46,11 @@ QUEUE_READ_RULE: dict[str, list[str]] = {
     "verbs": ["list", "watch"],
 }
 WORKLOAD_RULES: list[dict[str, list[str]]] = [
-    # remote.py lists and watches our Jobs; workload.py creates one on the winner, and gets it
-    # when the name is taken (ours, or a foreign Job left alone); deleted with the copy and by gc.py.
-    {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create", "delete", "get", "list", "watch"]},
-    # JobSets, for a manager whose integrations.frameworks enables them (the same paths as Jobs,
-    # through the JobSet adapter; a worker without the JobSet CRD still runs Jobs).
-    {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": ["create", "delete", "get", "list", "watch"]},
+    # Each job kind MultiKueue dispatches, as its adapter declares (`worker_rules`): remote.py
+    # lists and watches our jobs; workload.py creates one on the winner, and gets it when the name
+    # is taken (ours, or a foreign job left alone); deleted with the copy and by gc.py. A worker
+    # without a kind's CRD still runs the others.
+    *(rule for adapter in ADAPTERS for rule in adapter.worker_rules()),
     # remote.py lists and watches the copies; workload.py creates them, patches them (priority
     # forwarded, our finalizer removed before the delete) and deletes them, as gc.py does.
     {"apiGroups": [c.GROUP], "resources": ["workloads"], "verbs": ["create", "delete", "list", "patch", "watch"]},

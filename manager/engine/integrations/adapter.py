@@ -57,6 +57,10 @@ class JobAdapter(ABC, Generic[J]):
     multikueue: ClassVar[bool] = True  # whether MultiKueue can dispatch it to a worker
     # spec.managedBy of an object the kind's own controller runs (a webhook may replace it).
     default_managed_by: ClassVar[str] = ""
+    # The CLI's name for the kind (`kfed explain job/NAME`), and the label its controller puts
+    # on each of its pods, valued the job's name (how `kfed logs` finds them).
+    cli_name: ClassVar[str]
+    pod_label: ClassVar[str]
 
     # --- naming ---------------------------------------------------------------------------------
     @property
@@ -88,6 +92,29 @@ class JobAdapter(ABC, Generic[J]):
             controller=True,
             block_owner_deletion=True,
         )
+
+    def cli_names(self) -> tuple[str, ...]:
+        """Every name kubectl accepts for the kind: `job`, `jobs`, `job.batch`, `jobs.batch`."""
+        singular, plural, group = self.kind.lower(), self.model.PLURAL, self.model.GROUP
+        names = (self.cli_name, singular, plural, *((f"{singular}.{group}", f"{plural}.{group}") if group else ()))
+        return tuple(dict.fromkeys(names))
+
+    # --- the rights it needs (`kfed rbac` writes them into deploy/ and the Helm chart) -----------
+    def controller_rules(self) -> list[dict[str, list[str]]]:
+        """On a cluster where the kind is queued (the manager, a worker agent): watch it, suspend
+        and start it (patch), and write its status (MultiKueue copies a worker's status back)."""
+        group, plural = self.model.GROUP, self.model.PLURAL
+        return [
+            {"apiGroups": [group], "resources": [plural], "verbs": ["list", "watch", "patch"]},
+            {"apiGroups": [group], "resources": [f"{plural}/status"], "verbs": ["patch"]},
+        ]
+
+    def worker_rules(self) -> list[dict[str, list[str]]]:
+        """What the manager needs on a worker to run the kind there through MultiKueue: create it
+        on the winner, list, watch and get it, and delete it with its copy (and in GC)."""
+        if not self.multikueue:
+            return []
+        return [{"apiGroups": [self.model.GROUP], "resources": [self.model.PLURAL], "verbs": ["create", "delete", "get", "list", "watch"]}]
 
     # --- the Workload ---------------------------------------------------------------------------
     @abstractmethod

@@ -76,6 +76,8 @@ def _original_metadata(wl: Workload) -> tuple[dict[str, str], dict[str, str]]:
 class BatchJobAdapter(JobAdapter[Job]):
     framework = "batch/job"
     model = Job
+    cli_name = "job"
+    pod_label = JOB_NAME_LABEL
     default_managed_by = JOB_CONTROLLER_NAME
 
     # --- the Workload ---------------------------------------------------------------------------

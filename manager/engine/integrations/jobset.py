@@ -22,7 +22,7 @@ from typing import Any
 
 from manager.api import constants as c
 from manager.api import jobset as api
-from manager.api.jobset import JobSet, ReplicatedJob
+from manager.api.jobset import JOBSET_NAME_LABEL, JobSet, ReplicatedJob
 from manager.api.kueue import PodSet, Workload
 from manager.engine.integrations.adapter import Finished, JobAdapter
 from manager.engine.jobs import JobConversionError, PodSetInfo, multikueue_remote_metadata, original_template
@@ -69,6 +69,8 @@ def _set_or_drop(target: dict[str, Any], key: str, value: Any) -> None:
 class JobSetAdapter(JobAdapter[JobSet]):
     framework = "jobset.x-k8s.io/jobset"
     model = JobSet
+    cli_name = "jobset"
+    pod_label = JOBSET_NAME_LABEL
     default_managed_by = api.CONTROLLER_NAME
 
     # --- the Workload ---------------------------------------------------------------------------

@@ -1,18 +1,40 @@
 """The job kinds kfed integrates, by Kueue's framework name, and the ones a Configuration
-enables (`integrations.frameworks`). Adding a kind: write its adapter, list it here."""
+enables (`integrations.frameworks`).
+
+Every adapter module of this package is found here by itself: adding a kind is writing its
+adapter module (and its API model), nothing to list (docs/adding-a-job-kind.md)."""
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from manager.api.meta import OwnerReference
+from manager.engine import integrations
 from manager.engine.integrations.adapter import JobAdapter
-from manager.engine.integrations.batchjob import BatchJobAdapter
-from manager.engine.integrations.jobset import JobSetAdapter
 
-ADAPTERS: tuple[JobAdapter[Any], ...] = (BatchJobAdapter(), JobSetAdapter())
+
+def _subclasses(cls: type[JobAdapter[Any]]) -> list[type[JobAdapter[Any]]]:
+    return [sub for direct in cls.__subclasses__() for sub in (direct, *_subclasses(direct))]
+
+
+def discover() -> tuple[JobAdapter[Any], ...]:
+    """One adapter per concrete JobAdapter defined in this package's modules, ordered by framework
+    name (so `batch/job` comes first, and the generated manifests are stable)."""
+    for module in pkgutil.iter_modules(integrations.__path__):
+        importlib.import_module(f"{integrations.__name__}.{module.name}")
+    found = {
+        cls.framework: cls
+        for cls in _subclasses(JobAdapter)  # type: ignore[type-abstract]
+        if cls.__module__.startswith(f"{integrations.__name__}.") and "framework" in vars(cls)
+    }
+    return tuple(found[name]() for name in sorted(found))
+
+
+ADAPTERS: tuple[JobAdapter[Any], ...] = discover()
 BY_FRAMEWORK = {adapter.framework: adapter for adapter in ADAPTERS}
 BATCH_JOB = BY_FRAMEWORK["batch/job"]
 JOBSET = BY_FRAMEWORK["jobset.x-k8s.io/jobset"]
