@@ -24,6 +24,7 @@ from manager.cli.fleet import (
     CommandError,
     ObjectName,
     add_cluster_options,
+    job_names_help,
     manager_client,
     missing_cluster_queue,
     missing_local_queue,
@@ -459,6 +460,6 @@ async def cmd_explain(args: argparse.Namespace) -> int:
 
 def add_command(commands: Any) -> None:
     parser = commands.add_parser("explain", help="why a job is where it is, on the manager and on each worker")
-    parser.add_argument("name", help="NAME, job/NAME, jobset/NAME or workload/NAME")
+    parser.add_argument("name", help=f"{job_names_help()}, or workload/NAME")
     add_cluster_options(parser, namespaced=True, all_namespaces=False, watch=False)
     parser.set_defaults(func=cmd_explain)

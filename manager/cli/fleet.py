@@ -515,7 +515,7 @@ async def cmd_cancel(args: argparse.Namespace) -> int:
         else:
             targets = [parse_object_name(name, "job", allowed=tuple(JOB_KINDS)) for name in args.names]
         if not targets:
-            raise CommandError("nothing to cancel: name Jobs or JobSets (kfed cancel NAME, jobset/NAME) or give -l SELECTOR")
+            raise CommandError(f"nothing to cancel: name them ({job_names_help()}) or give -l SELECTOR")
         report = Reporter(args.output)
         deleted, missing = [], []
         for target in targets:
@@ -594,6 +594,11 @@ OBJECT_KINDS = {
 }
 
 
+def job_names_help() -> str:
+    """`NAME or job/NAME (a Job), jobset/NAME (a JobSet)`, for every kind the adapters declare."""
+    return "NAME or " + ", ".join(f"{name}/NAME (a {kind.kind})" for name, kind in JOB_KINDS.items())
+
+
 def parse_object_name(text: str, default: str = "", *, allowed: tuple[str, ...] = ()) -> ObjectName:
     """kubectl's naming: `job/NAME`, `jobset/NAME`, `workload/NAME`, or a bare NAME (of kind
     `default`). With `allowed`, only those kinds are accepted."""
@@ -663,8 +668,8 @@ def add_commands(commands: Any) -> None:
     submit.add_argument("-o", "--output", choices=("table", "wide", "json", "yaml"), default="table")
     submit.set_defaults(func=cmd_submit)
 
-    cancel = commands.add_parser("cancel", help="delete Jobs or JobSets (and their Workloads, everywhere)")
-    cancel.add_argument("names", nargs="*", help="NAME or job/NAME (a Job), jobset/NAME (a JobSet)")
+    cancel = commands.add_parser("cancel", help="delete jobs of any kind (and their Workloads, everywhere)")
+    cancel.add_argument("names", nargs="*", help=job_names_help())
     cancel.add_argument("-l", "--selector", help="label selector")
     cancel.add_argument("-n", "--namespace")
     cancel.add_argument("--dry-run", action="store_true")

@@ -17,6 +17,7 @@ from manager.cli.fleet import (
     CommandError,
     ObjectName,
     add_cluster_options,
+    job_names_help,
     manager_client,
     parse_object_name,
     run_async,
@@ -134,7 +135,7 @@ async def cmd_logs(args: argparse.Namespace) -> int:
 
 def add_command(commands: Any) -> None:
     parser = commands.add_parser("logs", help="the pod logs of a Job or JobSet, from whichever worker runs it")
-    parser.add_argument("name", help="NAME or job/NAME (a Job), jobset/NAME (a JobSet)")
+    parser.add_argument("name", help=job_names_help())
     parser.add_argument("-f", "--follow", action="store_true", help="keep streaming new lines")
     parser.add_argument("-c", "--container", help="the container (default: the pod's default container, else its first)")
     add_cluster_options(parser, namespaced=True, all_namespaces=False, watch=False)

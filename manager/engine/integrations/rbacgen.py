@@ -26,6 +26,7 @@ TARGETS: tuple[tuple[str, str], ...] = (
     ("deploy/worker-agent/rbac.yaml", CONTROLLER),
     ("deploy/helm/kfed/templates/rbac.yaml", CONTROLLER),
     ("deploy/multikueue-worker-access/rbac.yaml", WORKER),
+    ("deploy/helm/kfed/templates/multikueue-worker-access.yaml", WORKER),
 )
 
 
