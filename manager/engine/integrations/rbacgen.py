@@ -15,8 +15,8 @@ from typing import Any
 
 from manager.engine.integrations.adapter import JobAdapter
 
-BEGIN = "# BEGIN job kinds: generated from the adapters by `kfed rbac`; do not edit"
-END = "# END job kinds"
+BEGIN = "# Job kinds, generated from the adapters by `kfed rbac` (do not edit down to the end marker)"
+END = "# End of the job kinds"
 CONTROLLER = "controller"  # the manager's and a worker agent's own cluster
 WORKER = "worker"  # the manager's identity on a worker (MultiKueue)
 
