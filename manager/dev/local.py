@@ -43,6 +43,7 @@ POD_RUN_TIME_ANNOTATION = "pod-complete.stage.kwok.x-k8s.io/delay"
 MERGE_PATCH = "application/merge-patch+json"
 # A server-side apply body; JSON is YAML, so `request` sends it as it sends any other body.
 APPLY_PATCH = "application/apply-patch+yaml"
+FRONT_PROXY_CLIENT = "front-proxy-client"  # the name an extension apiserver accepts the proxy's headers from
 
 
 class ClusterError(RuntimeError):
@@ -279,6 +280,12 @@ class LocalCluster(ClusterDirectory):
         pki.write(pki_dir, "apiserver", serving)
         admin = pki.issue(ca, "kubernetes-admin", organization="system:masters", client=True)
         pki.write(pki_dir, "admin", admin)
+        # The aggregation layer (as kubeadm sets it up): the apiserver proxies an APIService's
+        # requests with this client certificate, and the extension server trusts the user it
+        # names in the X-Remote-* headers only from a client this CA signed.
+        front_proxy_ca = pki.new_ca(f"kfed-{self.name}-front-proxy-ca")
+        pki.write(pki_dir, "front-proxy-ca", front_proxy_ca)
+        pki.write(pki_dir, "front-proxy-client", pki.issue(front_proxy_ca, FRONT_PROXY_CLIENT, client=True))
         sa_private, sa_public = pki.service_account_key()
         (pki_dir / "sa.key").write_bytes(sa_private)
         (pki_dir / "sa.key").chmod(0o600)
@@ -355,6 +362,13 @@ class LocalCluster(ClusterDirectory):
                 # reaches etcd and gets 410 Gone; the fault tests for relisting rely on it.
                 "--watch-cache-sizes=podtemplates#0",
                 "--profiling=false",
+                f"--requestheader-client-ca-file={pki_dir / 'front-proxy-ca.crt'}",
+                f"--requestheader-allowed-names={FRONT_PROXY_CLIENT}",
+                "--requestheader-username-headers=X-Remote-User",
+                "--requestheader-group-headers=X-Remote-Group",
+                "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+                f"--proxy-client-cert-file={pki_dir / 'front-proxy-client.crt'}",
+                f"--proxy-client-key-file={pki_dir / 'front-proxy-client.key'}",
                 "--v=1",
                 *self._audit_flags(),
             ],

@@ -109,6 +109,16 @@ class ClusterQueueQueue:
     def pending(self) -> int:
         return self._active_count + len(self._singles) + self._parked_count
 
+    def in_order(self) -> list[WorkloadInfo]:
+        """Every pending workload, active and inadmissible alike, in the queue's order (higher
+        priority first, then the earlier queue time): Kueue's PendingWorkloadsInfo, which its
+        visibility API and `kfed jobs` number positions from."""
+        members = [*self._singles.values()]
+        for groups in (self._live, self._parked):
+            for group in groups.values():
+                members.extend(group.members.values())
+        return sorted(members, key=self._order_key)
+
     def _lq(self, wl: WorkloadInfo) -> str:
         return wl.queue_name if self.lq_usage is not None else ""
 

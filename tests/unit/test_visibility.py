@@ -1,0 +1,75 @@
+"""Kueue's visibility answers from the engine's queues: the pending Workloads of a ClusterQueue
+or a LocalQueue in the scheduler's order, with Kueue's positions (from 0), limit and offset."""
+
+from __future__ import annotations
+
+import pytest
+
+from manager.engine import visibility
+from manager.engine.simulate import Simulation
+from manager.engine.visibility import Page, VisibilityQueryError, in_cluster_queue, in_local_queue, page_of
+from manager.engine.workload import WorkloadInfo
+from tests.unit.scenario import cluster_queue, flavor, local_queue, sources, workload
+
+
+def queued() -> list[WorkloadInfo]:
+    """Five Workloads waiting in a ClusterQueue with no room, from two LocalQueues."""
+    objs = [
+        flavor("default-flavor"),
+        cluster_queue("cq", {"default-flavor": {"cpu": 1}}),
+        local_queue("a", "cq"),
+        local_queue("b", "cq"),
+        workload("running", "a", {"cpu": "1"}, admitted=("cq", {"cpu": "default-flavor"}), created=0),
+        workload("a-old", "a", {"cpu": "1"}, created=1),
+        workload("b-old", "b", {"cpu": "1"}, created=2),
+        workload("a-new", "a", {"cpu": "1"}, created=3),
+        workload("b-urgent", "b", {"cpu": "1"}, created=4, priority=100),
+        workload("a-newest", "a", {"cpu": "1"}, created=5),
+    ]
+    simulation = Simulation(sources(objs))
+    simulation.run(2)
+    return simulation.scheduler.queues["cq"].in_order()
+
+
+def positions(items: list[dict[str, object]]) -> list[tuple[object, object, object]]:
+    return [(i["metadata"]["name"], i["positionInClusterQueue"], i["positionInLocalQueue"]) for i in items]  # type: ignore[index]
+
+
+def test_a_cluster_queue_lists_its_pending_workloads_in_the_schedulers_order_from_position_0() -> None:
+    items = in_cluster_queue(queued(), Page())
+    assert positions(items) == [("b-urgent", 0, 0), ("a-old", 1, 0), ("b-old", 2, 1), ("a-new", 3, 1), ("a-newest", 4, 2)]
+    assert items[0]["priority"] == 100 and items[0]["localQueueName"] == "b"
+    assert items[0]["metadata"] == {"name": "b-urgent", "namespace": "default", "creationTimestamp": "2026-03-01T12:00:04Z"}
+
+
+def test_a_page_keeps_the_positions_of_the_whole_queue() -> None:
+    assert positions(in_cluster_queue(queued(), Page(limit=2, offset=2))) == [("b-old", 2, 1), ("a-new", 3, 1)]
+    assert in_cluster_queue(queued(), Page(limit=10, offset=9)) == []
+
+
+def test_a_local_queue_lists_only_its_own_with_both_positions() -> None:
+    ordered = queued()
+    assert positions(in_local_queue(ordered, "default", "a", Page())) == [("a-old", 1, 0), ("a-new", 3, 1), ("a-newest", 4, 2)]
+    assert positions(in_local_queue(ordered, "default", "a", Page(limit=1, offset=1))) == [("a-new", 3, 1)]
+    assert in_local_queue(ordered, "other", "a", Page()) == []
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [({}, Page(1000, 0)), ({"limit": "5"}, Page(5, 0)), ({"offset": "7", "limit": ""}, Page(1000, 7))],
+)
+def test_limit_and_offset_default_as_kueues(query: dict[str, str], expected: Page) -> None:
+    assert page_of(query) == expected
+
+
+@pytest.mark.parametrize("query", [{"limit": "-1"}, {"offset": "x"}])
+def test_a_bad_limit_or_offset_is_named(query: dict[str, str]) -> None:
+    name = next(iter(query))
+    with pytest.raises(VisibilityQueryError, match=rf"^{name}: Invalid value"):
+        page_of(query)
+
+
+def test_discovery_lists_both_resources_as_kueues_server_does() -> None:
+    names = [r["name"] for r in visibility.resource_list("v1beta2")["resources"]]
+    assert names == ["clusterqueues", "clusterqueues/pendingworkloads", "localqueues", "localqueues/pendingworkloads"]
+    assert visibility.group_document()["preferredVersion"]["version"] == "v1beta2"
