@@ -375,7 +375,10 @@ class AdmissionState:
         self._take_admitted_as_written(info)
         if info.conditions.get(c.ADMITTED) != before:
             self.dirty.add(info.key)
-        eviction = None if info.evicted else reserved_eviction(info, self.cache)
+        eviction = None
+        if not info.evicted:
+            cq_policy, lq_policy = self.cache.stop_policies(info)
+            eviction = reserved_eviction(info, cluster_queue_policy=cq_policy, local_queue_policy=lq_policy)
         if eviction is None and not info.evicted:
             eviction = self._pods_ready_eviction(info, now)
         elif eviction is not None and eviction[0].startswith(REASON_DEACTIVATED) and info.obj.status and info.obj.status.requeue_state:

@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeGuard, cast
+from typing import Any, Literal, Protocol, TypeGuard, cast
 
 from manager.api import constants as c
 from manager.api.config import Configuration
@@ -21,9 +21,6 @@ from manager.api.kueue import AdmissionCheck, AdmissionCheckState, RequeueState,
 from manager.api.meta import MAX_CONDITION_MESSAGE, Condition, OwnerReference, Toleration, is_condition_true, transition_time
 from manager.engine.requests import LimitRangeDefaults, Requests, pod_requests, transform
 from manager.engine.units import FlavorResource, amount
-
-if TYPE_CHECKING:
-    from manager.engine.cache import Cache
 
 # Condition reasons Kueue writes (workload_types.go).
 REASON_QUOTA_RESERVED = "QuotaReserved"
@@ -502,26 +499,24 @@ def eviction_labels(reason: str) -> tuple[str, str]:
     return reason, ""
 
 
-def stop_policy_eviction(info: WorkloadInfo, cache: Cache) -> tuple[str, str] | None:
+def stop_policy_eviction(info: WorkloadInfo, *, cluster_queue_policy: str, local_queue_policy: str) -> tuple[str, str] | None:
     """(reason, message) when a stop policy evicts this reserved workload: HoldAndDrain evicts
-    everything; Hold only reservations still waiting for their admission checks."""
-    cq = cache.cluster_queues.get(info.admission_cq)
-    lq = cache.local_queues.get(f"{info.namespace}/{info.queue_name}")
-    lq_policy = (lq.spec.stop_policy if lq else None) or "None"
+    everything; Hold only reservations still waiting for their admission checks. The policies
+    are its ClusterQueue's and LocalQueue's ("None" for a queue that is not there)."""
     admitted = info.condition_true(c.ADMITTED)
     for policy, reason, message in (
-        (cq.stop_policy if cq else "None", REASON_CQ_STOPPED, "The ClusterQueue is stopped"),
-        (lq_policy, REASON_LQ_STOPPED, "The LocalQueue is stopped"),
+        (cluster_queue_policy, REASON_CQ_STOPPED, "The ClusterQueue is stopped"),
+        (local_queue_policy, REASON_LQ_STOPPED, "The LocalQueue is stopped"),
     ):
         if policy == "HoldAndDrain" or (policy == "Hold" and not admitted):
             return reason, message
     return None
 
 
-def reserved_eviction(info: WorkloadInfo, cache: Cache) -> tuple[str, str] | None:
+def reserved_eviction(info: WorkloadInfo, *, cluster_queue_policy: str, local_queue_policy: str) -> tuple[str, str] | None:
     """(reason, message) when Kueue's workload controller evicts a workload holding quota: a
     stop policy first, then a deactivation, then an admission check asking for a retry."""
-    eviction = stop_policy_eviction(info, cache)
+    eviction = stop_policy_eviction(info, cluster_queue_policy=cluster_queue_policy, local_queue_policy=local_queue_policy)
     if eviction is None and not info.active:
         eviction = deactivation_eviction(info)
     if eviction is None and any(state == "Retry" for state in info.checks.values()):
