@@ -39,9 +39,10 @@ from manager.controllers.queue_metrics import (
     record_write,
 )
 from manager.engine.scheduler import Refusal
-from manager.engine.state import AdmissionState, StatusWrite
+from manager.engine.state import AdmissionState
 from manager.engine.status import EventRecord, admitted_message, since_reservation
 from manager.engine.workload import DEACTIVATION_TARGET, conditions_of, is_active, is_finished
+from manager.engine.writes import StatusWrite
 from manager.kube.client import KubeClient
 from manager.kube.errors import ConflictError, KubeError, NotFoundError
 from manager.kube.ratelimit import DEFERRABLE, REQUEST, TurnSemaphore
