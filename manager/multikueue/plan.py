@@ -20,10 +20,22 @@ from typing import Any
 
 from manager.api import constants as c
 from manager.api.kueue import AdmissionCheckState, Workload
-from manager.api.meta import DNS_LABEL_PATTERN, MAX_CONDITION_MESSAGE, Condition, Resource, find_condition, is_condition_true
+from manager.api.meta import DNS_LABEL_PATTERN, MAX_CONDITION_MESSAGE, Condition, Resource, find_condition, format_time
 from manager.engine.integrations.adapter import JobAdapter
 from manager.engine.integrations.registry import BATCH_JOB
-from manager.engine.workload import DEACTIVATION_TARGET, admission_check_state, admitted_condition, has_quota_reservation
+from manager.engine.workload import (
+    DEACTIVATION_TARGET,
+    Patch,
+    admission_check_state,
+    admitted_condition,
+    admitted_patch,
+    has_quota_reservation,
+    is_admitted,
+    is_evicted,
+    is_finished,
+    is_quota_reserved,
+    status_patch,
+)
 from manager.multikueue.capacity import Choice
 
 REASON_MULTIKUEUE = "MultiKueue"
@@ -172,7 +184,36 @@ def _admitted_with_ready(wl: Workload, check_name: str) -> tuple[str, str, str] 
     and it does not say so already."""
     states = [check.state for check in (wl.status.admission_checks if wl.status else None) or [] if check.name != check_name]
     admitted = admitted_condition(reserved=has_quota_reservation(wl), check_states=[*states, "Ready"])
-    return admitted if admitted[0] == "True" and not is_condition_true(_conditions(wl), c.ADMITTED) else None
+    return admitted if admitted[0] == "True" and not is_admitted(wl) else None
+
+
+def check_patch(local: Workload, *, check_name: str, update: CheckUpdate | None, nominate: list[str] | None, now: datetime) -> Patch:
+    """The manager Workload's status write for a plan's check update and nomination: the check's
+    state and message (its lastTransitionTime moves when the state does, and on every Ready and
+    Retry, as Kueue's SetAdmissionCheckState is called), the winner, the nomination, and the
+    Admitted condition a Ready brings (`admitted_patch`)."""
+    status: dict[str, Any] = {}
+    if update is not None:
+        checks = []
+        for check in (local.status.admission_checks if local.status else None) or []:
+            entry = check.to_dict()
+            if check.name == check_name:
+                entry["state"] = update.state
+                entry["message"] = update.message
+                if check.state != update.state or update.state in ("Ready", "Retry"):
+                    entry["lastTransitionTime"] = format_time(now)
+            checks.append(entry)
+        status["admissionChecks"] = checks
+        if update.cluster_name is not None:
+            status["clusterName"] = update.cluster_name
+        if update.clear_nominated:
+            status["nominatedClusterNames"] = None
+        if update.admitted is not None:
+            # The list is replaced whole; the resourceVersion guards what it was built from.
+            status.update(admitted_patch(local, admitted=update.admitted, now=now)["status"])
+    if nominate is not None and "nominatedClusterNames" not in status:
+        status["nominatedClusterNames"] = nominate or None
+    return status_patch(local, status)
 
 
 def awaiting_dispatch(wl: Workload, check_name: str) -> bool:
@@ -186,7 +227,7 @@ def awaiting_dispatch(wl: Workload, check_name: str) -> bool:
         and check.state == "Pending"
         and has_quota_reservation(wl)
         and not (status and status.cluster_name)
-        and not is_condition_true(_conditions(wl), c.EVICTED)
+        and not is_evicted(wl)
         and _other_checks_ready(wl, check_name)
     )
 
@@ -212,7 +253,7 @@ def made_for_this_round(made_for: str | None, local: Workload, check: AdmissionC
     current = dispatch_round(local, check)
     if made_for == current:
         return True
-    if is_condition_true(_conditions(local), c.EVICTED):
+    if is_evicted(local):
         return made_for.partition("/")[0] == current.partition("/")[0]
     return False
 
@@ -258,11 +299,11 @@ def plan_workload(inputs: WorkloadInputs) -> Plan:
         return plan
 
     conditions = _conditions(local)
-    local_evicted = is_condition_true(conditions, c.EVICTED)
+    local_evicted = is_evicted(local)
     cluster_name = local.status.cluster_name if local.status else None
 
     # 3a. Finished here: no copy may stay anywhere.
-    finished_here = is_condition_true(conditions, c.FINISHED)
+    finished_here = is_finished(local)
     # 3b. A copy whose Job finished finishes the manager Workload, whatever its reservation,
     #     eviction or dispatch round: a finished Job is never run again (kfed orders this
     #     before Kueue's no-quota rule, so an eviction racing the finish cannot delete the
@@ -311,13 +352,13 @@ def plan_workload(inputs: WorkloadInputs) -> Plan:
         if local_evicted:
             # The worker Job's stopping status comes back from an evicted copy whose worker
             # holds our Job (a copy evicted while its worker was cut off may have none).
-            evicted_on = sorted(cl for cl, copy in unblocked.items() if is_condition_true(_conditions(copy), c.EVICTED))
+            evicted_on = sorted(cl for cl, copy in unblocked.items() if is_evicted(copy))
             plan.sync_job = next((cl for cl in evicted_on if cl in inputs.remote_jobs), cluster)
             # Another copy of this round may still be admitted (its worker was cut off while
             # the Workload moved on): its agent may start the Job, and the manager keeps the
             # quota while it may (`may_still_run_on`), so it is asked to stop too.
             for other in sorted(unblocked):
-                if other != cluster and is_condition_true(_conditions(unblocked[other]), c.ADMITTED):
+                if other != cluster and is_admitted(unblocked[other]):
                     plan.deactivate = plan.deactivate or _stop_request(conditions, other, unblocked[other])
             return plan
         if check.state == "Ready":
@@ -402,7 +443,7 @@ def plan_workload(inputs: WorkloadInputs) -> Plan:
     #     quota), and no worker has reserved quota for a copy: the check asks for a retry, which
     #     gives the manager's quota back, and the scheduler refuses it the same way until a
     #     worker's queues change (kfed; Kueue would hold the quota).
-    if inputs.never_fits and not any(is_condition_true(_conditions(copy), c.QUOTA_RESERVED) for copy in remotes.values()):
+    if inputs.never_fits and not any(is_quota_reserved(copy) for copy in remotes.values()):
         plan.delete += [cluster for cluster in sorted(remotes) if cluster not in plan.delete]
         plan.check = CheckUpdate("Retry", inputs.never_fits[:MAX_MESSAGE])
         plan.events.append(("Warning", plan.check.message))

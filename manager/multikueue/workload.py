@@ -22,12 +22,8 @@ from typing import Any
 from manager.api import constants as c
 from manager.api import kueue
 from manager.api.meta import (
-    MAX_CONDITION_MESSAGE,
-    Condition,
     OwnerReference,
     Resource,
-    format_time,
-    set_condition,
     utcnow,
 )
 from manager.controllers.caches import Caches
@@ -38,15 +34,18 @@ from manager.engine.integrations.registry import BATCH_JOB
 from manager.engine.requests import RequestError
 from manager.engine.units import FlavorResource
 from manager.engine.workload import (
-    DEACTIVATION_TARGET,
+    Patch,
     WorkloadInfo,
     admission_check_state,
     admission_from_status,
     check_states,
+    deactivation_patch,
+    finish_patch,
     has_quota_reservation,
     is_admitted,
     is_multikueue_controller,
     multikueue_check_name,
+    status_patch,
     usage_of,
 )
 from manager.kube.client import JSON_PATCH, KubeClient
@@ -63,6 +62,7 @@ from manager.multikueue.plan import (
     Plan,
     WorkloadInputs,
     awaiting_dispatch,
+    check_patch,
     incremental_nomination,
     may_still_run_on,
     plan_workload,
@@ -510,7 +510,7 @@ class WorkloadController:
         )
         if wider is None:
             return False
-        await self._patch_local(local, {"nominatedClusterNames": wider})
+        await self._patch_local(local, status_patch(local, {"nominatedClusterNames": wider}))
         self.round_started[local.key] = now
         return True
 
@@ -551,7 +551,8 @@ class WorkloadController:
             log.info("the worker that ran the job is lost; its pods count as gone", extra={"key": key})
             await self._stop_local_job(adapter, job)
         if plan.finish is not None:
-            await self._finish(local, *plan.finish)
+            reason, message = plan.finish
+            await self._patch_local(local, finish_patch(local, reason=reason, message=message, now=self.clock()))
             return None
         for cluster in plan.create:
             if await self._create_remote(connected[cluster], key, local, check_name):
@@ -638,17 +639,7 @@ class WorkloadController:
         copy = remote.workload(key)
         if copy is None or remote.client is None:
             return
-        old = copy.status.conditions if copy.status else None
-        target = Condition(
-            type=DEACTIVATION_TARGET,
-            status="True",
-            reason=REASON_EVICTED_ON_MANAGER,
-            message=message,
-            last_transition_time=self.clock(),
-            observed_generation=copy.metadata.generation,
-        )
-        conditions = [cond.to_dict() for cond in old or [] if cond.type != DEACTIVATION_TARGET] + [target.to_dict()]
-        patch = {"metadata": {"resourceVersion": copy.metadata.resource_version}, "status": {"conditions": conditions}}
+        patch = deactivation_patch(copy, reason=REASON_EVICTED_ON_MANAGER, message=message, now=self.clock())
         await remote.client.patch(kueue.Workload, copy.name, patch, namespace=copy.namespace, subresource="status")
 
     async def _sync_job(
@@ -702,18 +693,8 @@ class WorkloadController:
             await self.client.patch(adapter.model, job.name, adapter.lost_pods_status(job), namespace=job.namespace, subresource="status")
 
     # --- writes on the manager ---------------------------------------------------------------------
-    async def _patch_local(self, local: kueue.Workload, status: dict[str, Any]) -> kueue.Workload:
-        patch = {"metadata": {"resourceVersion": local.metadata.resource_version}, "status": status}
+    async def _patch_local(self, local: kueue.Workload, patch: Patch) -> kueue.Workload:
         return await self.client.patch(kueue.Workload, local.name, patch, namespace=local.namespace, subresource="status")
-
-    async def _finish(self, local: kueue.Workload, reason: str, message: str) -> None:
-        """Kueue's workloadfinish.Finish with the worker's reason and message."""
-        old = local.status.conditions if local.status else None
-        cond = Condition(
-            type=c.FINISHED, status="True", reason=reason, message=message[:MAX_CONDITION_MESSAGE], last_transition_time=self.clock()
-        )
-        conditions = [x.to_dict() for x in old or [] if x.type != c.FINISHED] + [cond.to_dict()]
-        await self._patch_local(local, {"conditions": conditions})
 
     @staticmethod
     def _log_check(key: str, plan: Plan) -> None:
@@ -722,34 +703,9 @@ class WorkloadController:
 
     async def _write_check(self, local: kueue.Workload, check_name: str, plan: Plan) -> kueue.Workload:
         """Write the plan's check update and nomination; returns the Workload as written."""
-        status: dict[str, Any] = {}
-        update = plan.check
-        if update is not None:
-            now = self.clock()
-            checks = []
-            for check in (local.status.admission_checks if local.status else None) or []:
-                entry = check.to_dict()
-                if check.name == check_name:
-                    entry["state"] = update.state
-                    entry["message"] = update.message
-                    if check.state != update.state or update.state in ("Ready", "Retry"):
-                        entry["lastTransitionTime"] = format_time(now)
-                checks.append(entry)
-            status["admissionChecks"] = checks
-            if update.cluster_name is not None:
-                status["clusterName"] = update.cluster_name
-            if update.clear_nominated:
-                status["nominatedClusterNames"] = None
-            if update.admitted is not None:
-                state, reason, message = update.admitted
-                admitted = Condition(type=c.ADMITTED, status=state, reason=reason, message=message)
-                # The list is replaced whole; the resourceVersion guards what it was built from.
-                conditions = set_condition(local.status.conditions if local.status else None, admitted, now=now)
-                status["conditions"] = [cond.to_dict() for cond in conditions]
-        if plan.nominate is not None and "nominatedClusterNames" not in status:
-            status["nominatedClusterNames"] = plan.nominate or None
-        written = await self._patch_local(local, status)
-        if update is not None and update.admitted is not None and self.on_admitted is not None:
+        patch = check_patch(local, check_name=check_name, update=plan.check, nominate=plan.nominate, now=self.clock())
+        written = await self._patch_local(local, patch)
+        if plan.check is not None and plan.check.admitted is not None and self.on_admitted is not None:
             try:
                 self.on_admitted(local, written)
             except Exception:  # the admission is written: the rest of the pass (its Job) must go on
