@@ -141,7 +141,9 @@ def widen_incrementally(
 ) -> tuple[list[str] | None, DispatchState]:
     """Kueue's Incremental dispatcher (its own controller there) for a Workload waiting for a
     winner: the wider nomination to write now, or None. Its round ends once the check leaves
-    Pending, the quota goes or a winner is recorded."""
+    Pending, the quota goes or a winner is recorded. A new round begins only once the wider
+    nomination is written (`DispatchState.round_began`): a write lost to a race widens again
+    on the next pass, not a round later."""
     check = admission_check_state(local, check_name)
     status = local.status
     if check is None or check.state != "Pending" or not has_quota_reservation(local) or (status and status.cluster_name):
@@ -149,9 +151,7 @@ def widen_incrementally(
     wider = incremental_nomination(
         config_clusters=config_clusters, nominated=_nominated(local), step=step, round_started=state.round_started, now=now
     )
-    if wider is None:
-        return None, state
-    return wider, dataclasses.replace(state, round_started=now)
+    return wider, state
 
 
 # --- the refusal -----------------------------------------------------------------------------------
