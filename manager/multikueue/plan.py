@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -299,6 +299,7 @@ class _Group:
 
     inputs: WorkloadInputs
     check: AdmissionCheckState
+    _: KW_ONLY
     available: list[str]  # the connected workers, in the MultiKueueConfig's order
     remotes: dict[str, Workload]
     local_evicted: bool
@@ -391,7 +392,14 @@ def _read_group(inputs: WorkloadInputs) -> _Group | None:
     available = [cl.name for cl in inputs.clusters if cl.connected]
     remotes = {name: wl for name, wl in inputs.remotes.items() if name in available}
     status = inputs.local.status
-    return _Group(inputs, check, available, remotes, is_evicted(inputs.local), status.cluster_name if status else None)
+    return _Group(
+        inputs,
+        check,
+        available=available,
+        remotes=remotes,
+        local_evicted=is_evicted(inputs.local),
+        cluster_name=status.cluster_name if status else None,
+    )
 
 
 def _reconcile_group(group: _Group, plan: Plan, *, refusal: str | None, placement: Choice | None) -> None:

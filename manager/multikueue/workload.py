@@ -333,7 +333,7 @@ class WorkloadController:
             step=self.settings.step_size,
             admission_timeout=self.settings.admission_timeout,
             dispatch=self.dispatch.get(key, FORGOTTEN),
-            workers=_Workers(self, key, check_name),
+            workers=_Workers(self, key, check_name=check_name),
             deleted=deleted,
             owner_kind=owner_kind(owner) if owner is not None else None,
             multikueue_kinds=self.caches.registry.multikueue_kinds,
@@ -591,6 +591,7 @@ class _Workers:
 
     controller: WorkloadController
     key: str
+    _: KW_ONLY
     check_name: str
 
     def quotas(self, worker: str) -> WorkerQuotas | None:
