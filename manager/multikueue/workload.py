@@ -444,11 +444,6 @@ class WorkloadController:
         return Result(requeue_after=requeue) if requeue is not None else None
 
     # --- writes on workers -------------------------------------------------------------------------
-    async def _delete_everywhere(self, key: str, connected: dict[str, RemoteCluster], remotes: dict[str, kueue.Workload]) -> None:
-        for name, remote in connected.items():
-            if name in remotes or remote.jobs_for(key):
-                await self._remove_remote(remote, key)
-
     async def _remove_remote(self, remote: RemoteCluster, key: str) -> None:
         """Our job first (only if it carries our origin: the cache holds nothing else), then the
         copy, its finalizer removed first (Kueue does the same)."""
