@@ -98,6 +98,25 @@ class Workers(Protocol):
         Workload shape until a worker's queue specs or connection change)."""
 
 
+class _NoWorkers:
+    """Workers nothing is known of: no queues, no copies, no refusal."""
+
+    def quotas(self, worker: str) -> WorkerQuotas | None:
+        return None
+
+    def in_flight(self, worker: str) -> Usages:
+        return ()
+
+    def reserved(self, worker: str) -> Usages:
+        return ()
+
+    def never_fits(self, info: WorkloadInfo) -> str | None:
+        return None
+
+
+NO_WORKERS: Workers = _NoWorkers()
+
+
 def _other_checks_ready(wl: Workload, name: str) -> bool:
     return all(check.state == "Ready" for check in (wl.status.admission_checks if wl.status else None) or [] if check.name != name)
 

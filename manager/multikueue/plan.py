@@ -30,7 +30,6 @@ from manager.engine.integrations.registry import BATCH_JOB
 from manager.engine.workload import (
     DEACTIVATION_TARGET,
     Patch,
-    WorkloadInfo,
     admission_check_state,
     admitted_condition,
     admitted_patch,
@@ -41,12 +40,12 @@ from manager.engine.workload import (
     is_quota_reserved,
     status_patch,
 )
-from manager.multikueue.capacity import Choice, WorkerQuotas
+from manager.multikueue.capacity import Choice
 from manager.multikueue.dispatch import (
     FORGOTTEN,
+    NO_WORKERS,
     Candidate,
     DispatchState,
-    Usages,
     Workers,
     awaiting_dispatch,
     look_again_in,
@@ -85,25 +84,6 @@ class ClusterHealth:
     connected: bool
     lost_since: datetime | None = None  # the first disconnect, kept across failed reconnects
     accepts_new: bool = True  # False: its admission agent is down; it keeps what it has, gets no new copy
-
-
-class _NoWorkers:
-    """Workers nothing is known of: no queues, no copies, no refusal."""
-
-    def quotas(self, worker: str) -> WorkerQuotas | None:
-        return None
-
-    def in_flight(self, worker: str) -> Usages:
-        return ()
-
-    def reserved(self, worker: str) -> Usages:
-        return ()
-
-    def never_fits(self, info: WorkloadInfo) -> str | None:
-        return None
-
-
-NO_WORKERS: Workers = _NoWorkers()
 
 
 @dataclass(frozen=True)
