@@ -16,7 +16,7 @@ from typing import Any
 from manager.api import constants as c
 from manager.api import kueue
 from manager.api.core import Job
-from manager.api.meta import find_condition, is_condition_true
+from manager.api.meta import find_condition
 from manager.cli import views
 from manager.cli.fleet import (
     JOB_KINDS,
@@ -48,6 +48,7 @@ from manager.engine.workload import (
     has_quota_reservation,
     is_admitted,
     is_finished,
+    is_preempted,
     misconfiguration,
     multikueue_check_name,
     workload_priority,
@@ -413,7 +414,7 @@ async def cmd_explain(args: argparse.Namespace) -> int:
             return 0
         checks = {ac.name: ac for ac in (await client.list(kueue.AdmissionCheck)).items}
         lqs = {lq.key: lq for lq in (await client.list(kueue.LocalQueue, namespace=namespace)).items}
-        preempted = is_condition_true(wl.status.conditions if wl.status else None, c.PREEMPTED)
+        preempted = is_preempted(wl)
         everyone = (await client.list(kueue.Workload)).items if preempted or not wl.status or not wl.status.admission else []
         view = views.job_views([wl], checks=checks, local_queues=lqs, known=everyone)[0]
         cq = None

@@ -23,12 +23,12 @@ from manager.api import constants as c
 from manager.api import kueue
 from manager.api.core import Job, Namespace, Secret
 from manager.api.manifest import ManifestError, object_documents, queue_label_errors
-from manager.api.meta import Resource, is_condition_true, utcnow
+from manager.api.meta import Resource, utcnow
 from manager.cli import views
 from manager.engine.integrations.registry import ADAPTERS
 from manager.engine.jobs import job_queue_name
 from manager.engine.selectors import selector_matches
-from manager.engine.workload import controller_owner
+from manager.engine.workload import controller_owner, is_preempted
 from manager.kube.client import KubeClient, KubeconfigError
 from manager.kube.errors import KubeError, NotFoundError
 from manager.multikueue.kubeconfig import REASON_BAD, KubeconfigRejectedError, parse_kubeconfig
@@ -153,7 +153,7 @@ async def read_manager(client: KubeClient, namespace: str | None) -> dict[str, A
         _optional(client.list(kueue.MultiKueueCluster)),
     )
     known = workloads.items
-    if namespace is not None and any(is_condition_true(w.status.conditions if w.status else None, c.PREEMPTED) for w in known):
+    if namespace is not None and any(is_preempted(w) for w in known):
         known = (await client.list(kueue.Workload)).items  # a preemptor may sit in another namespace
     return {
         "known": known,

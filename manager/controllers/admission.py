@@ -24,7 +24,7 @@ from manager.api import constants as c
 from manager.api import kueue
 from manager.api.config import Configuration
 from manager.api.core import Namespace
-from manager.api.meta import is_condition_true, newest_copy, older_resource_version, utcnow
+from manager.api.meta import newest_copy, older_resource_version, utcnow
 from manager.controllers.caches import Caches
 from manager.controllers.events import EventRecorder, InvolvedObject
 from manager.controllers.queue_metrics import (
@@ -39,9 +39,10 @@ from manager.controllers.queue_metrics import (
     record_write,
 )
 from manager.engine.scheduler import Refusal
-from manager.engine.state import AdmissionState, StatusWrite
+from manager.engine.state import AdmissionState
 from manager.engine.status import EventRecord, admitted_message, since_reservation
-from manager.engine.workload import DEACTIVATION_TARGET, conditions_of, is_active, is_finished
+from manager.engine.workload import has_deactivation_target, is_active, is_finished
+from manager.engine.writes import StatusWrite
 from manager.kube.client import KubeClient
 from manager.kube.errors import ConflictError, KubeError, NotFoundError
 from manager.kube.ratelimit import DEFERRABLE, REQUEST, TurnSemaphore
@@ -150,7 +151,7 @@ class AdmissionController:
 
     def _workload(self, wl: kueue.Workload) -> None:
         self.state.upsert_workload(wl, self.clock())
-        if is_active(wl) and is_condition_true(conditions_of(wl), DEACTIVATION_TARGET):
+        if is_active(wl) and has_deactivation_target(wl):
             self._deactivate.add(wl.key)
 
     def _observe_workload(self, kind: str, old: kueue.Workload | None, new: kueue.Workload | None) -> None:

@@ -18,10 +18,11 @@ from manager.engine.cache import ClusterQueueInfo
 from manager.engine.fairshare import dominant_resource_share
 from manager.engine.podsready import REASON_PODS_READY_TIMEOUT, timeout_cause
 from manager.engine.quota import QuotaNode
-from manager.engine.state import AdmissionState, StatusWrite
+from manager.engine.state import AdmissionState
 from manager.engine.status import cluster_queue_status, since_reservation
 from manager.engine.units import to_quantity
 from manager.engine.workload import eviction_labels, is_finished
+from manager.engine.writes import StatusWrite
 from manager.runtime.metrics import LocalQueueRef, Metrics, Sample
 
 # kueue_cluster_queue_status's statuses (Kueue's CQStatuses).

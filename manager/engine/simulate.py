@@ -29,8 +29,9 @@ from manager.engine.integrations.adapter import construct_workload
 from manager.engine.integrations.registry import BATCH_JOB
 from manager.engine.jobs import JobConversionError, job_queue_name
 from manager.engine.scheduler import CycleResult, Scheduler
-from manager.engine.state import AdmissionState, StatusWrite
+from manager.engine.state import AdmissionState
 from manager.engine.workload import WorkloadInfo, stable_uid
+from manager.engine.writes import StatusWrite
 
 DEFAULT_MAX_CYCLES = 10_000
 DEFAULT_EPOCH = datetime(2026, 1, 1, tzinfo=UTC)

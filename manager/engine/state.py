@@ -7,14 +7,14 @@ Objects come in through `upsert_*` and `delete_*`. `cycle(now)` runs one schedul
 with the engine, and `cluster_queue_status` / `local_queue_status` the queues' status.
 
 The engine assumes its own decisions (Kueue's "assume" in its cache): a workload admitted by
-a cycle holds its quota at once, while the status write is in flight. `write_failed` undoes
-the assumption when the write lost a race; the next object seen from the cluster decides.
+a cycle holds its quota at once, while the status write is in flight. The writes and their
+outcomes are `manager.engine.writes`'s part of the state; waitForPodsReady's timers are
+`manager.engine.deadlines`'s.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -22,63 +22,30 @@ from manager.api import constants as c
 from manager.api import kueue
 from manager.api.config import Configuration
 from manager.api.core import LimitRange, PriorityClass
-from manager.api.kueue import ClusterQueueStatus, LocalQueueStatus, Workload, WorkloadStatus
-from manager.api.meta import find_condition, is_condition_true, newest_copy, older_resource_version
+from manager.api.kueue import ClusterQueueStatus, LocalQueueStatus, Workload
+from manager.api.meta import is_condition_true
 from manager.engine.cache import Cache, CheckInfo
-from manager.engine.jobs import BACKOFF_FINISHED, requeued_on_release
+from manager.engine.deadlines import Deadlines
+from manager.engine.jobs import requeued_on_release
 from manager.engine.podsready import (
     REASON_PODS_READY_TIMEOUT,
-    REASON_REQUEUING_LIMIT_EXCEEDED,
-    REQUEUING_LIMIT_MESSAGE,
-    pods_ready_timeout,
-    requeue_after_timeout,
-    timeout_message,
 )
 from manager.engine.requests import RequestError, limit_range_defaults
 from manager.engine.scheduler import CycleResult, Refusal, Scheduler
-from manager.engine.status import (
-    EventRecord,
-    cluster_queue_status,
-    local_queue_statuses,
-    owned_conditions,
-    same_status,
-    status_events,
-    status_view,
-    workload_status,
-)
+from manager.engine.status import cluster_queue_status, local_queue_statuses, owned_conditions
 from manager.engine.workload import (
-    DEACTIVATION_TARGET,
     REASON_DEACTIVATED,
     REASON_PENDING_EVALUATION,
     WorkloadInfo,
     build_info,
-    conditions_of,
     controller_owner,
-    from_condition,
     has_quota_reservation,
     is_active,
     is_finished,
     reserved_eviction,
     workload_priority,
 )
-
-
-@dataclass
-class StatusWrite:
-    """A status patch for one Workload, with the resourceVersion it was computed from."""
-
-    key: str
-    namespace: str
-    name: str
-    resource_version: str
-    status: WorkloadStatus
-    admits: bool = False
-    events: list[EventRecord] = field(default_factory=list)  # to emit once the write succeeds
-    # It takes or gives back quota, or starts or stops work (see `moves_quota`): it goes before
-    # the writes that only say why a workload still waits.
-    moves_quota: bool = False
-    # The preemptor's ClusterQueue, for a write that evicts this workload to make room for it.
-    preempting_cq: str = ""
+from manager.engine.writes import WriteBookkeeping, older_than_held, take_admitted_as_written
 
 
 def _backoff_view(wl: Workload) -> tuple[object, ...]:
@@ -90,20 +57,7 @@ def _backoff_view(wl: Workload) -> tuple[object, ...]:
     return (requeued.status, requeued.reason) if requeued else None, state.requeue_at if state else None
 
 
-# Conditions whose turning True starts or stops work: the job starts on Admitted, the
-# eviction and deactivation follow from the others.
-_TURNS_WORK = (c.ADMITTED, c.EVICTED, DEACTIVATION_TARGET)
-
-
-def moves_quota(current: WorkloadStatus, desired: WorkloadStatus) -> bool:
-    """Whether a status write takes or gives back quota, or starts or stops work: it then goes
-    before the writes that only say why a workload still waits."""
-    if (current.admission is None) != (desired.admission is None):
-        return True
-    return any(is_condition_true(desired.conditions, kind) and not is_condition_true(current.conditions, kind) for kind in _TURNS_WORK)
-
-
-class AdmissionState:
+class AdmissionState(WriteBookkeeping, Deadlines):
     """Everything the admission side knows, built from a cluster's objects."""
 
     def __init__(
@@ -289,15 +243,7 @@ class AdmissionState:
         """A Workload as the cluster now has it."""
         key = wl.key
         old = self.infos.get(key)
-        if (
-            old is not None
-            and old.obj.metadata.uid == wl.metadata.uid
-            and older_resource_version(wl.metadata.resource_version, old.obj.metadata.resource_version)
-        ):
-            # A watch event can arrive after the answer to our own later write: taking it would
-            # undo that write here (a reservation given back, then handed out twice). After an
-            # etcd restore resource versions go back; Kubernetes asks every controller to be
-            # restarted then, and this one starts from what the cluster says.
+        if older_than_held(old, wl):
             return
         if wl.metadata.creation_timestamp is None:
             wl.metadata.creation_timestamp = now
@@ -350,32 +296,18 @@ class AdmissionState:
         self._check_reserved(info, now)
         self.dirty.add(info.key)
 
-    @staticmethod
-    def _take_admitted_as_written(info: WorkloadInfo) -> None:
-        """The MultiKueue check writes `Admitted` with its `Ready`, by the engine's own rule
-        (`admitted_condition`): where the engine now says the same, it takes the condition as
-        written, its time included (waitForPodsReady counts from it)."""
-        mine = info.conditions.get(c.ADMITTED)
-        written = find_condition(conditions_of(info.obj), c.ADMITTED)
-        if mine is None or written is None or written.last_transition_time is None:
-            return
-        # Not one left from an earlier admission (an eviction leaves Admitted True until its
-        # release is written, and the engine may have reserved again in memory by then). The
-        # API keeps whole seconds.
-        if info.reserved_at is not None and written.last_transition_time < info.reserved_at.replace(microsecond=0):
-            return
-        if (written.status, written.reason, written.message) == (mine.status, mine.reason, mine.message):
-            info.conditions[c.ADMITTED] = from_condition(written, default_time=mine.last_transition_time)
-
     def _check_reserved(self, info: WorkloadInfo, now: datetime) -> None:
         """Kueue's workload controller for a workload holding quota: sync Admitted with the
         checks, evict for a stop policy, a deactivation or a check asking for a retry."""
         before = info.conditions.get(c.ADMITTED)
         self.scheduler.sync_admitted(info, now)
-        self._take_admitted_as_written(info)
+        take_admitted_as_written(info)
         if info.conditions.get(c.ADMITTED) != before:
             self.dirty.add(info.key)
-        eviction = None if info.evicted else reserved_eviction(info, self.cache)
+        eviction = None
+        if not info.evicted:
+            cq_policy, lq_policy = self.cache.stop_policies(info)
+            eviction = reserved_eviction(info, cluster_queue_policy=cq_policy, local_queue_policy=lq_policy)
         if eviction is None and not info.evicted:
             eviction = self._pods_ready_eviction(info, now)
         elif eviction is not None and eviction[0].startswith(REASON_DEACTIVATED) and info.obj.status and info.obj.status.requeue_state:
@@ -385,62 +317,6 @@ class AdmissionState:
             self.dirty.add(info.key)
         if info.evicted and self.release_bare_evictions and not self._owned_by_controller(info):
             self.finish_eviction(info.key, now)
-
-    def _pods_ready_eviction(self, info: WorkloadInfo, now: datetime) -> tuple[str, str] | None:
-        """Kueue's workload controller with waitForPodsReady: an admitted workload whose pods
-        are not ready in time is evicted (PodsReadyTimeout) with its requeue state advanced,
-        or, past the requeuing limit, marked for deactivation (RequeuingLimitExceeded)."""
-        self.pods_ready_deadlines.pop(info.key, None)
-        config = self.config.pods_ready
-        if config is None or not info.active:
-            return None
-        timeout = pods_ready_timeout(
-            config, admitted=info.conditions.get(c.ADMITTED), pods_ready=info.conditions.get(c.PODS_READY), now=now
-        )
-        if timeout is None:
-            return None
-        _, remaining = timeout
-        if remaining.total_seconds() > 0:
-            self.pods_ready_deadlines[info.key] = now + remaining
-            return None
-        state = info.obj.status.requeue_state if info.obj.status else None
-        decision = requeue_after_timeout(
-            config, count=state.count if state else None, requeue_at=state.requeue_at if state else None, now=now, jitter=self.jitter
-        )
-        if decision.deactivate:
-            if not info.condition_true(DEACTIVATION_TARGET):
-                info.set_condition(DEACTIVATION_TARGET, "True", REASON_REQUEUING_LIMIT_EXCEEDED, REQUEUING_LIMIT_MESSAGE, now)
-                self.dirty.add(info.key)
-            return None
-        info.requeue_state_write = (kueue.RequeueState(count=decision.count, requeue_at=decision.requeue_at),)
-        info.requeue_at = decision.requeue_at
-        return REASON_PODS_READY_TIMEOUT, timeout_message(info.key)
-
-    def expire_pods_ready(self, now: datetime) -> None:
-        """Evict the admitted workloads whose PodsReady timeout ran out since they were last seen."""
-        due = [key for key, at in self.pods_ready_deadlines.items() if at <= now]
-        for key in due:
-            self.pods_ready_deadlines.pop(key, None)
-            info = self.infos.get(key)
-            if info is not None and info.reserved:
-                self._check_reserved(info, now)
-
-    def end_backoffs(self, now: datetime) -> None:
-        """Kueue's workload controller for the workloads released here: once the backoff ran
-        out, Requeued=True (BackoffFinished), requeueAt cleared, and queued again."""
-        due = [key for key, at in self.backoff_deadlines.items() if at <= now]
-        for key in due:
-            del self.backoff_deadlines[key]
-            info = self.infos.get(key)
-            requeued = info.conditions.get(c.REQUEUED) if info is not None else None
-            if info is None or info.reserved or requeued is None or requeued.reason != REASON_PODS_READY_TIMEOUT:
-                continue
-            info.set_condition(c.REQUEUED, "True", *BACKOFF_FINISHED, now)
-            count = info.obj.status.requeue_state.count if info.obj.status and info.obj.status.requeue_state else None
-            info.requeue_state_write = (kueue.RequeueState(count=count),)
-            info.requeue_at = None
-            self.scheduler.enqueue(info, now)
-            self.dirty.add(key)
 
     @staticmethod
     def _owned_by_controller(info: WorkloadInfo) -> bool:
@@ -507,76 +383,6 @@ class AdmissionState:
         # Heads examined this cycle may have a new Pending message.
         self.dirty.update(result.touched)
         return result
-
-    def redo(self, key: str) -> None:
-        """Flush this workload again (its write was held back behind one still in flight), even
-        though its engine view has not changed since."""
-        info = self.infos.get(key)
-        if info is not None:
-            info.flushed_view = None
-        self.dirty.add(key)
-
-    def write_succeeded(self, write: StatusWrite, stored: Workload) -> None:
-        info = self.infos.get(write.key)
-        if info is None:
-            return
-        info.obj = newest_copy(stored, info.obj) or stored  # a newer event may have come first
-        info.check_resets.clear()
-        info.reset_nomination = False
-        info.requeue_state_write = None
-        if write.admits:
-            self.assumed.discard(write.key)
-
-    def held_copy(self, key: str) -> Workload | None:
-        """The newest copy of a Workload this state knows (from a watch event or our own write)."""
-        info = self.infos.get(key)
-        return info.obj if info is not None else None
-
-    def write_failed(self, write: StatusWrite, now: datetime, latest: Workload | None) -> None:
-        """The write lost a race (or the object is gone, `latest` None): forget what we assumed
-        (its quota goes back and parked workloads get another try), then start again from the
-        newer of `latest` and the copy held, never from an older one."""
-        held = self.held_copy(write.key)
-        self._remove(write.key)
-        if latest is not None:
-            self.upsert_workload(newest_copy(latest, held) or latest, now)
-
-    # --- output ----------------------------------------------------------------------------------------
-    def flush(self, now: datetime) -> list[StatusWrite]:
-        """Status writes (and their Events) for every workload whose engine view differs from the cluster's."""
-        out = []
-        for key in sorted(self.dirty):
-            info = self.infos.get(key)
-            if info is None:
-                continue
-            # Most dirty workloads are heads that failed again the same way; building their
-            # status only to find it unchanged was the manager's largest cost with many pending.
-            view = status_view(info)
-            if info.flushed_view is not None and info.flushed_view[0] is view[0] and info.flushed_view[1:] == view[1:]:
-                continue
-            info.flushed_view = view
-            desired = workload_status(info, now=now)
-            current = info.obj.status or WorkloadStatus()
-            if same_status(current, desired):
-                continue
-            admits = key in self.assumed
-            events = status_events(info, current, desired, now=now)
-            rv = info.obj.metadata.resource_version or ""
-            out.append(
-                StatusWrite(
-                    key,
-                    info.namespace,
-                    info.name,
-                    rv,
-                    desired,
-                    admits=admits,
-                    events=events,
-                    moves_quota=admits or moves_quota(current, desired),
-                    preempting_cq=info.preempted_by,
-                )
-            )
-        self.dirty.clear()
-        return out
 
     def cluster_queue_status(self, name: str, now: datetime) -> ClusterQueueStatus | None:
         cq = self.cache.cluster_queues.get(name)

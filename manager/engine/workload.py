@@ -12,18 +12,25 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeGuard, cast
+from typing import Any, Literal, Protocol, TypeGuard, cast
 
 from manager.api import constants as c
 from manager.api.config import Configuration
 from manager.api.core import PriorityClass
 from manager.api.kueue import AdmissionCheck, AdmissionCheckState, RequeueState, Workload, WorkloadPriorityClass
-from manager.api.meta import MAX_CONDITION_MESSAGE, Condition, OwnerReference, Toleration, is_condition_true, transition_time
+from manager.api.meta import (
+    MAX_CONDITION_MESSAGE,
+    Condition,
+    OwnerReference,
+    Toleration,
+    find_condition,
+    is_condition_true,
+    set_condition,
+    transition_time,
+)
+from manager.engine.jobs import admitted_without_reservation, requeued_on_release
 from manager.engine.requests import LimitRangeDefaults, Requests, pod_requests, transform
 from manager.engine.units import FlavorResource, amount
-
-if TYPE_CHECKING:
-    from manager.engine.cache import Cache
 
 # Condition reasons Kueue writes (workload_types.go).
 REASON_QUOTA_RESERVED = "QuotaReserved"
@@ -42,6 +49,8 @@ REASON_CQ_STOPPED = "ClusterQueueStopped"
 REASON_LQ_STOPPED = "LocalQueueStopped"
 REASON_DEACTIVATED = "Deactivated"
 REASON_ADMISSION_CHECK = "AdmissionCheck"
+# The job reconciler's QuotaReserved reason when an evicted job's quota is given back.
+REASON_PENDING = "Pending"
 # A condition another controller sets to ask Kueue's workload controller to deactivate a
 # Workload (the MultiKueue manager does, for a copy it evicted); the eviction consumes it.
 DEACTIVATION_TARGET = "DeactivationTarget"
@@ -357,12 +366,31 @@ def has_quota_reservation(wl: Workload) -> bool:
     return wl.status is not None and wl.status.admission is not None and is_condition_true(wl.status.conditions, c.QUOTA_RESERVED)
 
 
+def is_quota_reserved(wl: Workload) -> bool:
+    """The QuotaReserved condition alone, as a worker's copy says it (has_quota_reservation also
+    asks for the admission the manager's own Workload holds)."""
+    return is_condition_true(conditions_of(wl), c.QUOTA_RESERVED)
+
+
 def is_admitted(wl: Workload) -> bool:
     return is_condition_true(conditions_of(wl), c.ADMITTED)
 
 
 def is_finished(wl: Workload) -> bool:
     return is_condition_true(conditions_of(wl), c.FINISHED)
+
+
+def is_evicted(wl: Workload) -> bool:
+    return is_condition_true(conditions_of(wl), c.EVICTED)
+
+
+def is_preempted(wl: Workload) -> bool:
+    return is_condition_true(conditions_of(wl), c.PREEMPTED)
+
+
+def has_deactivation_target(wl: Workload) -> bool:
+    """Whether another controller asked Kueue's workload controller to deactivate it."""
+    return is_condition_true(conditions_of(wl), DEACTIVATION_TARGET)
 
 
 def is_active(wl: Workload) -> bool:
@@ -437,6 +465,93 @@ def multikueue_check_state(wl: Workload, checks: AdmissionChecks) -> AdmissionCh
     return states[name] if name is not None else None
 
 
+# --- the condition writes (Kueue's pkg/workload setters) ---------------------------------------------
+# Every writer of a Workload's conditions builds its patch here: a merge patch of the status,
+# guarded by the resourceVersion it was computed from (a stale view ends in a conflict and a new
+# plan), each condition set as Kubernetes' SetStatusCondition does (`set_condition`).
+Patch = dict[str, Any]
+
+
+def status_patch(wl: Workload, status: dict[str, Any]) -> Patch:
+    """A merge patch of the Workload's status, guarded by the resourceVersion it was read at."""
+    return {"metadata": {"resourceVersion": wl.metadata.resource_version}, "status": status}
+
+
+def _set_conditions(wl: Workload, now: datetime, *new: Condition) -> list[dict[str, Any]]:
+    """The Workload's conditions with each of `new` set (the whole list: a merge patch replaces it)."""
+    conditions = conditions_of(wl)
+    for cond in new:
+        conditions = set_condition(conditions, cond, now=now)
+    return [cond.to_dict() for cond in conditions or []]
+
+
+def _condition(kind: str, status: str, reason: str, message: str) -> Condition:
+    return Condition(type=kind, status=status, reason=reason, message=message[:MAX_CONDITION_MESSAGE])
+
+
+def finish_patch(wl: Workload, *, reason: str, message: str, now: datetime) -> Patch:
+    """Kueue's workload.SetFinishedCondition: Finished=True with the job's reason and message
+    (the job reconciler's, or the worker's copy's for MultiKueue's workloadfinish)."""
+    return status_patch(wl, {"conditions": _set_conditions(wl, now, _condition(c.FINISHED, "True", reason, message))})
+
+
+def requeue_patch(wl: Workload, *, reason: str, message: str, now: datetime) -> Patch:
+    """Kueue's workload controller: Requeued=False turns True once the workload may be queued
+    again (reactivated, or its backoff ran out); requeueAt is cleared once the backoff ran out."""
+    status: dict[str, Any] = {"conditions": _set_conditions(wl, now, _condition(c.REQUEUED, "True", reason, message))}
+    state = wl.status.requeue_state if wl.status else None
+    if state is not None and state.requeue_at is not None:
+        status["requeueState"] = {"requeueAt": None}
+    return status_patch(wl, status)
+
+
+def release_patch(wl: Workload, *, now: datetime) -> Patch:
+    """Kueue's UnsetQuotaReservationWithCondition once an evicted job has stopped: the quota
+    goes back, with Requeued naming the eviction: True after a preemption or node failures,
+    False after anything else (`requeued_on_release`)."""
+    evicted = find_condition(conditions_of(wl), c.EVICTED)
+    message = evicted.message if evicted is not None else "The workload was evicted"
+    reason = evicted.reason if evicted is not None else REASON_PENDING
+    admitted_reason, admitted_message = admitted_without_reservation(wl)
+    status: dict[str, Any] = {
+        "admission": None,
+        "conditions": _set_conditions(
+            wl,
+            now,
+            _condition(c.QUOTA_RESERVED, "False", REASON_PENDING, message),
+            _condition(c.ADMITTED, "False", admitted_reason, admitted_message),
+            _condition(c.REQUEUED, "True" if requeued_on_release(reason) else "False", reason, message),
+        ),
+    }
+    admitted = find_condition(conditions_of(wl), c.ADMITTED)
+    if admitted is not None and admitted.status == "True" and admitted.last_transition_time is not None:
+        # Kueue's SyncAdmittedCondition: the time it ran counts into its past execution time.
+        ran = int((now - admitted.last_transition_time).total_seconds())
+        before = (wl.status.accumulated_past_execution_time_seconds if wl.status else None) or 0
+        status["accumulatedPastExecutionTimeSeconds"] = before + ran
+    return status_patch(wl, status)
+
+
+def deactivation_patch(wl: Workload, *, reason: str, message: str, now: datetime) -> Patch:
+    """Kueue's SetDeactivationTarget: asks the Workload's own workload controller to deactivate
+    it (MultiKueue asks so of a worker's copy, whose worker then evicts it and stops its Job)."""
+    target = _condition(DEACTIVATION_TARGET, "True", reason, message).model_copy(update={"observed_generation": wl.metadata.generation})
+    return status_patch(wl, {"conditions": _set_conditions(wl, now, target)})
+
+
+def pods_ready_patch(wl: Workload, *, pods_ready: tuple[str, str, str], now: datetime) -> Patch:
+    """The job reconciler's PodsReady condition (status, reason, message; `pods_ready_condition`'s
+    rule) with waitForPodsReady."""
+    return status_patch(wl, {"conditions": _set_conditions(wl, now, _condition(c.PODS_READY, *pods_ready))})
+
+
+def admitted_patch(wl: Workload, *, admitted: tuple[str, str, str], now: datetime) -> Patch:
+    """Kueue's SyncAdmittedCondition written by another writer: the Admitted condition
+    (status, reason, message; `admitted_condition`'s rule), as the MultiKueue check writes it
+    with its own Ready."""
+    return status_patch(wl, {"conditions": _set_conditions(wl, now, _condition(c.ADMITTED, *admitted))})
+
+
 # --- why Kueue cannot queue a workload ------------------------------------------------------------------
 # Its Misconfigured messages, written by the engine and recognised by `kfed explain` (on the
 # manager, and on workers running kfed or upstream Kueue, which write the same).
@@ -502,26 +617,24 @@ def eviction_labels(reason: str) -> tuple[str, str]:
     return reason, ""
 
 
-def stop_policy_eviction(info: WorkloadInfo, cache: Cache) -> tuple[str, str] | None:
+def stop_policy_eviction(info: WorkloadInfo, *, cluster_queue_policy: str, local_queue_policy: str) -> tuple[str, str] | None:
     """(reason, message) when a stop policy evicts this reserved workload: HoldAndDrain evicts
-    everything; Hold only reservations still waiting for their admission checks."""
-    cq = cache.cluster_queues.get(info.admission_cq)
-    lq = cache.local_queues.get(f"{info.namespace}/{info.queue_name}")
-    lq_policy = (lq.spec.stop_policy if lq else None) or "None"
+    everything; Hold only reservations still waiting for their admission checks. The policies
+    are its ClusterQueue's and LocalQueue's ("None" for a queue that is not there)."""
     admitted = info.condition_true(c.ADMITTED)
     for policy, reason, message in (
-        (cq.stop_policy if cq else "None", REASON_CQ_STOPPED, "The ClusterQueue is stopped"),
-        (lq_policy, REASON_LQ_STOPPED, "The LocalQueue is stopped"),
+        (cluster_queue_policy, REASON_CQ_STOPPED, "The ClusterQueue is stopped"),
+        (local_queue_policy, REASON_LQ_STOPPED, "The LocalQueue is stopped"),
     ):
         if policy == "HoldAndDrain" or (policy == "Hold" and not admitted):
             return reason, message
     return None
 
 
-def reserved_eviction(info: WorkloadInfo, cache: Cache) -> tuple[str, str] | None:
+def reserved_eviction(info: WorkloadInfo, *, cluster_queue_policy: str, local_queue_policy: str) -> tuple[str, str] | None:
     """(reason, message) when Kueue's workload controller evicts a workload holding quota: a
     stop policy first, then a deactivation, then an admission check asking for a retry."""
-    eviction = stop_policy_eviction(info, cache)
+    eviction = stop_policy_eviction(info, cluster_queue_policy=cluster_queue_policy, local_queue_policy=local_queue_policy)
     if eviction is None and not info.active:
         eviction = deactivation_eviction(info)
     if eviction is None and any(state == "Retry" for state in info.checks.values()):

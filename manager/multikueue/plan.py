@@ -1,12 +1,16 @@
-"""What MultiKueue does with one manager Workload, given its remote copies and the health of
-each worker (pure). This is Kueue's MultiKueue workload reconciler, rule by rule, in Kueue's
-order: finished, evicted, spec drift, admitted or lost, then nomination; kfed checks for a
-copy whose Job finished first of all, so that no eviction can start a finished Job again. The shell
-(`manager.multikueue.workload`) reads caches, calls `plan_workload`, and carries the plan out
-in the order its fields are listed.
+"""What MultiKueue does with one manager Workload, given its remote copies, the health of
+each worker and what the controller remembers of it (pure). This is Kueue's MultiKueue
+workload reconciler (reconcileGroup), step by step in Kueue's order: finished, evicted, spec
+drift, the admitting remote (syncAdmittingRemoteState), then nomination
+(nominateAndSynchronizeWorkers); kfed checks for a copy whose Job finished first of all, so
+that no eviction can start a finished Job again. Before those steps the dispatch rules
+(`manager.multikueue.dispatch`: the Incremental and capacity-aware dispatchers and the
+never-fits refusal) run and advance the Workload's `DispatchState`. The shell
+(`manager.multikueue.workload`) reads caches, calls `plan_workload`, stores the state it
+returns, and carries the plan out in the order its fields are listed.
 
-Also here: the Incremental dispatcher's next nomination, the garbage collector's choice of
-orphans, the AdmissionCheck's and the MultiKueueCluster's `Active` conditions, and the
+Also here: the manager Workload's check write (`check_patch`), the garbage collector's choice
+of orphans, the AdmissionCheck's and the MultiKueueCluster's `Active` conditions, and the
 reconnect backoff.
 """
 
@@ -14,17 +18,42 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from manager.api import constants as c
 from manager.api.kueue import AdmissionCheckState, Workload
-from manager.api.meta import DNS_LABEL_PATTERN, MAX_CONDITION_MESSAGE, Condition, Resource, find_condition, is_condition_true
+from manager.api.meta import DNS_LABEL_PATTERN, MAX_CONDITION_MESSAGE, Condition, Resource, find_condition, format_time
 from manager.engine.integrations.adapter import JobAdapter
 from manager.engine.integrations.registry import BATCH_JOB
-from manager.engine.workload import DEACTIVATION_TARGET, admission_check_state, admitted_condition, has_quota_reservation
+from manager.engine.workload import (
+    DEACTIVATION_TARGET,
+    Patch,
+    admission_check_state,
+    admitted_condition,
+    admitted_patch,
+    has_quota_reservation,
+    is_admitted,
+    is_evicted,
+    is_finished,
+    is_quota_reserved,
+    status_patch,
+)
 from manager.multikueue.capacity import Choice
+from manager.multikueue.dispatch import (
+    FORGOTTEN,
+    NO_WORKERS,
+    Candidate,
+    DispatchState,
+    Workers,
+    awaiting_dispatch,
+    look_again_in,
+    never_fits_refusal,
+    place,
+    widen_incrementally,
+)
+from manager.multikueue.settings import DEFAULT_ADMISSION_TIMEOUT, DEFAULT_STEP_SIZE
 
 REASON_MULTIKUEUE = "MultiKueue"
 # kfed's own mark on a copy: which reservation of the manager's Workload it was made for. A
@@ -39,7 +68,6 @@ WORKER_NAMESPACES_ANNOTATION = "kfed.dev/worker-namespaces"
 REASON_EVICTED_ON_MANAGER = "EvictedOnManagerCluster"
 JOB_ADAPTER_KIND = "batch/v1, Kind=Job"  # Kueue's GVK string of the batch Job, the adapter enabled by default
 SYNC_DEFERRED_REQUEUE = 2.0  # seconds: the manager Job is still suspended, try the status copy again
-INCREMENTAL_ROUND = timedelta(minutes=5)
 MAX_MESSAGE = MAX_CONDITION_MESSAGE
 
 # Fields a copy may differ in without being out of sync: gates are per cluster (Kueue), and
@@ -67,19 +95,19 @@ class WorkloadInputs:
     now: datetime
     worker_lost_timeout: timedelta
     dispatcher: str = c.DISPATCHER_ALL_AT_ONCE
-    # Capacity-aware dispatch: the nomination to make now (None: keep the current one).
-    placement: Choice | None = None
-    # MultiKueue's refusal for a Workload that holds quota (see `capacity.never_fits`): why no
-    # worker could ever admit it, or "".
-    never_fits: str = ""
+    step: int = DEFAULT_STEP_SIZE  # the Incremental dispatcher's
+    admission_timeout: timedelta = DEFAULT_ADMISSION_TIMEOUT  # the capacity-aware dispatcher's: a copy's time to be admitted
+    # What the controller remembers of this Workload (`DispatchState`: the dispatchers' state, and
+    # per worker why no copy could be made there or that a foreign Job holds the name), and what
+    # the dispatch rules read of the workers.
+    dispatch: DispatchState = FORGOTTEN
+    workers: Workers = field(default_factory=lambda: NO_WORKERS)
     deleted: bool = False
     owner_kind: str | None = JOB_ADAPTER_KIND  # the controller owner's GVK string; None: no owner
     # The GVK strings of the enabled kinds with a MultiKueue adapter (the shell asks the registry).
     multikueue_kinds: frozenset[str] = frozenset({JOB_ADAPTER_KIND})
     owner_managed_by: str | None = c.MULTIKUEUE_MANAGED_BY
     local_job_holds_quota: bool = False  # the manager's Job still counts pods (not `releasable`)
-    problems: Mapping[str, str] = field(default_factory=dict)  # per cluster: why a copy cannot be made there
-    blocked: Mapping[str, str] = field(default_factory=dict)  # per cluster: a foreign Job has the name
     remote_jobs: frozenset[str] = frozenset()  # connected clusters that hold our Job for this workload
 
 
@@ -112,6 +140,12 @@ class Plan:
     requeue_after: float | None = None
     admitted_on: str | None = None  # for metrics: the check became Ready here
     retried_on: str | None = None  # for metrics: a copy admitted here was lost or evicted
+    # What the controller remembers of the Workload from now on (stored before any write, so
+    # that the other Workloads' placement counts a copy as soon as it is chosen), and whether it
+    # forgets the Workload once the copies are deleted.
+    dispatch: DispatchState = FORGOTTEN
+    forget: bool = False
+    round_started: datetime | None = None  # with nominate: a new Incremental round, once that is written
 
 
 # --- small readers ---------------------------------------------------------------------------------
@@ -153,10 +187,6 @@ def _out_of_sync(wl: Workload) -> bool:
     return finished is not None and finished.reason == "OutOfSync"
 
 
-def _other_checks_ready(wl: Workload, name: str) -> bool:
-    return all(check.state == "Ready" for check in (wl.status.admission_checks if wl.status else None) or [] if check.name != name)
-
-
 def _stop_request(local_conditions: list[Condition] | None, cluster: str, copy: Workload) -> tuple[str, str] | None:
     """(cluster, message) asking that worker to evict its copy of a Workload evicted here (the
     copy's DeactivationTarget), or None when it was asked already."""
@@ -172,23 +202,36 @@ def _admitted_with_ready(wl: Workload, check_name: str) -> tuple[str, str, str] 
     and it does not say so already."""
     states = [check.state for check in (wl.status.admission_checks if wl.status else None) or [] if check.name != check_name]
     admitted = admitted_condition(reserved=has_quota_reservation(wl), check_states=[*states, "Ready"])
-    return admitted if admitted[0] == "True" and not is_condition_true(_conditions(wl), c.ADMITTED) else None
+    return admitted if admitted[0] == "True" and not is_admitted(wl) else None
 
 
-def awaiting_dispatch(wl: Workload, check_name: str) -> bool:
-    """Whether copies may be nominated for the Workload now: it holds quota on the manager, its
-    MultiKueue check is Pending with no winner recorded, no eviction is in progress, and every
-    other check is Ready. The planner and the capacity-aware dispatcher share this gate."""
-    check = admission_check_state(wl, check_name)
-    status = wl.status
-    return (
-        check is not None
-        and check.state == "Pending"
-        and has_quota_reservation(wl)
-        and not (status and status.cluster_name)
-        and not is_condition_true(_conditions(wl), c.EVICTED)
-        and _other_checks_ready(wl, check_name)
-    )
+def check_patch(local: Workload, *, check_name: str, update: CheckUpdate | None, nominate: list[str] | None, now: datetime) -> Patch:
+    """The manager Workload's status write for a plan's check update and nomination: the check's
+    state and message (its lastTransitionTime moves when the state does, and on every Ready and
+    Retry, as Kueue's SetAdmissionCheckState is called), the winner, the nomination, and the
+    Admitted condition a Ready brings (`admitted_patch`)."""
+    status: dict[str, Any] = {}
+    if update is not None:
+        checks = []
+        for check in (local.status.admission_checks if local.status else None) or []:
+            entry = check.to_dict()
+            if check.name == check_name:
+                entry["state"] = update.state
+                entry["message"] = update.message
+                if check.state != update.state or update.state in ("Ready", "Retry"):
+                    entry["lastTransitionTime"] = format_time(now)
+            checks.append(entry)
+        status["admissionChecks"] = checks
+        if update.cluster_name is not None:
+            status["clusterName"] = update.cluster_name
+        if update.clear_nominated:
+            status["nominatedClusterNames"] = None
+        if update.admitted is not None:
+            # The list is replaced whole; the resourceVersion guards what it was built from.
+            status.update(admitted_patch(local, admitted=update.admitted, now=now)["status"])
+    if nominate is not None and "nominatedClusterNames" not in status:
+        status["nominatedClusterNames"] = nominate or None
+    return status_patch(local, status)
 
 
 def dispatch_round(local: Workload, check: AdmissionCheckState | None) -> str:
@@ -212,7 +255,7 @@ def made_for_this_round(made_for: str | None, local: Workload, check: AdmissionC
     current = dispatch_round(local, check)
     if made_for == current:
         return True
-    if is_condition_true(_conditions(local), c.EVICTED):
+    if is_evicted(local):
         return made_for.partition("/")[0] == current.partition("/")[0]
     return False
 
@@ -229,208 +272,360 @@ def remote_copy(local: Workload, *, origin: str, check_name: str) -> dict[str, A
 
 
 # --- the workload planner --------------------------------------------------------------------------
+@dataclass
+class _Group:
+    """Kueue's wlGroup: the manager's Workload and its copies on the connected workers, as one
+    pass reads them. `remotes` loses the copies a step deletes or sets aside."""
+
+    inputs: WorkloadInputs
+    check: AdmissionCheckState
+    _: KW_ONLY
+    available: list[str]  # the connected workers, in the MultiKueueConfig's order
+    remotes: dict[str, Workload]
+    local_evicted: bool
+    cluster_name: str | None  # the winner recorded on the manager's Workload
+
+    @property
+    def local(self) -> Workload:
+        return self.inputs.local
+
+    @property
+    def blocked(self) -> Mapping[str, str]:
+        return self.inputs.dispatch.blocked
+
+
 def plan_workload(inputs: WorkloadInputs) -> Plan:
-    """Kueue's MultiKueue rules for one manager Workload (reference section 2.2)."""
-    plan = Plan()
-    local = inputs.local
-    check = admission_check_state(local, inputs.check_name)
-    if check is None or check.state == "Rejected":
-        return plan
-    available = [cl.name for cl in inputs.clusters if cl.connected]
-    unavailable = [cl for cl in inputs.clusters if not cl.connected]
-    remotes = {name: wl for name, wl in inputs.remotes.items() if name in available}
-
-    # 0. A deleted manager Workload takes its copies with it (unreachable workers: the GC's job).
+    """Kueue's MultiKueue rules for one manager Workload (reference section 2.2), with kfed's
+    dispatchers: the dispatch rules first (they keep their state whatever the rules below
+    decide), then Kueue's reconcileGroup, step by step."""
     if inputs.deleted:
-        plan.delete = sorted(remotes)
+        return _remove_with_the_workload(inputs)
+    plan = Plan(dispatch=inputs.dispatch)
+    if _dispatch_incrementally(inputs, plan):
         return plan
+    refusal = never_fits_refusal(inputs.local, check_name=inputs.check_name, workers=inputs.workers)
+    placement = None if refusal else _place(inputs, plan)
+    group = _read_group(inputs)
+    if group is not None:
+        _reconcile_group(group, plan, refusal=refusal, placement=placement)
+    due = look_again_in(plan.dispatch, now=inputs.now, admission_timeout=inputs.admission_timeout)
+    if due is not None:  # look again when the nominated worker's time is up
+        plan.requeue_after = due if plan.requeue_after is None else min(plan.requeue_after, due)
+    return plan
 
-    # Kueue's adapter lookup and managedBy check: a Job we cannot hand over is rejected.
+
+def _remove_with_the_workload(inputs: WorkloadInputs) -> Plan:
+    """A deleted manager Workload takes its copies and our Jobs on the connected workers with
+    it (unreachable workers: the GC's job), and is forgotten."""
+    available = {cl.name for cl in inputs.clusters if cl.connected}
+    reached = {name for name in inputs.remotes if name in available} | (inputs.remote_jobs & available)
+    return Plan(delete=sorted(reached), dispatch=FORGOTTEN, forget=True)
+
+
+def _dispatch_incrementally(inputs: WorkloadInputs, plan: Plan) -> bool:
+    """The Incremental dispatcher (Kueue runs it as its own controller): widen the nomination
+    by one step every round while nothing admits the workload. True: that write is the pass."""
+    if inputs.dispatcher != c.DISPATCHER_INCREMENTAL:
+        return False
+    wider, plan.dispatch = widen_incrementally(
+        inputs.local,
+        check_name=inputs.check_name,
+        state=plan.dispatch,
+        config_clusters=[cl.name for cl in inputs.clusters],
+        step=inputs.step,
+        now=inputs.now,
+    )
+    if wider is None:
+        return False
+    plan.nominate = wider
+    plan.round_started = inputs.now
+    return True
+
+
+def _place(inputs: WorkloadInputs, plan: Plan) -> Choice | None:
+    """The capacity-aware dispatcher's nomination (`place`), over the workers that may get a new copy."""
+    if inputs.dispatcher != c.DISPATCHER_CAPACITY_AWARE:
+        return None
+    blocked = inputs.dispatch.blocked
+    candidates = [
+        Candidate(cl.name, inputs.remotes.get(cl.name))
+        for cl in inputs.clusters
+        if cl.connected and cl.accepts_new and cl.name not in blocked
+    ]
+    placement, plan.dispatch = place(
+        inputs.local,
+        check_name=inputs.check_name,
+        state=plan.dispatch,
+        candidates=candidates,
+        workers=inputs.workers,
+        now=inputs.now,
+        admission_timeout=inputs.admission_timeout,
+    )
+    return placement
+
+
+def _read_group(inputs: WorkloadInputs) -> _Group | None:
+    """The group, or None when the check is gone or Rejected (nothing more to do)."""
+    check = admission_check_state(inputs.local, inputs.check_name)
+    if check is None or check.state == "Rejected":
+        return None
+    available = [cl.name for cl in inputs.clusters if cl.connected]
+    remotes = {name: wl for name, wl in inputs.remotes.items() if name in available}
+    status = inputs.local.status
+    return _Group(
+        inputs,
+        check,
+        available=available,
+        remotes=remotes,
+        local_evicted=is_evicted(inputs.local),
+        cluster_name=status.cluster_name if status else None,
+    )
+
+
+def _reconcile_group(group: _Group, plan: Plan, *, refusal: str | None, placement: Choice | None) -> None:
+    """Kueue's reconcileGroup, in its order (kfed checks for a finished copy first of all). Each
+    step returns True when it ends the pass."""
+    steps = (
+        _reject_what_cannot_be_handed_over,
+        _finish_from_a_finished_copy,
+        _remove_copies_without_quota,
+        _drop_copies_of_earlier_rounds,
+        _retry_a_copy_out_of_sync,
+        _follow_an_eviction,
+        _sync_specs,
+        _sync_admitting_remote_state,
+    )
+    for step in steps:
+        if step(group, plan):
+            return
+    _nominate_and_synchronize_workers(group, plan, refusal=refusal, placement=placement)
+
+
+def _reject_what_cannot_be_handed_over(group: _Group, plan: Plan) -> bool:
+    """Kueue's adapter lookup and managedBy check: a Job we cannot hand over is rejected."""
+    inputs, check = group.inputs, group.check
     if inputs.owner_kind not in inputs.multikueue_kinds:
         message = "No multikueue adapter found"
         if inputs.owner_kind:
             message += f' for owner kind "{inputs.owner_kind}"'
         plan.check = CheckUpdate("Rejected", _with_previous(message, check.state))
-        return plan
+        return True
     if inputs.owner_managed_by != c.MULTIKUEUE_MANAGED_BY:
         reason = f'Expecting spec.managedBy to be "{c.MULTIKUEUE_MANAGED_BY}" not "{inputs.owner_managed_by or ""}"'
         plan.check = CheckUpdate("Rejected", _with_previous(f"The owner is not managed by Kueue: {reason}", check.state))
-        return plan
+        return True
+    return False
 
-    conditions = _conditions(local)
-    local_evicted = is_condition_true(conditions, c.EVICTED)
-    cluster_name = local.status.cluster_name if local.status else None
 
-    # 3a. Finished here: no copy may stay anywhere.
-    finished_here = is_condition_true(conditions, c.FINISHED)
-    # 3b. A copy whose Job finished finishes the manager Workload, whatever its reservation,
-    #     eviction or dispatch round: a finished Job is never run again (kfed orders this
-    #     before Kueue's no-quota rule, so an eviction racing the finish cannot delete the
-    #     finished copy and dispatch the Job again).
-    if not finished_here:
-        done = _earliest({k: v for k, v in remotes.items() if not _out_of_sync(v) and k not in inputs.blocked}, c.FINISHED)
-        if done is not None:
-            plan.sync_job = done[0]
-            plan.finish = (done[1].reason, done[1].message)
-            return plan
+def _finish_from_a_finished_copy(group: _Group, plan: Plan) -> bool:
+    """A copy whose Job finished finishes the manager Workload, whatever its reservation,
+    eviction or dispatch round: a finished Job is never run again (kfed orders this before
+    Kueue's no-quota rule, so an eviction racing the finish cannot delete the finished copy and
+    dispatch the Job again)."""
+    if is_finished(group.local):
+        return False
+    finishing = {k: v for k, v in group.remotes.items() if not _out_of_sync(v) and k not in group.blocked}
+    done = _earliest(finishing, c.FINISHED)
+    if done is None:
+        return False
+    plan.sync_job = done[0]
+    plan.finish = (done[1].reason, done[1].message)
+    return True
 
-    # 3c. Finished here, or no quota here: no copy may stay anywhere.
-    if finished_here or not has_quota_reservation(local):
-        plan.delete = sorted(remotes)
-        if unavailable:
-            # Copies on unreachable workers are retried later (and the GC is the backstop).
-            plan.requeue_after = inputs.worker_lost_timeout.total_seconds()
-        return plan
 
-    # Copies from an earlier round (a worker that was unreachable while the workload was
-    # evicted and dispatched again) are deleted and never read.
-    for cluster in sorted(remotes):
-        if not made_for_this_round((remotes[cluster].metadata.annotations or {}).get(DISPATCH_ROUND_ANNOTATION), local, check):
+def _remove_copies_without_quota(group: _Group, plan: Plan) -> bool:
+    """Finished here, or no quota here: no copy may stay anywhere."""
+    if not is_finished(group.local) and has_quota_reservation(group.local):
+        return False
+    plan.delete = sorted(group.remotes)
+    if any(not cl.connected for cl in group.inputs.clusters):
+        # Copies on unreachable workers are retried later (and the GC is the backstop).
+        plan.requeue_after = group.inputs.worker_lost_timeout.total_seconds()
+    return True
+
+
+def _drop_copies_of_earlier_rounds(group: _Group, plan: Plan) -> bool:
+    """Copies from an earlier round (a worker that was unreachable while the workload was
+    evicted and dispatched again) are deleted and never read."""
+    for cluster in sorted(group.remotes):
+        made_for = (group.remotes[cluster].metadata.annotations or {}).get(DISPATCH_ROUND_ANNOTATION)
+        if not made_for_this_round(made_for, group.local, group.check):
             plan.delete.append(cluster)
-            del remotes[cluster]
+            del group.remotes[cluster]
+    return False
 
-    # 4. A copy of this round is out of sync with its Job (Kueue's worker finishes it so):
-    #    dispatch again. (Copies whose Job finished were handled in 3b.)
-    out_of_sync = _earliest(remotes, c.FINISHED)
-    if out_of_sync is not None:
-        cluster = out_of_sync[0]
-        if check.state == "Ready":
-            message = f'Remote workload on worker cluster "{cluster}" is out of sync with its user job, resetting for re-dispatch'
-            plan.check = CheckUpdate("Retry", _with_previous(message, check.state))
-            plan.events.append(("Warning", plan.check.message))
-            plan.retried_on = cluster
-        return plan
 
-    # 5. A copy was evicted on a worker. Not one on a worker where a foreign Job holds the
-    #    name: that copy is being removed and never speaks for the Workload (its Job is not
-    #    ours to sync, and a pass syncing it would be retried at once, forever).
-    unblocked = {k: v for k, v in remotes.items() if k not in inputs.blocked}
+def _retry_a_copy_out_of_sync(group: _Group, plan: Plan) -> bool:
+    """A copy of this round is out of sync with its Job (Kueue's worker finishes it so):
+    dispatch again. (Copies whose Job finished were handled first.)"""
+    out_of_sync = _earliest(group.remotes, c.FINISHED)
+    if out_of_sync is None:
+        return False
+    cluster = out_of_sync[0]
+    if group.check.state == "Ready":
+        message = f'Remote workload on worker cluster "{cluster}" is out of sync with its user job, resetting for re-dispatch'
+        plan.check = CheckUpdate("Retry", _with_previous(message, group.check.state))
+        plan.events.append(("Warning", plan.check.message))
+        plan.retried_on = cluster
+    return True
+
+
+def _follow_an_eviction(group: _Group, plan: Plan) -> bool:
+    """A copy was evicted on a worker. Not one on a worker where a foreign Job holds the name:
+    that copy is being removed and never speaks for the Workload (its Job is not ours to sync,
+    and a pass syncing it would be retried at once, forever)."""
+    unblocked = {k: v for k, v in group.remotes.items() if k not in group.blocked}
     evicted = _earliest(unblocked, c.EVICTED)
-    if evicted is not None:
-        cluster = evicted[0]
-        if local_evicted:
-            # The worker Job's stopping status comes back from an evicted copy whose worker
-            # holds our Job (a copy evicted while its worker was cut off may have none).
-            evicted_on = sorted(cl for cl, copy in unblocked.items() if is_condition_true(_conditions(copy), c.EVICTED))
-            plan.sync_job = next((cl for cl in evicted_on if cl in inputs.remote_jobs), cluster)
-            # Another copy of this round may still be admitted (its worker was cut off while
-            # the Workload moved on): its agent may start the Job, and the manager keeps the
-            # quota while it may (`may_still_run_on`), so it is asked to stop too.
-            for other in sorted(unblocked):
-                if other != cluster and is_condition_true(_conditions(unblocked[other]), c.ADMITTED):
-                    plan.deactivate = plan.deactivate or _stop_request(conditions, other, unblocked[other])
-            return plan
-        if check.state == "Ready":
-            message = f'Workload evicted on worker cluster: "{cluster_name or cluster}", resetting for re-admission. Previously: "Ready"'
-            plan.check = CheckUpdate("Retry", message)
-            plan.events.append(("Normal", message))
-            plan.retried_on = cluster
-            return plan
+    if evicted is None:
+        return False
+    cluster = evicted[0]
+    if group.local_evicted:
+        # The worker Job's stopping status comes back from an evicted copy whose worker holds
+        # our Job (a copy evicted while its worker was cut off may have none).
+        evicted_on = sorted(cl for cl, copy in unblocked.items() if is_evicted(copy))
+        plan.sync_job = next((cl for cl in evicted_on if cl in group.inputs.remote_jobs), cluster)
+        # Another copy of this round may still be admitted (its worker was cut off while the
+        # Workload moved on): its agent may start the Job, and the manager keeps the quota
+        # while it may (`may_still_run_on`), so it is asked to stop too.
+        for other in sorted(unblocked):
+            if other != cluster and is_admitted(unblocked[other]):
+                plan.deactivate = plan.deactivate or _stop_request(_conditions(group.local), other, unblocked[other])
+        return True
+    if group.check.state == "Ready":
+        message = f'Workload evicted on worker cluster: "{group.cluster_name or cluster}", resetting for re-admission. Previously: "Ready"'
+        plan.check = CheckUpdate("Retry", message)
+        plan.events.append(("Normal", message))
+        plan.retried_on = cluster
+        return True
+    return False
 
-    # 6. Copies whose spec drifted from the manager's: priority is forwarded, anything else
-    #    means the copy is no longer this workload.
-    local_spec = _spec(local)
-    for cluster in sorted(remotes):
-        remote_spec = _spec(remotes[cluster])
+
+def _sync_specs(group: _Group, plan: Plan) -> bool:
+    """Copies whose spec drifted from the manager's: priority is forwarded, anything else means
+    the copy is no longer this workload."""
+    local_spec = _spec(group.local)
+    for cluster in sorted(group.remotes):
+        remote_spec = _spec(group.remotes[cluster])
         if remote_spec == local_spec:
             continue
         if _without(remote_spec, _PRIORITY_FIELDS) == _without(local_spec, _PRIORITY_FIELDS):
             plan.update_spec.append(cluster)
         elif cluster not in plan.delete:
             plan.delete.append(cluster)
-            del remotes[cluster]
+            del group.remotes[cluster]
+    return False
 
-    # 7. The earliest Admitted copy wins. Once a winner is recorded, only it can win (kfed): two
-    #    copies admitted in the same second tie, and a second pass must not pick the other; and
-    #    while the recorded winner is unreachable or its copy is gone, another admitted copy
-    #    (a worker that was cut off when the winner was chosen) must not start the Job a second
-    #    time. The lost-winner rules below then wait for it or retry.
-    candidates = {k: v for k, v in remotes.items() if k not in inputs.blocked}
+
+def _sync_admitting_remote_state(group: _Group, plan: Plan) -> bool:
+    """Kueue's admitting remote: the earliest Admitted copy wins. Once a winner is recorded,
+    only it can win (kfed): two copies admitted in the same second tie, and a second pass must
+    not pick the other; and while the recorded winner is unreachable or its copy is gone,
+    another admitted copy (a worker that was cut off when the winner was chosen) must not start
+    the Job a second time. The lost-winner rules then wait for it or retry."""
+    candidates = {k: v for k, v in group.remotes.items() if k not in group.blocked}
     admitted = _earliest(candidates, c.ADMITTED)
+    cluster_name, check = group.cluster_name, group.check
     if check.state == "Ready" and cluster_name:
         recorded = find_condition(_conditions(candidates[cluster_name]), c.ADMITTED) if cluster_name in candidates else None
         admitted = (cluster_name, recorded) if recorded is not None and recorded.status == "True" else None
     if admitted is None:
         if check.state == "Ready":
-            health = {cl.name: cl for cl in inputs.clusters}
-            if cluster_name and cluster_name not in available:
-                lost = health.get(cluster_name)
-                since = lost.lost_since if lost is not None and lost.lost_since is not None else inputs.now
-                remaining = inputs.worker_lost_timeout - (inputs.now - since)
-                if remaining > timedelta(0):
-                    plan.requeue_after = remaining.total_seconds()
-                    return plan
-                message = "Admitting remote lost"
-            elif not cluster_name:
-                message = "Admission check is Ready but no admitting cluster is recorded; this is unexpected, please report it"
-            else:
-                message = "Admitting remote no longer exists"
-            plan.check = CheckUpdate("Retry", _with_previous(message, check.state))
-            plan.events.append(("Normal", plan.check.message))
-            plan.retried_on = cluster_name or None
-            return plan
-        if local_evicted and inputs.local_job_holds_quota and not remotes and _only_lost_workers_may_run_it(inputs):
+            return _retry_a_lost_winner(group, plan)
+        if group.local_evicted and group.inputs.local_job_holds_quota and not group.remotes and _only_lost_workers_may_run_it(group.inputs):
             # The worker that ran it is gone past workerLostTimeout: its pods count as gone,
             # so the manager Job stops holding quota (nothing will ever report them).
             plan.stop_local_job = True
-    else:
-        winner = admitted[0]
-        plan.delete += [cluster for cluster in sorted(remotes) if cluster != winner and cluster not in plan.delete]
-        if local_evicted:
-            plan.deactivate = _stop_request(conditions, winner, remotes[winner])
-            return plan
-        plan.sync_job = winner
-        plan.create_job = True
-        if check.state not in ("Retry", "Rejected") and (check.state != "Ready" or cluster_name != winner):
-            plan.check = CheckUpdate(
-                "Ready",
-                f'The workload was admitted on "{winner}"',
-                cluster_name=winner,
-                clear_nominated=True,
-                admitted=_admitted_with_ready(local, inputs.check_name),
-            )
-            plan.events.append(("Normal", plan.check.message))
-            plan.admitted_on = winner
-        plan.requeue_after = inputs.worker_lost_timeout.total_seconds()
-        return plan
+        return False
+    winner = admitted[0]
+    plan.delete += [cluster for cluster in sorted(group.remotes) if cluster != winner and cluster not in plan.delete]
+    if group.local_evicted:
+        plan.deactivate = _stop_request(_conditions(group.local), winner, group.remotes[winner])
+        return True
+    plan.sync_job = winner
+    plan.create_job = True
+    if check.state not in ("Retry", "Rejected") and (check.state != "Ready" or cluster_name != winner):
+        plan.check = CheckUpdate(
+            "Ready",
+            f'The workload was admitted on "{winner}"',
+            cluster_name=winner,
+            clear_nominated=True,
+            admitted=_admitted_with_ready(group.local, group.inputs.check_name),
+        )
+        plan.events.append(("Normal", plan.check.message))
+        plan.admitted_on = winner
+    plan.requeue_after = group.inputs.worker_lost_timeout.total_seconds()
+    return True
 
-    # 9. Nothing is dispatched while an eviction is in progress, a winner is recorded, or
-    #    another check is not Ready yet. 10. Otherwise: nominate and synchronise the copies.
+
+def _retry_a_lost_winner(group: _Group, plan: Plan) -> bool:
+    """The check is Ready but the winner's admitted copy is not there: wait out
+    workerLostTimeout for an unreachable winner, then (or at once, for a copy gone from a
+    reachable one) ask for a retry."""
+    inputs, cluster_name = group.inputs, group.cluster_name
+    if cluster_name and cluster_name not in group.available:
+        lost = next((cl for cl in inputs.clusters if cl.name == cluster_name), None)
+        since = lost.lost_since if lost is not None and lost.lost_since is not None else inputs.now
+        remaining = inputs.worker_lost_timeout - (inputs.now - since)
+        if remaining > timedelta(0):
+            plan.requeue_after = remaining.total_seconds()
+            return True
+        message = "Admitting remote lost"
+    elif not cluster_name:
+        message = "Admission check is Ready but no admitting cluster is recorded; this is unexpected, please report it"
+    else:
+        message = "Admitting remote no longer exists"
+    plan.check = CheckUpdate("Retry", _with_previous(message, group.check.state))
+    plan.events.append(("Normal", plan.check.message))
+    plan.retried_on = cluster_name or None
+    return True
+
+
+def _nominate_and_synchronize_workers(group: _Group, plan: Plan, *, refusal: str | None, placement: Choice | None) -> None:
+    """Kueue's nominateAndSynchronizeWorkers: nothing is dispatched while an eviction is in
+    progress, a winner is recorded, or another check is not Ready yet. Otherwise the
+    dispatcher's nomination, a copy on each nominated worker, none elsewhere, and one message
+    for all that holds the Workload back."""
+    inputs, local, remotes = group.inputs, group.local, group.remotes
     if not awaiting_dispatch(local, inputs.check_name):
-        return plan
-    # 9b. No worker could ever admit it (their queues shrank, or were unknown when it reserved
-    #     quota), and no worker has reserved quota for a copy: the check asks for a retry, which
-    #     gives the manager's quota back, and the scheduler refuses it the same way until a
-    #     worker's queues change (kfed; Kueue would hold the quota).
-    if inputs.never_fits and not any(is_condition_true(_conditions(copy), c.QUOTA_RESERVED) for copy in remotes.values()):
-        plan.delete += [cluster for cluster in sorted(remotes) if cluster not in plan.delete]
-        plan.check = CheckUpdate("Retry", inputs.never_fits[:MAX_MESSAGE])
-        plan.events.append(("Warning", plan.check.message))
-        return plan
+        return
+    if _refuse_what_never_fits(group, plan, refusal=refusal):
+        return
     current = list(local.status.nominated_cluster_names or []) if local.status else []
     accepting = {cl.name for cl in inputs.clusters if cl.accepts_new}
     if inputs.dispatcher == c.DISPATCHER_ALL_AT_ONCE:
-        nominated = sorted(name for name in available if name not in inputs.blocked and name in accepting)
+        nominated = sorted(name for name in group.available if name not in group.blocked and name in accepting)
         if sorted(current) != nominated:
             plan.nominate = nominated
-    elif inputs.dispatcher == c.DISPATCHER_CAPACITY_AWARE and inputs.placement is not None:
-        # kfed's capacity-aware dispatcher: one copy, on the worker the shell chose by fit.
-        nominated = [inputs.placement.worker] if inputs.placement.worker else []
+    elif inputs.dispatcher == c.DISPATCHER_CAPACITY_AWARE and placement is not None:
+        # kfed's capacity-aware dispatcher: one copy, on the worker `place` chose by fit.
+        nominated = [placement.worker] if placement.worker else []
         if current != nominated:
             plan.nominate = nominated
     else:
-        nominated = [name for name in current if name not in inputs.blocked]
+        nominated = [name for name in current if name not in group.blocked]
     for cluster in nominated:
-        if cluster in available and cluster in accepting and cluster not in remotes:
+        if cluster in group.available and cluster in accepting and cluster not in remotes:
             plan.create.append(cluster)
     plan.delete += [cluster for cluster in sorted(remotes) if cluster not in nominated and cluster not in plan.delete]
     # One message says all that holds the Workload back (the capacity-aware dispatcher's reason
     # for sending no copy, then the workers' problems), so that no two rules take turns at it.
-    waiting = inputs.placement.message if inputs.placement is not None and inputs.placement.worker is None else ""
-    message = "; ".join(part for part in (waiting, _problems(inputs, remotes, nominated)) if part)[:MAX_MESSAGE]
-    if message and check.message != message:
+    waiting = placement.message if placement is not None and placement.worker is None else ""
+    message = "; ".join(part for part in (waiting, _problems(inputs.dispatch, remotes, nominated)) if part)[:MAX_MESSAGE]
+    if message and group.check.message != message:
         plan.check = CheckUpdate("Pending", message)
-    return plan
+
+
+def _refuse_what_never_fits(group: _Group, plan: Plan, *, refusal: str | None) -> bool:
+    """No worker could ever admit it (their queues shrank, or were unknown when it reserved
+    quota), and no worker has reserved quota for a copy: the check asks for a retry, which gives
+    the manager's quota back, and the scheduler refuses it the same way until a worker's queues
+    change (kfed; Kueue would hold the quota)."""
+    if not refusal or any(is_quota_reserved(copy) for copy in group.remotes.values()):
+        return False
+    plan.delete += [cluster for cluster in sorted(group.remotes) if cluster not in plan.delete]
+    plan.check = CheckUpdate("Retry", refusal[:MAX_MESSAGE])
+    plan.events.append(("Warning", plan.check.message))
+    return True
 
 
 def _only_lost_workers_may_run_it(inputs: WorkloadInputs) -> bool:
@@ -487,17 +682,17 @@ def may_still_run_on(
     return None
 
 
-def _problems(inputs: WorkloadInputs, remotes: Mapping[str, Workload], nominated: Sequence[str]) -> str:
+def _problems(state: DispatchState, remotes: Mapping[str, Workload], nominated: Sequence[str]) -> str:
     """Why nominated workers cannot admit the copy, said on the manager's check: a copy the
     worker's queues reject as misconfigured (a missing LocalQueue), a copy that cannot be
     created (a missing namespace), or a foreign Job in the way."""
     found = []
-    for cluster in sorted(set(nominated) | set(inputs.blocked)):
-        if cluster in inputs.blocked:
-            found.append(f"{cluster}: {inputs.blocked[cluster]}")
+    for cluster in sorted(set(nominated) | set(state.blocked)):
+        if cluster in state.blocked:
+            found.append(f"{cluster}: {state.blocked[cluster]}")
             continue
-        if cluster in inputs.problems:
-            found.append(f"{cluster}: {inputs.problems[cluster]}")
+        if cluster in state.problems:
+            found.append(f"{cluster}: {state.problems[cluster]}")
             continue
         remote = remotes.get(cluster)
         reserved = find_condition(_conditions(remote), c.QUOTA_RESERVED) if remote is not None else None
@@ -506,20 +701,6 @@ def _problems(inputs: WorkloadInputs, remotes: Mapping[str, Workload], nominated
     if not found:
         return ""
     return ("The workload cannot be admitted on some worker clusters: " + "; ".join(found))[:MAX_MESSAGE]
-
-
-# --- the Incremental dispatcher --------------------------------------------------------------------
-def incremental_nomination(
-    *, config_clusters: Sequence[str], nominated: Sequence[str], step: int, round_started: datetime | None, now: datetime
-) -> list[str] | None:
-    """Kueue's Incremental dispatcher: every round (5 minutes) the next `step` clusters, in the
-    MultiKueueConfig's order, join the nomination; it never shrinks. None: nothing to change."""
-    if nominated and round_started is not None and now - round_started < INCREMENTAL_ROUND:
-        return None
-    remaining = [name for name in config_clusters if name not in nominated]
-    if not remaining:
-        return None
-    return [*nominated, *remaining[: max(step, 1)]]
 
 
 # --- the garbage collector -------------------------------------------------------------------------

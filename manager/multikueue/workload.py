@@ -2,7 +2,8 @@
 that has a MultiKueue admission check.
 
 A reconcile reads the manager's caches and each connected worker's caches (the remote
-Workloads and jobs of our origin), asks the planner, and writes: remote deletes first, then
+Workloads and jobs of our origin) and what it remembers of the Workload (its `DispatchState`),
+asks the planner, stores the state the plan returns, and writes: remote deletes first, then
 the job on the winner (or its status back to the manager's job), then the manager
 Workload's status. What differs between job kinds (the remote object, the status copied
 back) is the kind's adapter's (`manager.engine.integrations`). Every write to the manager's Workload carries a resourceVersion
@@ -12,9 +13,8 @@ precondition; a conflict means the view was stale and the key is reconciled agai
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import KW_ONLY, InitVar, dataclass
 from datetime import datetime
 from typing import Any
@@ -22,12 +22,8 @@ from typing import Any
 from manager.api import constants as c
 from manager.api import kueue
 from manager.api.meta import (
-    MAX_CONDITION_MESSAGE,
-    Condition,
     OwnerReference,
     Resource,
-    format_time,
-    set_condition,
     utcnow,
 )
 from manager.controllers.caches import Caches
@@ -35,14 +31,14 @@ from manager.controllers.events import EventRecorder, InvolvedObject
 from manager.engine.cache import ClusterQueueInfo
 from manager.engine.integrations.adapter import JobAdapter
 from manager.engine.integrations.registry import BATCH_JOB
-from manager.engine.requests import RequestError
 from manager.engine.units import FlavorResource
 from manager.engine.workload import (
-    DEACTIVATION_TARGET,
+    Patch,
     WorkloadInfo,
-    admission_check_state,
     admission_from_status,
     check_states,
+    deactivation_patch,
+    finish_patch,
     has_quota_reservation,
     is_admitted,
     is_multikueue_controller,
@@ -52,8 +48,9 @@ from manager.engine.workload import (
 from manager.kube.client import JSON_PATCH, KubeClient
 from manager.kube.errors import AlreadyExistsError, ConflictError, KubeError, NotFoundError
 from manager.kube.informer import Informer
-from manager.multikueue.capacity import Choice, Fit, choose_worker, fit_on, never_fits, total_requests, workload_info
+from manager.multikueue.capacity import WorkerQuotas, never_fits
 from manager.multikueue.clusters import ClusterController
+from manager.multikueue.dispatch import FORGOTTEN, DispatchState, InFlight, Usages
 from manager.multikueue.plan import (
     REASON_EVICTED_ON_MANAGER,
     REASON_MULTIKUEUE,
@@ -62,8 +59,7 @@ from manager.multikueue.plan import (
     ClusterHealth,
     Plan,
     WorkloadInputs,
-    awaiting_dispatch,
-    incremental_nomination,
+    check_patch,
     may_still_run_on,
     plan_workload,
     remote_copy,
@@ -107,17 +103,11 @@ class WorkloadController:
     def __post_init__(self, workers: int) -> None:
         self.controller = Controller("multikueue-workload", self.reconcile, workers=workers)
         self.deleted: dict[str, kueue.Workload] = {}
-        self.problems: dict[tuple[str, str], str] = {}  # (workload key, cluster) -> why no copy there
-        self.blocked: dict[tuple[str, str], str] = {}  # (workload key, cluster) -> a foreign Job
-        self.round_started: dict[str, datetime] = {}  # Incremental dispatcher rounds
-        # Capacity-aware dispatch: when each nomination was made, the workers tried in this
-        # round, the usage of each copy sent and not yet admitted (worker, usage on its
-        # flavors), and the Workloads waiting for room somewhere.
-        self.nominated_at: dict[str, datetime] = {}
-        self.tried: dict[str, set[str]] = {}
-        self.in_flight: dict[str, tuple[str, str, dict[FlavorResource, int]]] = {}  # key -> (worker, its ClusterQueue, usage)
+        # What each plan leaves to remember of a Workload (`DispatchState`), and two indexes of
+        # it kept by `_store`: the Workloads waiting for room, and the copies in flight.
+        self.dispatch: dict[str, DispatchState] = {}
         self.waiting: set[str] = set()
-        self.dispatched_at: dict[str, datetime] = {}
+        self.in_flight: dict[str, InFlight] = {}
         # The refusal's answers, for the workers' queue specs last announced (`_quota_specs`).
         self._refusals: dict[tuple[object, ...], str | None] = {}
         self._specs_announced: tuple[tuple[str, int, bool], ...] = ()
@@ -190,10 +180,10 @@ class WorkloadController:
         for check_name, _ in cq.checks:
             ac = self.caches.admission_checks.get(check_name)
             if ac is not None and is_multikueue_controller(ac.spec.controller_name):
-                return self._never_fits(info, check_name)
+                return self.never_fits_for(info, check_name)
         return None
 
-    def _never_fits(self, info: WorkloadInfo, check_name: str) -> str | None:
+    def never_fits_for(self, info: WorkloadInfo, check_name: str) -> str | None:
         """`capacity.never_fits` over the check's workers, remembered until a worker's queue
         specs or connection change (the scheduler asks for every head of every cycle)."""
         names = tuple(self._config_clusters(check_name) or ())
@@ -332,187 +322,61 @@ class WorkloadController:
             if found is not None:
                 remotes[name] = found
         adapter, job, owner = self._local_job(local)
-        if deleted:
-            await self._delete_everywhere(key, connected, remotes)
-            self._forget(key)
-            return None
-        now = self.clock()
-        if await self._dispatch_incrementally(local, check_name, names, now):
-            return None
-        never_fits = self._refused_while_reserved(local, check_name)
-        placement = None if never_fits else self._placement(local, check_name, health, connected, now)
         inputs = WorkloadInputs(
             local=local,
             check_name=check_name,
             clusters=health,
             remotes=remotes,
-            now=now,
+            now=self.clock(),
             worker_lost_timeout=self.settings.worker_lost_timeout,
             dispatcher=self.settings.dispatcher_name,
+            step=self.settings.step_size,
+            admission_timeout=self.settings.admission_timeout,
+            dispatch=self.dispatch.get(key, FORGOTTEN),
+            workers=_Workers(self, key, check_name=check_name),
+            deleted=deleted,
             owner_kind=owner_kind(owner) if owner is not None else None,
             multikueue_kinds=self.caches.registry.multikueue_kinds,
             owner_managed_by=adapter.managed_by(job)
             if adapter is not None and job is not None
             else (c.MULTIKUEUE_MANAGED_BY if owner is not None else None),
             local_job_holds_quota=adapter is not None and job is not None and not adapter.releasable(job),
-            problems={cl: msg for (k, cl), msg in self.problems.items() if k == key},
-            blocked={cl: msg for (k, cl), msg in self.blocked.items() if k == key},
             remote_jobs=frozenset(name for name, remote in connected.items() if remote.jobs_for(key)),
-            placement=placement,
-            never_fits=never_fits or "",
         )
         plan = plan_workload(inputs)
-        result = await self._execute(key, local, adapter, job, plan, connected, check_name)
-        since = self.nominated_at.get(key)
-        if since is not None or key in self.waiting:  # look again when the nominated worker's time is up
-            due = max(((since or now) + self.settings.admission_timeout - now).total_seconds(), 0.1)
-            if result is None or result.requeue_after is None or result.requeue_after > due:
-                result = Result(requeue_after=due)
-        return result
+        if not plan.forget:
+            self._store(key, plan.dispatch)
+        return await self._execute(key, local, adapter, job, plan, connected, check_name)
 
-    def _refused_while_reserved(self, local: kueue.Workload, check_name: str) -> str | None:
-        """The refusal, for a Workload that reserved quota before it applied (the workers'
-        queues were unknown then, or shrank since): the planner then gives that quota back."""
-        if not awaiting_dispatch(local, check_name):
-            return None
-        try:
-            info = workload_info(local)
-        except RequestError:
-            return None
-        return self._never_fits(info, check_name)
-
-    # --- capacity-aware dispatch -------------------------------------------------------------------
-    def _placement(
-        self, local: kueue.Workload, check_name: str, health: list[ClusterHealth], connected: dict[str, RemoteCluster], now: datetime
-    ) -> Choice | None:
-        """The capacity-aware dispatcher's nomination for a Workload waiting to be dispatched, or
-        None to keep the current one (or for any other dispatcher). A nominated worker has
-        `admission_timeout` to admit the copy; then the next worker where it fits is tried."""
-        if self.settings.dispatcher_name != c.DISPATCHER_CAPACITY_AWARE:
-            return None
-        key = local.key
-        status = local.status
-        # The planner's own gate: nothing is placed, or counted against a worker, until it opens.
-        if not awaiting_dispatch(local, check_name):
-            self._forget_placement(key)
-            return None
-        current = list(status.nominated_cluster_names or []) if status else []
-        accepting = sorted(h.name for h in health if h.connected and h.accepts_new and (key, h.name) not in self.blocked)
-        since = self.nominated_at.get(key)
-        if current and since is None:
-            self.nominated_at[key] = now  # nominated before this process started: its time runs from now
-            return None
-        if current and set(current) <= set(accepting):
-            copy = connected[current[0]].workload(key)
-            # A copy the worker reserved quota for is kept: its admission may wait on the
-            # worker's own checks (a ProvisioningRequest), and moving it would only restart that.
-            if (copy is not None and has_quota_reservation(copy)) or (since is not None and now - since < self.settings.admission_timeout):
-                return None
-        try:
-            info = workload_info(local)
-        except RequestError as err:
-            return Choice(None, message=f"cannot read the workload's requests: {err}")
-        fits = {}
-        for name in accepting:
-            quotas = connected[name].quotas()
-            # A worker whose queues cannot be read may still be tried, after those that fit.
-            if quotas is None:
-                fits[name] = Fit(True, True, free_after=-1.0)
-            else:
-                fits[name] = fit_on(info, quotas, in_flight=self._in_flight(name, key), reserved=self._reserved(name, key))
-            if name in current and not fits[name].now:
-                # The copy there may itself be what the worker reports as used.
-                fits[name] = dataclasses.replace(fits[name], now=fits[name].ever)
-        tried = self.tried.setdefault(key, set())
-        tried.update(current)
-        needs = total_requests(info)
-        choice = choose_worker(fits, needs=needs, skip=tried)
-        if choice.worker is None and any(fit.now for fit in fits.values()):
-            tried.clear()  # every worker where it fits was tried: a new round
-            choice = choose_worker(fits, needs=needs)
-        if choice.worker is None:
-            self.nominated_at.pop(key, None)
-            self._release(key)
+    # --- what is remembered of each Workload -------------------------------------------------------
+    def _store(self, key: str, state: DispatchState) -> None:
+        """Remember a Workload's dispatch state (forget it when there is nothing to remember)."""
+        old = self.dispatch.get(key, FORGOTTEN)
+        if state == FORGOTTEN:
+            self.dispatch.pop(key, None)
+        else:
+            self.dispatch[key] = state
+        if state.waiting:
             self.waiting.add(key)
-            return choice
-        self.waiting.discard(key)
-        self.nominated_at[key] = now
-        if self.in_flight.get(key, ("", "", {}))[0] != choice.worker:
-            self._release(key)
-        fit = fits[choice.worker]
-        self.in_flight[key] = (choice.worker, fit.cluster_queue, fit.usage)
-        return choice
-
-    def _in_flight(self, worker: str, key: str) -> list[tuple[str, dict[FlavorResource, int]]]:
-        """The usage of the other copies sent to `worker` that it has not reserved quota for yet
-        (its ClusterQueues' status does not count them), each with its ClusterQueue there."""
-        remote = self.clusters.remotes.get(worker)
-        usages = []
-        for other, (where, cluster_queue, usage) in self.in_flight.items():
-            if other == key or where != worker:
-                continue
-            copy = remote.workload(other) if remote is not None else None
-            if copy is None or not has_quota_reservation(copy):
-                usages.append((cluster_queue, usage))
-        return usages
-
-    def _reserved(self, worker: str, key: str) -> list[tuple[str, dict[FlavorResource, int]]]:
-        """The usage of our other copies on `worker` that it reserved quota for, each with its
-        ClusterQueue there, from the copies' own admission."""
-        remote = self.clusters.remotes.get(worker)
-        if remote is None or remote.workloads is None:
-            return []
-        usages = []
-        for copy in remote.workloads.items():
-            if copy.key != key and has_quota_reservation(copy) and copy.status is not None and copy.status.admission is not None:
-                usages.append((copy.status.admission.cluster_queue, usage_of(admission_from_status(copy))))
-        return usages
-
-    def _release(self, key: str) -> None:
-        """A copy's usage no longer counts against its worker: the Workloads waiting for room
-        may fit now (no event on the worker says so)."""
-        if self.in_flight.pop(key, None) is not None:
-            for waiting in self.waiting:
+        else:
+            self.waiting.discard(key)
+        if state.in_flight is not None:
+            self.in_flight[key] = state.in_flight
+        else:
+            self.in_flight.pop(key, None)
+        if old.in_flight is not None and (state.in_flight is None or state.in_flight.worker != old.in_flight.worker):
+            # A copy's usage no longer counts against its worker: the Workloads waiting for room
+            # may fit now (no event on the worker says so).
+            for waiting in self.waiting - {key}:
                 self.controller.enqueue(waiting)
 
-    def _forget_placement(self, key: str) -> None:
-        self.nominated_at.pop(key, None)
-        self.tried.pop(key, None)
-        self.waiting.discard(key)
-        self._release(key)
+    def _record(self, key: str, outcome: Callable[[DispatchState], DispatchState]) -> None:
+        """The outcome of one of this pass's writes, in what is remembered of the Workload."""
+        self._store(key, outcome(self.dispatch.get(key, FORGOTTEN)))
 
     def _forget(self, key: str) -> None:
-        self._forget_placement(key)
+        self._store(key, FORGOTTEN)
         self.deleted.pop(key, None)
-        self.round_started.pop(key, None)
-        self.dispatched_at.pop(key, None)
-        for table in (self.problems, self.blocked):
-            for k in [k for k in table if k[0] == key]:
-                del table[k]
-
-    async def _dispatch_incrementally(self, local: kueue.Workload, check_name: str, names: list[str], now: datetime) -> bool:
-        """The Incremental dispatcher (Kueue runs it as its own controller): widen the
-        nomination by one step every round while nothing admits the workload."""
-        if self.settings.dispatcher_name != c.DISPATCHER_INCREMENTAL:
-            return False
-        check = admission_check_state(local, check_name)
-        status = local.status
-        if check is None or check.state != "Pending" or not has_quota_reservation(local) or (status and status.cluster_name):
-            self.round_started.pop(local.key, None)
-            return False
-        nominated = list(status.nominated_cluster_names or []) if status else []
-        wider = incremental_nomination(
-            config_clusters=names,
-            nominated=nominated,
-            step=self.settings.step_size,
-            round_started=self.round_started.get(local.key),
-            now=now,
-        )
-        if wider is None:
-            return False
-        await self._patch_local(local, {"nominatedClusterNames": wider})
-        self.round_started[local.key] = now
-        return True
 
     async def _execute(
         self,
@@ -536,6 +400,9 @@ class WorkloadController:
         for cluster in plan.delete:
             if cluster in connected:
                 await self._remove_remote(connected[cluster], key)
+        if plan.forget:
+            self._forget(key)
+            return None
         for cluster in plan.update_spec:
             await self._forward_priority(connected[cluster], local)
         if plan.deactivate is not None:
@@ -545,24 +412,29 @@ class WorkloadController:
             deferred = await self._sync_job(connected[plan.sync_job], key, local, adapter, job, create=plan.create_job)
             if deferred:
                 requeue = SYNC_DEFERRED_REQUEUE if requeue is None else min(requeue, SYNC_DEFERRED_REQUEUE)
-            if (key, plan.sync_job) in self.blocked:
+            if plan.sync_job in self.dispatch.get(key, FORGOTTEN).blocked:
                 return Result(requeue_after=0.1)  # a foreign Job: plan again without that worker
         if plan.stop_local_job and adapter is not None and job is not None:
             log.info("the worker that ran the job is lost; its pods count as gone", extra={"key": key})
             await self._stop_local_job(adapter, job)
         if plan.finish is not None:
-            await self._finish(local, *plan.finish)
-            return None
+            reason, message = plan.finish
+            await self._patch_local(local, finish_patch(local, reason=reason, message=message, now=self.clock()))
+            return Result(requeue_after=plan.requeue_after) if plan.requeue_after is not None else None
         for cluster in plan.create:
             if await self._create_remote(connected[cluster], key, local, check_name):
                 requeue = PROBLEM_RETRY if requeue is None else min(requeue, PROBLEM_RETRY)
         if not recorded_first and (plan.check is not None or plan.nominate is not None):
             await self._write_check(local, check_name, plan)
             self._log_check(key, plan)
+            if plan.round_started is not None:
+                began = plan.round_started
+                self._record(key, lambda state: state.round_began(began))
         cq = local.status.admission.cluster_queue if local.status and local.status.admission else ""
         if plan.admitted_on is not None:
             self._admitted.inc(cq, plan.admitted_on)
-            started = self.dispatched_at.pop(key, None)
+            started = self.dispatch.get(key, FORGOTTEN).dispatched_at
+            self._record(key, DispatchState.admitted)
             if started is not None:
                 self._latency.observe((self.clock() - started).total_seconds(), plan.admitted_on)
         if plan.retried_on is not None:
@@ -572,11 +444,6 @@ class WorkloadController:
         return Result(requeue_after=requeue) if requeue is not None else None
 
     # --- writes on workers -------------------------------------------------------------------------
-    async def _delete_everywhere(self, key: str, connected: dict[str, RemoteCluster], remotes: dict[str, kueue.Workload]) -> None:
-        for name, remote in connected.items():
-            if name in remotes or remote.jobs_for(key):
-                await self._remove_remote(remote, key)
-
     async def _remove_remote(self, remote: RemoteCluster, key: str) -> None:
         """Our job first (only if it carries our origin: the cache holds nothing else), then the
         copy, its finalizer removed first (Kueue does the same)."""
@@ -603,9 +470,8 @@ class WorkloadController:
         if client is None:
             return False
         if not remote.serves(local.namespace):
-            self.problems[(key, remote.name)] = (
-                f'namespace "{local.namespace}" is not among the worker\'s namespaces ({WORKER_NAMESPACES_ANNOTATION})'
-            )
+            problem = f'namespace "{local.namespace}" is not among the worker\'s namespaces ({WORKER_NAMESPACES_ANNOTATION})'
+            self._record(key, lambda state: state.with_problem(remote.name, problem))
             return True
         try:
             await client.create(
@@ -614,15 +480,17 @@ class WorkloadController:
         except AlreadyExistsError:
             pass
         except NotFoundError:
-            self.problems[(key, remote.name)] = f'namespace "{local.namespace}" not found'
+            missing = f'namespace "{local.namespace}" not found'
+            self._record(key, lambda state: state.with_problem(remote.name, missing))
             return True
         except KubeError as err:
-            self.problems[(key, remote.name)] = f"cannot create the copy: {err}"
+            failed = f"cannot create the copy: {err}"
+            self._record(key, lambda state: state.with_problem(remote.name, failed))
             return True
-        self.problems.pop((key, remote.name), None)
+        now = self.clock()
+        self._record(key, lambda state: state.with_problem(remote.name, None).dispatched(now))
         cq = local.status.admission.cluster_queue if local.status and local.status.admission else ""
         self._dispatched.inc(cq, remote.name)
-        self.dispatched_at.setdefault(key, self.clock())
         return False
 
     async def _forward_priority(self, remote: RemoteCluster, local: kueue.Workload) -> None:
@@ -638,17 +506,7 @@ class WorkloadController:
         copy = remote.workload(key)
         if copy is None or remote.client is None:
             return
-        old = copy.status.conditions if copy.status else None
-        target = Condition(
-            type=DEACTIVATION_TARGET,
-            status="True",
-            reason=REASON_EVICTED_ON_MANAGER,
-            message=message,
-            last_transition_time=self.clock(),
-            observed_generation=copy.metadata.generation,
-        )
-        conditions = [cond.to_dict() for cond in old or [] if cond.type != DEACTIVATION_TARGET] + [target.to_dict()]
-        patch = {"metadata": {"resourceVersion": copy.metadata.resource_version}, "status": {"conditions": conditions}}
+        patch = deactivation_patch(copy, reason=REASON_EVICTED_ON_MANAGER, message=message, now=self.clock())
         await remote.client.patch(kueue.Workload, copy.name, patch, namespace=copy.namespace, subresource="status")
 
     async def _sync_job(
@@ -676,7 +534,7 @@ class WorkloadController:
                     message = (
                         f'a {adapter.kind} "{job.namespace}/{job.name}" that this manager did not create exists there; it is left alone'
                     )
-                    self.blocked[(key, remote.name)] = message
+                    self._record(key, lambda state: state.with_blocked(remote.name, message))
                     self._event(local, "Warning", f'worker cluster "{remote.name}": {message}')
                     await self._remove_copy_only(remote, key)
                     return False
@@ -702,18 +560,8 @@ class WorkloadController:
             await self.client.patch(adapter.model, job.name, adapter.lost_pods_status(job), namespace=job.namespace, subresource="status")
 
     # --- writes on the manager ---------------------------------------------------------------------
-    async def _patch_local(self, local: kueue.Workload, status: dict[str, Any]) -> kueue.Workload:
-        patch = {"metadata": {"resourceVersion": local.metadata.resource_version}, "status": status}
+    async def _patch_local(self, local: kueue.Workload, patch: Patch) -> kueue.Workload:
         return await self.client.patch(kueue.Workload, local.name, patch, namespace=local.namespace, subresource="status")
-
-    async def _finish(self, local: kueue.Workload, reason: str, message: str) -> None:
-        """Kueue's workloadfinish.Finish with the worker's reason and message."""
-        old = local.status.conditions if local.status else None
-        cond = Condition(
-            type=c.FINISHED, status="True", reason=reason, message=message[:MAX_CONDITION_MESSAGE], last_transition_time=self.clock()
-        )
-        conditions = [x.to_dict() for x in old or [] if x.type != c.FINISHED] + [cond.to_dict()]
-        await self._patch_local(local, {"conditions": conditions})
 
     @staticmethod
     def _log_check(key: str, plan: Plan) -> None:
@@ -722,36 +570,53 @@ class WorkloadController:
 
     async def _write_check(self, local: kueue.Workload, check_name: str, plan: Plan) -> kueue.Workload:
         """Write the plan's check update and nomination; returns the Workload as written."""
-        status: dict[str, Any] = {}
-        update = plan.check
-        if update is not None:
-            now = self.clock()
-            checks = []
-            for check in (local.status.admission_checks if local.status else None) or []:
-                entry = check.to_dict()
-                if check.name == check_name:
-                    entry["state"] = update.state
-                    entry["message"] = update.message
-                    if check.state != update.state or update.state in ("Ready", "Retry"):
-                        entry["lastTransitionTime"] = format_time(now)
-                checks.append(entry)
-            status["admissionChecks"] = checks
-            if update.cluster_name is not None:
-                status["clusterName"] = update.cluster_name
-            if update.clear_nominated:
-                status["nominatedClusterNames"] = None
-            if update.admitted is not None:
-                state, reason, message = update.admitted
-                admitted = Condition(type=c.ADMITTED, status=state, reason=reason, message=message)
-                # The list is replaced whole; the resourceVersion guards what it was built from.
-                conditions = set_condition(local.status.conditions if local.status else None, admitted, now=now)
-                status["conditions"] = [cond.to_dict() for cond in conditions]
-        if plan.nominate is not None and "nominatedClusterNames" not in status:
-            status["nominatedClusterNames"] = plan.nominate or None
-        written = await self._patch_local(local, status)
-        if update is not None and update.admitted is not None and self.on_admitted is not None:
+        patch = check_patch(local, check_name=check_name, update=plan.check, nominate=plan.nominate, now=self.clock())
+        written = await self._patch_local(local, patch)
+        if plan.check is not None and plan.check.admitted is not None and self.on_admitted is not None:
             try:
                 self.on_admitted(local, written)
             except Exception:  # the admission is written: the rest of the pass (its Job) must go on
                 log.exception("reporting an admission failed", extra={"key": local.key})
         return written
+
+
+@dataclass(frozen=True)
+class _Workers:
+    """What the dispatch rules read of the workers, for one Workload (`plan.Workers`)."""
+
+    controller: WorkloadController
+    key: str
+    _: KW_ONLY
+    check_name: str
+
+    def quotas(self, worker: str) -> WorkerQuotas | None:
+        remote = self.controller.clusters.remotes.get(worker)
+        return remote.quotas() if remote is not None else None
+
+    def in_flight(self, worker: str) -> Usages:
+        """The usage of the other copies sent to `worker` that it has not reserved quota for
+        yet, each with its ClusterQueue there."""
+        remote = self.controller.clusters.remotes.get(worker)
+        usages = []
+        for other, sent in self.controller.in_flight.items():
+            if other == self.key or sent.worker != worker:
+                continue
+            copy = remote.workload(other) if remote is not None else None
+            if copy is None or not has_quota_reservation(copy):
+                usages.append((sent.cluster_queue, sent.usage))
+        return usages
+
+    def reserved(self, worker: str) -> Usages:
+        """The usage of our other copies on `worker` that it reserved quota for, each with its
+        ClusterQueue there, from the copies' own admission."""
+        remote = self.controller.clusters.remotes.get(worker)
+        if remote is None or remote.workloads is None:
+            return []
+        usages: list[tuple[str, Mapping[FlavorResource, int]]] = []
+        for copy in remote.workloads.items():
+            if copy.key != self.key and has_quota_reservation(copy) and copy.status is not None and copy.status.admission is not None:
+                usages.append((copy.status.admission.cluster_queue, usage_of(admission_from_status(copy))))
+        return usages
+
+    def never_fits(self, info: WorkloadInfo) -> str | None:
+        return self.controller.never_fits_for(info, self.check_name)

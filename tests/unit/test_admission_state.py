@@ -9,8 +9,9 @@ from manager.api import constants as c
 from manager.api import kueue
 from manager.api.meta import Condition, is_condition_true, newest_copy, older_resource_version
 from manager.controllers.admission import HOLD, REPLACE, SEND, issue_action
-from manager.engine.state import AdmissionState, StatusWrite, moves_quota
+from manager.engine.state import AdmissionState
 from manager.engine.workload import Cond
+from manager.engine.writes import StatusWrite, moves_quota
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

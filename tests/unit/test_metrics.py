@@ -23,9 +23,9 @@ from manager.controllers.queue_metrics import (
     record_write,
 )
 from manager.controllers.run import process_metrics
-from manager.engine.state import StatusWrite
 from manager.engine.status import EventRecord
 from manager.engine.workload import eviction_labels
+from manager.engine.writes import StatusWrite
 from manager.runtime.kueue_metrics import KUEUE_METRICS
 from manager.runtime.metrics import REGISTRY, ROLE_LEADER, LocalQueueRef, Metrics, Sample, current_metrics, use
 from tests.unit.test_admission_state import T0, ready_state, run, stored, workload

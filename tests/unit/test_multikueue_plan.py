@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -9,10 +10,12 @@ import pytest
 
 from manager.api import constants as c
 from manager.api.core import Job
-from manager.api.kueue import Workload
+from manager.api.kueue import ClusterQueue, LocalQueue, ResourceFlavor, Workload
 from manager.engine.integrations.registry import BATCH_JOB, enabled
-from manager.engine.workload import DEACTIVATION_TARGET, admission_check_state
-from manager.multikueue.capacity import Choice
+from manager.engine.units import FlavorResource
+from manager.engine.workload import DEACTIVATION_TARGET, WorkloadInfo, admission_check_state
+from manager.multikueue.capacity import WorkerQuotas
+from manager.multikueue.dispatch import DispatchState, incremental_nomination
 from manager.multikueue.plan import (
     DISPATCH_ROUND_ANNOTATION,
     ClusterHealth,
@@ -20,7 +23,6 @@ from manager.multikueue.plan import (
     admission_check_active,
     connection_failed_message,
     dispatch_round,
-    incremental_nomination,
     made_for_this_round,
     may_still_run_on,
     plan_gc,
@@ -47,6 +49,7 @@ def local(
     nominated: list[str] | None = None,
     other_checks: list[dict[str, Any]] | None = None,
     retry_count: int | None = None,
+    spec: dict[str, Any] | None = None,
 ) -> Workload:
     status: dict[str, Any] = {
         "admissionChecks": [
@@ -66,9 +69,48 @@ def local(
             "apiVersion": "kueue.x-k8s.io/v1beta2",
             "kind": "Workload",
             "metadata": {"name": "wl", "namespace": "ns"},
-            "spec": SPEC,
+            "spec": spec or SPEC,
             "status": status,
         }
+    )
+
+
+ONE_CPU = {
+    "queueName": "user-queue",
+    "podSets": [
+        {"name": "main", "count": 1, "template": {"spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]}}}
+    ],
+}
+
+
+def quotas(cpu: int, *, used: int = 0) -> WorkerQuotas:
+    """A worker with one ClusterQueue `cq` of `cpu` cpus (`used` of them reserved), serving ns/user-queue."""
+    v = "kueue.x-k8s.io/v1beta2"
+    resources = [{"name": "cpu", "nominalQuota": cpu}]
+    reservation = [{"name": "default", "resources": [{"name": "cpu", "total": str(used), "borrowed": "0"}]}]
+    return WorkerQuotas(
+        flavors=[ResourceFlavor.model_validate({"apiVersion": v, "kind": "ResourceFlavor", "metadata": {"name": "default"}, "spec": {}})],
+        cluster_queues=[
+            ClusterQueue.model_validate(
+                {
+                    "apiVersion": v,
+                    "kind": "ClusterQueue",
+                    "metadata": {"name": "cq"},
+                    "spec": {"resourceGroups": [{"coveredResources": ["cpu"], "flavors": [{"name": "default", "resources": resources}]}]},
+                    "status": {"flavorsReservation": reservation},
+                }
+            )
+        ],
+        local_queues=[
+            LocalQueue.model_validate(
+                {
+                    "apiVersion": v,
+                    "kind": "LocalQueue",
+                    "metadata": {"name": "user-queue", "namespace": "ns"},
+                    "spec": {"clusterQueue": "cq"},
+                }
+            )
+        ],
     )
 
 
@@ -92,7 +134,39 @@ def up(*names: str) -> list[ClusterHealth]:
     return [ClusterHealth(name, True) for name in names]
 
 
-def inputs(wl: Workload, clusters: list[ClusterHealth], remotes: dict[str, Workload] | None = None, **kw: Any) -> WorkloadInputs:
+@dataclass(frozen=True)
+class FakeWorkers:
+    """The workers as the dispatch rules read them: their queues, and the refusal's answer."""
+
+    queues: dict[str, WorkerQuotas] = field(default_factory=dict)
+    never: str | None = None
+    sent: dict[str, list[tuple[str, dict[FlavorResource, int]]]] = field(default_factory=dict)  # in flight there
+
+    def quotas(self, worker: str) -> WorkerQuotas | None:
+        return self.queues.get(worker)
+
+    def in_flight(self, worker: str) -> list[tuple[str, dict[FlavorResource, int]]]:
+        return self.sent.get(worker, [])
+
+    def reserved(self, worker: str) -> list[tuple[str, dict[FlavorResource, int]]]:
+        return []
+
+    def never_fits(self, info: WorkloadInfo) -> str | None:
+        return self.never
+
+
+def inputs(
+    wl: Workload,
+    clusters: list[ClusterHealth],
+    remotes: dict[str, Workload] | None = None,
+    *,
+    never_fits: str = "",
+    blocked: dict[str, str] | None = None,
+    problems: dict[str, str] | None = None,
+    **kw: Any,
+) -> WorkloadInputs:
+    kw.setdefault("dispatch", DispatchState(blocked=blocked or {}, problems=problems or {}))
+    kw.setdefault("workers", FakeWorkers(never=never_fits or None))
     return WorkloadInputs(local=wl, check_name="mk", clusters=clusters, remotes=remotes or {}, now=NOW, worker_lost_timeout=TIMEOUT, **kw)
 
 
@@ -116,7 +190,8 @@ def test_dispatch_waits_for_the_other_checks_to_be_ready() -> None:
 
 def test_incremental_dispatch_copies_only_to_the_nominated_clusters() -> None:
     wl = local(nominated=["w1"])
-    plan = plan_workload(inputs(wl, up("w1", "w2"), {"w2": remote(round_of=wl)}, dispatcher=c.DISPATCHER_INCREMENTAL))
+    in_round = DispatchState(round_started=NOW - timedelta(minutes=1))
+    plan = plan_workload(inputs(wl, up("w1", "w2"), {"w2": remote(round_of=wl)}, dispatcher=c.DISPATCHER_INCREMENTAL, dispatch=in_round))
     assert plan.create == ["w1"] and plan.delete == ["w2"] and plan.nominate is None
 
 
@@ -444,18 +519,21 @@ def test_a_worker_with_a_foreign_job_of_the_same_name_is_skipped_and_said() -> N
 def test_the_capacity_aware_reason_and_a_workers_problem_share_one_stable_message() -> None:
     """Two rules must not take turns at the check's message: each write would wake the next
     pass, and the two would write for ever (seen: hundreds of writes a second)."""
-    waiting = Choice(None, never=True, message="needs cpu 1; largest worker offers cpu 0 (w2)")
+    # The capacity-aware dispatcher's reason: w2 could never give it the cpu (w1 is blocked).
+    waiting = FakeWorkers(queues={"w2": quotas(0)})
     blocked = {"w1": "a Job that is not ours"}
-    first = plan_workload(inputs(local(), up("w1", "w2"), dispatcher=c.DISPATCHER_CAPACITY_AWARE, placement=waiting, blocked=blocked))
+    first = plan_workload(
+        inputs(local(spec=ONE_CPU), up("w1", "w2"), dispatcher=c.DISPATCHER_CAPACITY_AWARE, workers=waiting, blocked=blocked)
+    )
     assert first.check is not None
     expected = (
         "needs cpu 1; largest worker offers cpu 0 (w2); The workload cannot be admitted on some worker clusters: w1: a Job that is not ours"
     )
     assert first.check.message == expected
-    wl = local()
+    wl = local(spec=ONE_CPU)
     assert wl.status is not None and wl.status.admission_checks
     wl.status.admission_checks[0].message = expected
-    again = plan_workload(inputs(wl, up("w1", "w2"), dispatcher=c.DISPATCHER_CAPACITY_AWARE, placement=waiting, blocked=blocked))
+    again = plan_workload(inputs(wl, up("w1", "w2"), dispatcher=c.DISPATCHER_CAPACITY_AWARE, workers=waiting, blocked=blocked))
     assert again.check is None
 
 

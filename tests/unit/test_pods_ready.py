@@ -25,8 +25,9 @@ from manager.engine.podsready import (
     requeue_after_timeout,
     requeue_backoff,
 )
-from manager.engine.state import AdmissionState, StatusWrite
+from manager.engine.state import AdmissionState
 from manager.engine.workload import build_info
+from manager.engine.writes import StatusWrite
 from tests.unit.test_admission_state import T0, cluster_queue, flavor, local_queue, run, stored, workload
 
 pytestmark = pytest.mark.unit

@@ -20,21 +20,30 @@ from typing import Any
 from manager.api import constants as c
 from manager.api.core import PriorityClass
 from manager.api.kueue import ResourceFlavor, Workload, WorkloadPriorityClass
-from manager.api.meta import Condition, Resource, find_condition, is_condition_true, set_condition
+from manager.api.meta import Resource, find_condition
 from manager.engine.integrations.adapter import Finished, JobAdapter, construct_workload
 from manager.engine.jobs import (
     JobConversionError,
     admitted_pod_sets,
-    admitted_without_reservation,
     backoff_left,
     job_queue_name,
     prebuilt_workload_name,
     requeued_follow_up,
-    requeued_on_release,
 )
 from manager.engine.podsready import pods_ready_condition
+from manager.engine.workload import (
+    Patch,
+    conditions_of,
+    finish_patch,
+    has_quota_reservation,
+    is_admitted,
+    is_evicted,
+    is_finished,
+    pods_ready_patch,
+    release_patch,
+    requeue_patch,
+)
 
-REASON_PENDING = "Pending"
 # Kueue's FailedToStartFinishedReason: the admission cannot be applied to the job (for example
 # its template already sets a label the admission sets differently); starting it again would
 # fail the same way.
@@ -128,21 +137,9 @@ class JobInputs:
     wait_for_pods_ready: bool = False  # the Configuration's waitForPodsReady is on
 
 
-# --- conditions ------------------------------------------------------------------------------------
-def _set_conditions(old: list[Condition] | None, now: datetime, *new: tuple[str, str, str, str]) -> list[dict[str, Any]]:
-    """`old` with each (type, status, reason, message) set as Kubernetes' SetStatusCondition does."""
-    conditions = old
-    for kind, status, reason, message in new:
-        conditions = set_condition(conditions, Condition(type=kind, status=status, reason=reason, message=message), now=now)
-    return [cond.to_dict() for cond in conditions or []]
-
-
-def _conditions(wl: Workload) -> list[Condition] | None:
-    return wl.status.conditions if wl.status else None
-
-
-def _status_patch(wl: Workload, status: dict[str, Any]) -> PatchWorkload:
-    patch = {"metadata": {"resourceVersion": wl.metadata.resource_version}, "status": status}
+# --- Workload status writes ----------------------------------------------------------------------
+def _status_write(wl: Workload, patch: Patch) -> PatchWorkload:
+    """One of `manager.engine.workload`'s status patches, as a step."""
     return PatchWorkload(wl.name, wl.namespace, patch, subresource="status")
 
 
@@ -166,50 +163,6 @@ def _adopt(adapter: JobAdapter[Any], job: Resource, wl: Workload) -> PatchWorklo
             }
         },
     )
-
-
-def _finish(wl: Workload, reason: str, message: str, now: datetime) -> PatchWorkload:
-    old = _conditions(wl)
-    return _status_patch(wl, {"conditions": _set_conditions(old, now, (c.FINISHED, "True", reason, message))})
-
-
-def _requeue(wl: Workload, follow_up: tuple[str, str], now: datetime) -> PatchWorkload:
-    """Kueue's workload controller: Requeued=False turns True once the workload may be queued
-    again (reactivated, or its backoff ran out)."""
-    old = _conditions(wl)
-    status: dict[str, Any] = {"conditions": _set_conditions(old, now, (c.REQUEUED, "True", *follow_up))}
-    state = wl.status.requeue_state if wl.status else None
-    if state is not None and state.requeue_at is not None:
-        status["requeueState"] = {"requeueAt": None}  # Kueue clears it once the backoff ran out
-    return _status_patch(wl, status)
-
-
-def _release(wl: Workload, now: datetime) -> PatchWorkload:
-    """The evicted job has stopped: give its quota back (Kueue's
-    UnsetQuotaReservationWithCondition), with Requeued naming the eviction: True after a
-    preemption or node failures, False after anything else (`requeued_on_release`)."""
-    old = _conditions(wl)
-    evicted = find_condition(old, c.EVICTED)
-    message = evicted.message if evicted is not None else "The workload was evicted"
-    reason = evicted.reason if evicted is not None else REASON_PENDING
-    admitted_reason, admitted_message = admitted_without_reservation(wl)
-    status: dict[str, Any] = {
-        "admission": None,
-        "conditions": _set_conditions(
-            old,
-            now,
-            (c.QUOTA_RESERVED, "False", REASON_PENDING, message),
-            (c.ADMITTED, "False", admitted_reason, admitted_message),
-            (c.REQUEUED, "True" if requeued_on_release(reason) else "False", reason, message),
-        ),
-    }
-    admitted = find_condition(old, c.ADMITTED)
-    if admitted is not None and admitted.status == "True" and admitted.last_transition_time is not None:
-        # Kueue's SyncAdmittedCondition: the time it ran counts into its past execution time.
-        ran = int((now - admitted.last_transition_time).total_seconds())
-        before = (wl.status.accumulated_past_execution_time_seconds if wl.status else None) or 0
-        status["accumulatedPastExecutionTimeSeconds"] = before + ran
-    return _status_patch(wl, status)
 
 
 def _finished_reason(finished: Finished) -> str:
@@ -253,32 +206,29 @@ def plan_job(inputs: JobInputs) -> JobPlan:
     actions: list[Action] = []
     if prebuilt and not any(ref.uid == job.metadata.uid for ref in wl.metadata.owner_references or []):
         actions.append(_adopt(adapter, job, wl))
-    conditions = _conditions(wl)
-    if is_condition_true(conditions, c.FINISHED):
+    if is_finished(wl):
         return JobPlan(actions)
     if finished is not None:
-        actions.append(_finish(wl, _finished_reason(finished), finished.message, now))
+        actions.append(_status_write(wl, finish_patch(wl, reason=_finished_reason(finished), message=finished.message, now=now)))
         return JobPlan(actions)
 
     if inputs.wait_for_pods_ready:
         # Kueue's job reconciler with waitForPodsReady: the PodsReady condition follows the
         # job's ready pods; its update wakes us for the next step.
-        current = find_condition(conditions, c.PODS_READY)
-        pods_ready = pods_ready_condition(
-            admitted=is_condition_true(conditions, c.ADMITTED), pods_ready=adapter.pods_ready(job), current=current
-        )
+        current = find_condition(conditions_of(wl), c.PODS_READY)
+        pods_ready = pods_ready_condition(admitted=is_admitted(wl), pods_ready=adapter.pods_ready(job), current=current)
         if current is None or (current.status, current.reason) != pods_ready[:2]:
-            actions.append(_status_patch(wl, {"conditions": _set_conditions(conditions, now, (c.PODS_READY, *pods_ready))}))
+            actions.append(_status_write(wl, pods_ready_patch(wl, pods_ready=pods_ready, now=now)))
             return JobPlan(actions)
 
-    reserved = wl.status is not None and wl.status.admission is not None and is_condition_true(conditions, c.QUOTA_RESERVED)
-    evicted = is_condition_true(conditions, c.EVICTED)
-    admitted = reserved and is_condition_true(conditions, c.ADMITTED) and not evicted
+    reserved = has_quota_reservation(wl)
+    evicted = is_evicted(wl)
+    admitted = reserved and is_admitted(wl) and not evicted
     suspended = adapter.is_suspended(job)
     if not reserved:
         follow_up = requeued_follow_up(wl, now)
         if follow_up is not None:
-            actions.append(_requeue(wl, follow_up, now))
+            actions.append(_status_write(wl, requeue_patch(wl, reason=follow_up[0], message=follow_up[1], now=now)))
             return JobPlan(actions)  # the update wakes us with the new Workload
         wait = backoff_left(wl, now)
         if wait is not None:
@@ -289,13 +239,13 @@ def plan_job(inputs: JobInputs) -> JobPlan:
             try:
                 start = adapter.start_patch(job, wl, admitted_pod_sets(wl, inputs.flavors))
             except JobConversionError as err:
-                actions.append(_finish(wl, REASON_FAILED_TO_START, str(err), now))
+                actions.append(_status_write(wl, finish_patch(wl, reason=REASON_FAILED_TO_START, message=str(err), now=now)))
                 return JobPlan(actions)
             actions.append(PatchJob(start, event=Event("Normal", "Started", f"Admitted by clusterQueue {cluster_queue}")))
         return JobPlan(actions)
     if not suspended:
         if evicted:
-            cond = find_condition(conditions, c.EVICTED)
+            cond = find_condition(conditions_of(wl), c.EVICTED)
             event = Event("Normal", "Stopped", cond.message if cond is not None and cond.message else "Evicted")
         else:
             event = Event("Normal", "Suspended", f"The {adapter.kind} was started without an admitted Workload")
@@ -315,5 +265,5 @@ def plan_job(inputs: JobInputs) -> JobPlan:
         restore = adapter.restore_patch(job, wl)
         if restore is not None:
             actions.append(PatchJob(restore))
-        actions.append(_release(wl, now))
+        actions.append(_status_write(wl, release_patch(wl, now=now)))
     return JobPlan(actions)
