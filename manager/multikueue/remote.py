@@ -32,7 +32,7 @@ from manager.kube.access import can_i
 from manager.kube.client import KubeClient, KubeconfigError
 from manager.kube.errors import ForbiddenError, KubeError, NotFoundError, TransientError
 from manager.kube.informer import InformerSet
-from manager.multikueue.agent import AGENT_LEASE_NAME, AGENT_LEASE_NAMESPACE, AgentLeaseWatch, AgentVerdict, LeaseSighting
+from manager.multikueue.agent_health import AGENT_LEASE_NAME, AGENT_LEASE_NAMESPACE, AgentLeaseWatch, AgentVerdict, LeaseSighting
 from manager.multikueue.capacity import WorkerQuotas
 from manager.runtime.tasks import cancel_and_wait
 

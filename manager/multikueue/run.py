@@ -9,7 +9,8 @@ from manager.api import kueue
 from manager.api.core import Secret
 from manager.controllers.run import Process
 from manager.kube.informer import Informer
-from manager.multikueue.clusters import AdmissionCheckController, ClusterController
+from manager.multikueue.admission_check import AdmissionCheckController
+from manager.multikueue.clusters import ClusterController
 from manager.multikueue.gc import GarbageCollector
 from manager.multikueue.settings import Settings
 from manager.multikueue.workload import WorkloadController

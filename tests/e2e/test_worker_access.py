@@ -36,7 +36,7 @@ from manager.engine.workload import admission_check_state
 from manager.kube.client import KubeClient
 from manager.kube.errors import NotFoundError
 from manager.multikueue import worker_access
-from manager.multikueue.agent import AGENT_LEASE_NAMESPACE
+from manager.multikueue.agent_health import AGENT_LEASE_NAMESPACE
 from manager.multikueue.plan import WORKER_NAMESPACES_ANNOTATION
 from tests.conftest import REPO_ROOT
 from tests.e2e.federation import LQ, job_manifest, kueue_object, write_config
