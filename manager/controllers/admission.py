@@ -46,7 +46,7 @@ from manager.engine.writes import StatusWrite
 from manager.kube.client import KubeClient
 from manager.kube.errors import ConflictError, KubeError, NotFoundError
 from manager.kube.ratelimit import DEFERRABLE, REQUEST, TurnSemaphore
-from manager.runtime.metrics import Metrics, Sample, current_metrics
+from manager.runtime.metrics import Metrics, Sample
 from manager.runtime.runnables import Runnable, leader, while_leading
 
 log = logging.getLogger("kfed.admission")
@@ -87,10 +87,10 @@ class AdmissionController:
         client: KubeClient,
         caches: Caches,
         *,
+        metrics: Metrics,
         config: Configuration | None = None,
         recorder: EventRecorder | None = None,
         write_concurrency: int = 32,
-        metrics: Metrics | None = None,
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
         self.client = client
@@ -112,7 +112,7 @@ class AdmissionController:
         self._tasks: set[asyncio.Task[None]] = set()
         self._queue_status: dict[str, dict[str, Any]] = {}
         self._deactivate: set[str] = set()
-        self.metrics = metrics or current_metrics()
+        self.metrics = metrics
         self._finished: dict[str, Finished] = {}  # finished Workloads that still exist
         self._admitted = self.metrics.counter("kfed_admitted_workloads_total", "Workloads admitted, by ClusterQueue.", ("cluster_queue",))
         self._preempted = self.metrics.counter(

@@ -36,6 +36,7 @@ from manager.kube.errors import AlreadyExistsError, NotFoundError
 from manager.kube.informer import Informer
 from manager.runtime.controller import Controller, Result, RetryWithBackoff
 from manager.runtime.expectations import Expectations
+from manager.runtime.metrics import Registry
 from manager.runtime.runnables import Runnable, leader
 
 log = logging.getLogger("kfed.jobs")
@@ -51,6 +52,7 @@ class JobController:
         caches: Caches,
         adapter: JobAdapter[Any],
         *,
+        metrics: Registry,
         recorder: EventRecorder | None = None,
         clock: Callable[[], datetime] = utcnow,
         workers: int = 8,
@@ -68,7 +70,7 @@ class JobController:
         # still shows that version: a reconcile then would plan the same write again (seen on
         # workers: a Job started twice, two Started events), so it waits for the watch event.
         self.written_from: dict[str, str] = {}
-        self.controller = Controller(adapter.kind.lower(), self.reconcile, workers=workers)
+        self.controller = Controller(adapter.kind.lower(), self.reconcile, metrics=metrics, workers=workers)
         # Set by MultiKueue on the manager: whether a worker may still run this Workload's job
         # (its quota is kept until the worker has stopped it); it may read the worker live.
         self.runs_elsewhere: Callable[[kueue.Workload], Awaitable[bool]] | None = None

@@ -33,7 +33,7 @@ from manager.kube.errors import KubeError
 from manager.kube.leader import LeaderElector
 from manager.runtime import logs
 from manager.runtime.certs import ServingCert, ensure_serving_cert, trusts
-from manager.runtime.metrics import ROLE_FOLLOWER, ROLE_LEADER, ROLE_STANDALONE, LocalQueueRef, Metrics, use
+from manager.runtime.metrics import ROLE_FOLLOWER, ROLE_LEADER, ROLE_STANDALONE, LocalQueueRef, Metrics
 from manager.runtime.options import Options
 from manager.runtime.runnables import Runnable, RunnableGroups, always, leader
 from manager.runtime.server import HttpServer, make_probe_app
@@ -215,11 +215,15 @@ class Process:
         recorder = EventRecorder(self.client, component=f"kfed-{self.component.replace('_', '-')}")
         self.metrics = process_metrics(self.configuration, self._local_queue_labels)
         self.metrics.role = ROLE_FOLLOWER if opts.leader_elect else ROLE_STANDALONE
-        use(self.metrics)  # what this process's components register with
         self.admission = AdmissionController(self.client, self.caches, config=self.configuration, recorder=recorder, metrics=self.metrics)
         self.job_controllers = [
             JobController(
-                self.client, self.caches, adapter, recorder=recorder, wait_for_pods_ready=self.configuration.pods_ready is not None
+                self.client,
+                self.caches,
+                adapter,
+                metrics=self.metrics,
+                recorder=recorder,
+                wait_for_pods_ready=self.configuration.pods_ready is not None,
             )
             for adapter in self.integrations.adapters
         ]

@@ -17,6 +17,7 @@ from manager.kube.errors import NotFoundError
 from manager.kube.informer import Informer
 from manager.multikueue.plan import admission_check_active
 from manager.runtime.controller import Controller, Result
+from manager.runtime.metrics import Registry
 from manager.runtime.runnables import Runnable, leader
 
 
@@ -29,10 +30,11 @@ class AdmissionCheckController:
     checks: Informer[kueue.AdmissionCheck]
     configs: Informer[kueue.MultiKueueConfig]
     clusters: Informer[kueue.MultiKueueCluster]
+    metrics: Registry
     clock: Callable[[], datetime] = utcnow
 
     def __post_init__(self) -> None:
-        self.controller = Controller("multikueue-admissioncheck", self.reconcile, workers=2)
+        self.controller = Controller("multikueue-admissioncheck", self.reconcile, metrics=self.metrics, workers=2)
         self.checks.add_handler(lambda kind, old, new: self._enqueue((new or old).name))
         self.configs.add_handler(lambda kind, old, new: self.resync())
         self.clusters.add_handler(self._on_cluster)

@@ -31,7 +31,7 @@ from manager.multikueue.kubeconfig import REASON_BAD, KubeconfigRejectedError, c
 from manager.multikueue.plan import WORKER_NAMESPACES_ANNOTATION, connection_failed_message, worker_namespaces
 from manager.multikueue.remote import RemoteCluster
 from manager.runtime.controller import Controller, Result
-from manager.runtime.metrics import REGISTRY
+from manager.runtime.metrics import Registry
 from manager.runtime.runnables import Runnable, always, leader
 
 log = logging.getLogger("kfed.multikueue.clusters")
@@ -60,6 +60,7 @@ class ClusterController:
     secrets: Informer[Secret]
     on_connection_change: Callable[[RemoteCluster], None]
     on_remote_object: Callable[[RemoteCluster, str, str], None]
+    metrics: Registry
     clock: Callable[[], datetime] = utcnow
     adapters: Sequence[JobAdapter[Any]] = (BATCH_JOB,)  # the job kinds each worker is watched for
     # Capacity-aware dispatch: each worker's queues are watched too, and a change is reported.
@@ -73,12 +74,12 @@ class ClusterController:
         # What each cluster's Active condition should say: judged by every replica (each keeps
         # its own connections warm), written by the lease holder's status controller.
         self.verdicts: dict[str, tuple[str, str, str]] = {}
-        self.controller = Controller("multikueuecluster", self.reconcile, workers=4)
-        self.status_controller = Controller("multikueuecluster-status", self._publish, workers=2)
-        self._connected = REGISTRY.gauge("kfed_multikueue_cluster_connected", "1 when the worker cluster is connected.", ("cluster",))
-        self._reconnects = REGISTRY.gauge("kfed_multikueue_cluster_reconnects", "Reconnections after a failure.", ("cluster",))
-        self._failures = REGISTRY.gauge("kfed_multikueue_cluster_failed_attempts", "Failed connection attempts in a row.", ("cluster",))
-        self._latency = REGISTRY.histogram(
+        self.controller = Controller("multikueuecluster", self.reconcile, metrics=self.metrics, workers=4)
+        self.status_controller = Controller("multikueuecluster-status", self._publish, metrics=self.metrics, workers=2)
+        self._connected = self.metrics.gauge("kfed_multikueue_cluster_connected", "1 when the worker cluster is connected.", ("cluster",))
+        self._reconnects = self.metrics.gauge("kfed_multikueue_cluster_reconnects", "Reconnections after a failure.", ("cluster",))
+        self._failures = self.metrics.gauge("kfed_multikueue_cluster_failed_attempts", "Failed connection attempts in a row.", ("cluster",))
+        self._latency = self.metrics.histogram(
             "kfed_multikueue_remote_request_seconds", "Latency of requests to worker clusters.", ("cluster", "verb")
         )
         self.clusters.add_handler(self._on_cluster)

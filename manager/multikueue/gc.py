@@ -19,7 +19,7 @@ from manager.kube.errors import KubeError, NotFoundError
 from manager.kube.informer import Informer
 from manager.multikueue.plan import plan_gc
 from manager.multikueue.remote import RemoteCluster
-from manager.runtime.metrics import REGISTRY
+from manager.runtime.metrics import Registry
 from manager.runtime.runnables import Runnable, leader
 
 log = logging.getLogger("kfed.multikueue.gc")
@@ -33,16 +33,15 @@ class GarbageCollector:
         remotes: Callable[[], list[RemoteCluster]],
         origin: str,
         interval: float,
+        metrics: Registry,
     ) -> None:
         self.local_workloads = local_workloads
         self.remotes = remotes
         self.origin = origin
         self.interval = interval
-        self._collected = REGISTRY.counter(
-            "kfed_multikueue_gc_deleted_total", "Orphaned remote objects deleted, per cluster.", ("cluster",)
-        )
+        self._collected = metrics.counter("kfed_multikueue_gc_deleted_total", "Orphaned remote objects deleted, per cluster.", ("cluster",))
         # A pass that deletes nothing is invisible otherwise: this says the collector still runs.
-        self._passes = REGISTRY.counter(
+        self._passes = metrics.counter(
             "kfed_multikueue_gc_passes_total", "Garbage collection passes completed, per connected cluster.", ("cluster",)
         )
 

@@ -43,6 +43,7 @@ class MultiKueue:
             # Every dispatcher reads the workers' queues: the refusal of a Workload no worker
             # could ever admit holds for all of them.
             on_quotas=lambda remote: self.workloads.on_quotas(remote),
+            metrics=process.metrics,
         )
         self.workloads = WorkloadController(
             client,
@@ -53,16 +54,18 @@ class MultiKueue:
             recorder=process.recorder,
             on_refusal_inputs=process.admission.refusal_may_have_changed,
             on_admitted=process.admission.admitted_by_check,
+            metrics=process.metrics,
         )
         process.admission.refuse_with(self.workloads.refusal)
         self.checks = AdmissionCheckController(
-            client, checks=process.caches.admission_checks, configs=self.configs, clusters=self.cluster_objects
+            client, checks=process.caches.admission_checks, configs=self.configs, clusters=self.cluster_objects, metrics=process.metrics
         )
         self.gc = GarbageCollector(
             local_workloads=process.caches.workloads,
             remotes=lambda: list(self.clusters.remotes.values()),
             origin=self.settings.origin,
             interval=self.settings.gc_interval.total_seconds(),
+            metrics=process.metrics,
         )
         self.configs.add_handler(lambda kind, old, new: self.workloads.resync())
         for jobs in process.job_controllers:

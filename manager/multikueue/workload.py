@@ -67,7 +67,7 @@ from manager.multikueue.plan import (
 from manager.multikueue.remote import ConnectionFailedError, RemoteCluster
 from manager.multikueue.settings import Settings
 from manager.runtime.controller import Controller, Result
-from manager.runtime.metrics import REGISTRY
+from manager.runtime.metrics import Registry
 from manager.runtime.runnables import Runnable, leader
 
 log = logging.getLogger("kfed.multikueue.workload")
@@ -90,6 +90,7 @@ class WorkloadController:
     settings: Settings
     clusters: ClusterController
     configs: Informer[kueue.MultiKueueConfig]
+    metrics: Registry
     recorder: EventRecorder | None = None
     clock: Callable[[], datetime] = utcnow
     # Called when what the refusal reads (a worker's queue specs) changed: the admission
@@ -101,7 +102,7 @@ class WorkloadController:
     workers: InitVar[int] = 16
 
     def __post_init__(self, workers: int) -> None:
-        self.controller = Controller("multikueue-workload", self.reconcile, workers=workers)
+        self.controller = Controller("multikueue-workload", self.reconcile, metrics=self.metrics, workers=workers)
         self.deleted: dict[str, kueue.Workload] = {}
         # What each plan leaves to remember of a Workload (`DispatchState`), and two indexes of
         # it kept by `_store`: the Workloads waiting for room, and the copies in flight.
@@ -111,16 +112,16 @@ class WorkloadController:
         # The refusal's answers, for the workers' queue specs last announced (`_quota_specs`).
         self._refusals: dict[tuple[object, ...], str | None] = {}
         self._specs_announced: tuple[tuple[str, int, bool], ...] = ()
-        self._dispatched = REGISTRY.counter(
+        self._dispatched = self.metrics.counter(
             "kfed_multikueue_workloads_dispatched_total", "Remote Workload copies created, per cluster.", ("cluster_queue", "cluster")
         )
-        self._admitted = REGISTRY.counter(
+        self._admitted = self.metrics.counter(
             "kfed_multikueue_workloads_admitted_total", "Workloads admitted through a worker, per cluster.", ("cluster_queue", "cluster")
         )
-        self._retried = REGISTRY.counter(
+        self._retried = self.metrics.counter(
             "kfed_multikueue_workloads_retried_total", "Admissions lost or evicted on a worker, per cluster.", ("cluster_queue", "cluster")
         )
-        self._latency = REGISTRY.histogram(
+        self._latency = self.metrics.histogram(
             "kfed_multikueue_dispatch_to_admission_seconds",
             "From the first remote copy to the check turning Ready, per cluster.",
             ("cluster",),

@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from manager.kube.errors import ConflictError, KubeError, NotFoundError
-from manager.runtime.metrics import REGISTRY, Registry
+from manager.runtime.metrics import Registry
 from manager.runtime.workqueue import WorkQueue
 
 log = logging.getLogger("kfed.controller")
@@ -39,15 +39,15 @@ class Controller:
     retried with backoff; they never stop the loop.
     """
 
-    def __init__(self, name: str, reconcile: Reconcile, *, workers: int = 4, registry: Registry = REGISTRY) -> None:
+    def __init__(self, name: str, reconcile: Reconcile, *, metrics: Registry, workers: int = 4) -> None:
         self.name = name
         self.reconcile = reconcile
         self.workers = workers
         self.queue = WorkQueue()
-        self._reconciles = registry.counter(
+        self._reconciles = metrics.counter(
             "kfed_controller_reconcile_total", "Reconciles by controller and result.", ("controller", "result")
         )
-        self._duration = registry.histogram("kfed_controller_reconcile_seconds", "Reconcile duration.", ("controller",))
+        self._duration = metrics.histogram("kfed_controller_reconcile_seconds", "Reconcile duration.", ("controller",))
 
     def enqueue(self, key: str) -> None:
         self.queue.add(key)

@@ -3,9 +3,9 @@ Kueue's names, labels and buckets (the table in `manager.runtime.kueue_metrics`)
 existing Kueue dashboards and alerts work unchanged.
 
 Each process owns one `Metrics`, with its own CollectorRegistry (never prometheus-client's
-global one): several managers in one Python process keep apart. `use(metrics)` makes it the
-one that `current_metrics()` and `REGISTRY` return in the calling task and the tasks it starts, so
-controllers built there register with their own process.
+global one): several managers in one Python process keep apart. There is one way to register:
+the process's composition root hands its `Metrics` to every component it builds (a `metrics`
+argument), and nothing reaches for a global one.
 
 Kueue's counters and histograms are fed as things happen (`quota_reserved`, `admitted`, ...);
 its gauges are read from the live state at scrape time (`add_gauges`), so a deleted queue's
@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Iterable, Iterator
-from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
@@ -122,7 +121,7 @@ def _check(names: tuple[str, ...], values: tuple[str, ...]) -> tuple[str, ...]:
 
 
 class Registry(Protocol):
-    """Where a component registers kfed's own metrics: a `Metrics`, or `REGISTRY` (the current one)."""
+    """Where a component registers kfed's own metrics: its process's `Metrics`, handed to it."""
 
     def counter(self, name: str, help_text: str, labels: tuple[str, ...] = ()) -> Counter: ...
 
@@ -340,42 +339,3 @@ class _KueueGauges:
                 family = families[spec.name] = GaugeMetricFamily(spec.name, spec.help, labels=spec.labels)
             family.add_metric([*sample.labels, self.metrics.role], sample.value)
         yield from families.values()
-
-
-# --- the current process's metrics --------------------------------------------------------------------
-_CURRENT: ContextVar[Metrics] = ContextVar("kfed_metrics")
-_UNBOUND: list[Metrics] = []
-
-
-def use(metrics: Metrics) -> None:
-    """Make `metrics` the current one in this task and in the tasks it starts from now on."""
-    _CURRENT.set(metrics)
-
-
-def current_metrics() -> Metrics:
-    """The metrics `use` bound here; outside any process (a unit test building one controller),
-    one shared instance."""
-    bound = _CURRENT.get(None)
-    if bound is not None:
-        return bound
-    if not _UNBOUND:
-        _UNBOUND.append(Metrics())
-    return _UNBOUND[0]
-
-
-class _Current:
-    """`REGISTRY`: registers with whichever `Metrics` is current when a component is built."""
-
-    def counter(self, name: str, help_text: str, labels: tuple[str, ...] = ()) -> Counter:
-        return current_metrics().counter(name, help_text, labels)
-
-    def gauge(self, name: str, help_text: str, labels: tuple[str, ...] = ()) -> Gauge:
-        return current_metrics().gauge(name, help_text, labels)
-
-    def histogram(
-        self, name: str, help_text: str, labels: tuple[str, ...] = (), *, buckets: tuple[float, ...] = DEFAULT_BUCKETS
-    ) -> Histogram:
-        return current_metrics().histogram(name, help_text, labels, buckets=buckets)
-
-
-REGISTRY: Registry = _Current()

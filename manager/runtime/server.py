@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from aiohttp import web
 
-from manager.runtime.metrics import Metrics, current_metrics
+from manager.runtime.metrics import Metrics
 from manager.runtime.runnables import Runnable, always
 
 # aiohttp waits up to a minute for open connections on cleanup (the apiserver keeps webhook
@@ -47,10 +47,10 @@ class HttpServer:
             self.socket.close()
 
 
-def make_probe_app(*, ready: Callable[[], tuple[bool, str]], metrics: Metrics | None = None) -> web.Application:
+def make_probe_app(*, ready: Callable[[], tuple[bool, str]], metrics: Metrics) -> web.Application:
     """`ready()` says whether the process should receive work, and if not, why; `/metrics`
-    serves `metrics` (the current process's by default)."""
-    served = metrics or current_metrics()
+    serves the process's `metrics`."""
+    served = metrics
 
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok")

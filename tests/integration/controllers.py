@@ -28,6 +28,7 @@ from manager.kube.informer import Informer
 from manager.multikueue.clusters import ClusterController
 from manager.multikueue.remote import RemoteCluster
 from manager.multikueue.settings import Settings
+from manager.runtime.metrics import Metrics
 from tests.conftest import REPO_ROOT
 
 SYSTEM_NAMESPACE = "kfed-system"
@@ -259,6 +260,7 @@ def cluster_controller(
         path_prefix=settings.kubeconfig_path_prefix,
         clusters=clusters,
         secrets=secrets,
+        metrics=Metrics(),
         on_connection_change=on_connection_change,
         on_remote_object=on_remote_object,
     )

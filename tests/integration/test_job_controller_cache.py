@@ -23,6 +23,7 @@ from manager.controllers.jobs import JobController
 from manager.dev.local import LocalCluster
 from manager.engine.integrations.registry import BATCH_JOB
 from manager.kube.client import KubeClient
+from manager.runtime.metrics import Metrics
 from tests.harness import Provider
 from tests.integration.controllers import crd_cluster
 from tests.integration.test_controllers import job_manifest, make_queues
@@ -64,7 +65,7 @@ async def test_a_job_is_started_once_while_the_cache_has_not_shown_the_start(kub
     for informer in caches.all():
         await informer.relist()  # listed once: the caches stay as they are now
     recorder = EventRecorder(kube, component="test")  # not run: its queue holds what was emitted
-    controller = JobController(kube, caches, BATCH_JOB, recorder=recorder)
+    controller = JobController(kube, caches, BATCH_JOB, metrics=Metrics(), recorder=recorder)
     key = f"{ns}/{job.name}"
     await controller.reconcile(key)
     started = await kube.get(Job, job.name, namespace=ns)

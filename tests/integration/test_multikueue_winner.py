@@ -35,6 +35,7 @@ from manager.kube.informer import Informer
 from manager.multikueue.plan import remote_copy
 from manager.multikueue.settings import Settings
 from manager.multikueue.workload import WorkloadController
+from manager.runtime.metrics import Metrics
 from tests.conftest import client_of
 from tests.harness import Provider, eventually
 from tests.integration.controllers import SYSTEM_NAMESPACE, cluster_controller, crd_cluster
@@ -129,6 +130,7 @@ async def test_a_pass_planned_from_a_stale_cache_creates_no_job_and_the_next_one
         settings=settings,
         clusters=clusters,
         configs=configs,
+        metrics=Metrics(),
         workers=1,
         on_admitted=lambda before, written: admissions.append((before, written)),
     )

@@ -3,7 +3,6 @@ state, and kfed's own metrics, all in one registry per process."""
 
 from __future__ import annotations
 
-import asyncio
 import math
 from datetime import timedelta
 from typing import Any
@@ -27,7 +26,7 @@ from manager.engine.status import EventRecord
 from manager.engine.workload import eviction_labels
 from manager.engine.writes import StatusWrite
 from manager.runtime.kueue_metrics import KUEUE_METRICS
-from manager.runtime.metrics import REGISTRY, ROLE_LEADER, LocalQueueRef, Metrics, Sample, current_metrics, use
+from manager.runtime.metrics import ROLE_LEADER, LocalQueueRef, Metrics, Sample
 from tests.unit.test_admission_state import T0, ready_state, run, stored, workload
 
 # Kueue v0.19.2, pkg/metrics/metrics.go. Buckets: `generateExponentialBuckets(n)` is 1 followed
@@ -171,18 +170,11 @@ def test_optional_groups_follow_the_kueue_configuration() -> None:
 
 
 def test_each_process_has_its_own_registry() -> None:
-    async def process(name: str) -> Metrics:
-        metrics = Metrics()
-        use(metrics)
-        await asyncio.sleep(0)  # both processes are now running in one event loop
-        REGISTRY.counter("kfed_admitted_workloads_total", "Admitted.", ("cluster_queue",)).inc(name)
-        assert current_metrics() is metrics
-        return metrics
-
-    async def both() -> list[Metrics]:
-        return list(await asyncio.gather(process("a"), process("b")))
-
-    first, second = asyncio.run(both())
+    """Every component is handed its process's metrics (one way to register, no global): two
+    processes in one interpreter count apart."""
+    first, second = Metrics(), Metrics()
+    for metrics, name in ((first, "a"), (second, "b")):
+        metrics.counter("kfed_admitted_workloads_total", "Admitted.", ("cluster_queue",)).inc(name)
     assert first.value("kfed_admitted_workloads_total", {"cluster_queue": "a"}) == 1
     assert first.value("kfed_admitted_workloads_total", {"cluster_queue": "b"}) is None
     assert second.value("kfed_admitted_workloads_total", {"cluster_queue": "b"}) == 1
