@@ -126,13 +126,18 @@ def start_controller(cluster: LocalCluster, component: str, *, config_file: Path
     and `config_file` as its Configuration."""
     federation.create(cluster, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": federation.SYSTEM_NAMESPACE}})
     health, webhook = free_port(), free_port()
+    extra = [f"--config={config_file}"]
+    if component == "manager":
+        # Kueue's visibility API through the manager's apiserver (kubectl get --raw /apis/visibility.kueue.x-k8s.io/...).
+        federation.create(cluster, federation.visibility_service())
+        extra += federation.visibility_flags(free_port())
     argv = federation.controller_argv(
         cluster,
         component,
         health_port=health,
         webhook_port=webhook,
         cert_dir=cluster.directory / "webhook-certs",
-        extra=(f"--config={config_file}",),
+        extra=tuple(extra),
     )
     # Supervised, as a Deployment would be: a controller that exits (a lost lease after its
     # apiserver froze) is started again with backoff, and each restart is logged.

@@ -24,6 +24,7 @@ from manager.controllers.admission import AdmissionController
 from manager.controllers.caches import Caches
 from manager.controllers.events import EventRecorder
 from manager.controllers.jobs import JobController
+from manager.controllers.visibility import VisibilityServer, install_api_services
 from manager.controllers.webhookcerts import WebhookCertManager
 from manager.controllers.webhooks import WebhookEndpoint, install, make_app, queue_uses_multikueue, server_ssl_context
 from manager.engine.integrations.registry import Registry, enabled
@@ -115,7 +116,9 @@ class Process:
         self.groups = RunnableGroups(on_failure=lambda name, err: self.stop.set())
         self.webhook_endpoint: WebhookEndpoint | None = None
         self._endpoint_changed = asyncio.Event()
-        self._stored_trust: list[bytes] = []  # the caBundles the apiserver stored at the last install
+        self._stored_trust: list[bytes] = []
+        self.visibility: VisibilityServer | None = None
+        self.visibility_context: ssl.SSLContext | None = None  # the caBundles the apiserver stored at the last install
 
     def _ready(self) -> tuple[bool, str]:
         if not self.caches.synced() or not all(i.synced.is_set() for e in self.extensions for i in e.informers):
@@ -136,6 +139,10 @@ class Process:
         if opts.webhook_service:
             namespace, _, name = opts.webhook_service.partition("/")
             names = (f"{name}.{namespace}.svc", f"{name}.{namespace}.svc.cluster.local", *names)
+        if opts.visibility_address:
+            # One certificate for the manager's TLS servers: the aggregated API's Service too.
+            namespace, _, name = opts.visibility_service.partition("/")
+            names = (*names, f"{name}.{namespace}.svc", f"{name}.{namespace}.svc.cluster.local")
         ips = ("127.0.0.1",)
         if opts.webhook_cert_secret:
             # Every replica serves the certificate kept in one Secret (made and rotated by kfed).
@@ -169,13 +176,26 @@ class Process:
             url = opts.webhook_url or f"https://127.0.0.1:{port}"
             self.webhook_endpoint = WebhookEndpoint(cert.ca_pem, url=url)
         log.info("webhooks serving", extra={"port": port})
+        if opts.visibility_address:
+            await self._start_visibility(cert)
         self.groups.add(leader("webhook-configurations", self._install_webhooks))
+
+    async def _start_visibility(self, cert: ServingCert) -> None:
+        """Kueue's visibility API, as an aggregated API server over the admission state."""
+        server = VisibilityServer(self.client, lambda: self.admission.state)
+        await server.load_request_headers()
+        self.visibility = server
+        self.visibility_context = server.ssl_context(str(cert.cert_file), str(cert.key_file))
+        port = self._serve("visibility-server", server.app(), self.opts.visibility_address, self.visibility_context)
+        log.info("visibility API serving", extra={"port": port, "key": self.opts.visibility_service})
 
     async def _certificate_changed(self, cert: ServingCert) -> None:
         """A new bundle in the Secret: serve its certificate on new connections, and (the leader)
         give the configurations its trust bundle (the previous, current and next CAs)."""
         assert self.ssl_context is not None and self.webhook_endpoint is not None
         self.ssl_context.load_cert_chain(str(cert.cert_file), str(cert.key_file))
+        if self.visibility_context is not None:
+            self.visibility_context.load_cert_chain(str(cert.cert_file), str(cert.key_file))
         self.webhook_endpoint = dataclasses.replace(self.webhook_endpoint, ca_bundle=cert.ca_pem)
         log.info("webhook certificate reloaded", extra={"component": self.component})
         self._endpoint_changed.set()
@@ -193,8 +213,17 @@ class Process:
             if self.webhook_endpoint is not None:
                 try:
                     self._stored_trust = await install(self.client, self.webhook_endpoint, self.integrations.adapters)
+                    if self.opts.visibility_address:
+                        namespace, _, name = self.opts.visibility_service.partition("/")
+                        await install_api_services(
+                            self.client,
+                            ca_bundle=self.webhook_endpoint.ca_bundle,
+                            namespace=namespace,
+                            name=name,
+                            port=self.opts.visibility_service_port,
+                        )
                 except KubeError as err:
-                    log.error("cannot install the webhook configurations", extra={"error": str(err)})
+                    log.error("cannot install the webhook configurations and APIServices", extra={"error": str(err)})
             await self._endpoint_changed.wait()
 
     def _local_queue_labels(self, lq: LocalQueueRef) -> dict[str, str] | None:
@@ -238,6 +267,8 @@ class Process:
             self._serve("probe-server", make_probe_app(ready=self._ready, metrics=self.metrics), opts.health_address)
             if opts.metrics_address != opts.health_address:
                 self._serve("metrics-server", make_probe_app(ready=self._ready, metrics=self.metrics), opts.metrics_address)
+            if opts.visibility_address and not opts.webhooks:
+                raise ValueError("--visibility-bind-address: the visibility API serves the webhooks' certificate; drop --no-webhooks")
             if opts.webhooks:
                 await self._start_webhooks()
             self.caches.start()

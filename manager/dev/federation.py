@@ -105,6 +105,31 @@ def _common() -> list[dict[str, Any]]:
     ]
 
 
+VISIBILITY_SERVICE = f"{SYSTEM_NAMESPACE}/kfed-visibility"
+
+
+def visibility_service() -> dict[str, Any]:
+    """The Service the visibility APIServices name, for a manager on this machine: an
+    ExternalName for localhost (the apiserver resolves it and calls the port the APIService
+    names; an Endpoints object may not hold a loopback address)."""
+    namespace, _, name = VISIBILITY_SERVICE.partition("/")
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"type": "ExternalName", "externalName": "localhost"},
+    }
+
+
+def visibility_flags(port: int) -> list[str]:
+    """Serve Kueue's visibility API on 127.0.0.1:`port`, behind `visibility_service()`."""
+    return [
+        f"--visibility-bind-address=127.0.0.1:{port}",
+        f"--visibility-service={VISIBILITY_SERVICE}",
+        f"--visibility-service-port={port}",
+    ]
+
+
 def controller_argv(
     cluster: LocalCluster, component: str, *, health_port: int, webhook_port: int | None, cert_dir: Path, extra: tuple[str, ...] = ()
 ) -> list[str]:
@@ -180,6 +205,7 @@ _ADMISSION = "/apis/admissionregistration.k8s.io/v1"
 _BUILTIN_PATHS = {
     ("v1", "Namespace"): "/api/v1/namespaces",
     ("v1", "Secret"): "/api/v1/namespaces/{namespace}/secrets",
+    ("v1", "Service"): "/api/v1/namespaces/{namespace}/services",
     ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration"): f"{_ADMISSION}/mutatingwebhookconfigurations",
     ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"): f"{_ADMISSION}/validatingwebhookconfigurations",
 }

@@ -43,6 +43,9 @@ class Options:
     webhook_cert_validity: str
     webhook_cert_rotate_before: str
     webhook_cert_check_interval: float
+    visibility_address: str
+    visibility_service: str
+    visibility_service_port: int
 
     def leader_config(self) -> LeaderConfig:
         """The leader election these flags ask for: the Lease --leader-election-id in --namespace, held as --identity."""
@@ -108,5 +111,22 @@ def parse(argv: list[str] | None, *, component: str) -> Options:
         help="accept worker kubeconfigs whose server is http:// (the bearer token travels in clear text; local development only)",
     )
     p.add_argument("--shutdown-timeout", type=float, default=float(_env("shutdown-timeout", "30") or 30))
+    p.add_argument(
+        "--visibility-bind-address",
+        dest="visibility_address",
+        default=_env("visibility-bind-address", ""),
+        help="serve Kueue's visibility API (visibility.kueue.x-k8s.io) here, as an aggregated API server; off when empty",
+    )
+    p.add_argument(
+        "--visibility-service",
+        default=_env("visibility-service", "kfed-system/kfed-visibility"),
+        help="namespace/name of the Service its APIServices name (the serving certificate is made for it)",
+    )
+    p.add_argument(
+        "--visibility-service-port",
+        type=int,
+        default=int(_env("visibility-service-port", "443") or 443),
+        help="the Service port the APIServices name",
+    )
     args = p.parse_args(argv)
     return Options(**vars(args))

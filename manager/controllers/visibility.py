@@ -1,0 +1,289 @@
+"""Kueue's visibility API (`visibility.kueue.x-k8s.io`, v1beta2 and v1beta1), served by the
+manager as an aggregated API server, as Kueue serves it: the apiserver proxies
+`/apis/visibility.kueue.x-k8s.io/...` here through the APIServices this module installs, so any
+client built for Kueue (and kubectl) asks the manager's apiserver, with the user's own identity.
+
+The answers come from the engine's own queues, in memory (`manager.engine.visibility`), so they
+are in the order the scheduler admits in, on every replica, standby included.
+
+Authentication and authorization are delegated to the apiserver, as every aggregated server's
+are (k8s.io/apiserver's delegating authenticator and authorizer):
+- the apiserver's front proxy presents a client certificate signed by the request-header CA and
+  names the user in the `X-Remote-*` headers; the CA, the allowed client names and the header
+  names come from the ConfigMap `kube-system/extension-apiserver-authentication`;
+- a client that calls this server directly with a bearer token is authenticated by TokenReview;
+- every request for a resource is authorized by a SubjectAccessReview for the user, so a user
+  who may read one namespace's LocalQueue sees that LocalQueue's pending Workloads and nothing
+  of other tenants.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import ssl
+import urllib.parse
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from manager.engine import visibility
+from manager.engine.state import AdmissionState
+from manager.kube.client import KubeClient
+from manager.kube.errors import KubeError, NotFoundError
+
+log = logging.getLogger("kfed.visibility")
+
+AUTHENTICATION_CONFIGMAP = ("kube-system", "extension-apiserver-authentication")
+APISERVICE_PATH = "/apis/apiregistration.k8s.io/v1/apiservices"
+
+
+@dataclass(frozen=True)
+class RequestHeaders:
+    """How the apiserver's front proxy names the user (kube-system/extension-apiserver-authentication)."""
+
+    client_ca: str
+    allowed_names: tuple[str, ...] = ()
+    username_headers: tuple[str, ...] = ("X-Remote-User",)
+    group_headers: tuple[str, ...] = ("X-Remote-Group",)
+    extra_prefixes: tuple[str, ...] = ("X-Remote-Extra-",)
+
+
+def request_headers_from(data: dict[str, str]) -> RequestHeaders | None:
+    """The request-header settings the apiserver publishes, or None where it has none."""
+    ca = data.get("requestheader-client-ca-file", "")
+    if not ca.strip():
+        return None
+
+    def names(key: str, default: tuple[str, ...]) -> tuple[str, ...]:
+        raw = data.get(key)
+        if not raw:
+            return default
+        parsed = json.loads(raw)
+        return tuple(str(item) for item in parsed) if isinstance(parsed, list) else default
+
+    return RequestHeaders(
+        client_ca=ca,
+        allowed_names=names("requestheader-allowed-names", ()),
+        username_headers=names("requestheader-username-headers", ("X-Remote-User",)),
+        group_headers=names("requestheader-group-headers", ("X-Remote-Group",)),
+        extra_prefixes=names("requestheader-extra-headers-prefix", ("X-Remote-Extra-",)),
+    )
+
+
+@dataclass(frozen=True)
+class User:
+    name: str
+    groups: tuple[str, ...] = ()
+    extra: dict[str, list[str]] = field(default_factory=dict)
+    uid: str = ""
+
+
+def user_from_headers(config: RequestHeaders, headers: Any) -> User | None:
+    """The user the front proxy names (`headers` is a case-insensitive multi-dict)."""
+    name = next((headers.get(h) for h in config.username_headers if headers.get(h)), None)
+    if not name:
+        return None
+    groups = tuple(g for h in config.group_headers for g in headers.getall(h, []))
+    extra: dict[str, list[str]] = {}
+    for key in headers:
+        for prefix in config.extra_prefixes:
+            if key.lower().startswith(prefix.lower()):
+                extra.setdefault(urllib.parse.unquote(key[len(prefix) :]).lower(), []).extend(headers.getall(key))
+    return User(name, groups, extra)
+
+
+def common_name(peercert: dict[str, Any] | None) -> str | None:
+    """The CN of a verified client certificate, as ssl's getpeercert() gives it."""
+    for rdn in (peercert or {}).get("subject", ()):
+        for key, value in rdn:
+            if key == "commonName":
+                return str(value)
+    return None
+
+
+def status(code: int, reason: str, message: str) -> web.Response:
+    """A Kubernetes Status, as every apiserver answers a failure."""
+    body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message, "reason": reason, "code": code}
+    return web.json_response(body, status=code)
+
+
+class VisibilityServer:
+    """The aggregated API server's app, over the admission state's queues."""
+
+    def __init__(self, client: KubeClient, state: Callable[[], AdmissionState]) -> None:
+        self.client = client
+        self.state = state
+        self.request_headers: RequestHeaders | None = None
+
+    async def load_request_headers(self) -> RequestHeaders | None:
+        """Read how the apiserver's front proxy authenticates (once, at start)."""
+        namespace, name = AUTHENTICATION_CONFIGMAP
+        try:
+            found = await self.client.request("GET", f"/api/v1/namespaces/{namespace}/configmaps/{name}")
+        except NotFoundError:
+            log.warning("no front-proxy settings: only bearer tokens are accepted", extra={"key": f"{namespace}/{name}"})
+            return None
+        self.request_headers = request_headers_from(found.get("data") or {})
+        return self.request_headers
+
+    def ssl_context(self, cert_file: str, key_file: str) -> ssl.SSLContext:
+        """TLS with the serving certificate; a client certificate is asked for, and verified
+        against the request-header CA when one is presented (the front proxy's)."""
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.load_cert_chain(cert_file, key_file)
+        if self.request_headers is not None:
+            context.verify_mode = ssl.CERT_OPTIONAL
+            context.load_verify_locations(cadata=self.request_headers.client_ca)
+        return context
+
+    # --- who asks, and may they ---------------------------------------------------------------------
+    async def authenticate(self, request: web.Request) -> User | None:
+        config = self.request_headers
+        peer = request.transport.get_extra_info("peercert") if request.transport is not None else None
+        if config is not None and peer:
+            name = common_name(peer)
+            if config.allowed_names and name not in config.allowed_names:
+                return None
+            return user_from_headers(config, request.headers)
+        token = request.headers.get("Authorization", "")
+        if not token.startswith("Bearer "):
+            return None
+        review = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token[len("Bearer ") :]}}
+        answer = await self.client.request("POST", "/apis/authentication.k8s.io/v1/tokenreviews", body=review, what="TokenReview")
+        result = answer.get("status") or {}
+        if not result.get("authenticated"):
+            return None
+        info = result.get("user") or {}
+        return User(str(info.get("username", "")), tuple(info.get("groups") or ()), dict(info.get("extra") or {}), str(info.get("uid", "")))
+
+    async def allowed(self, user: User, attributes: dict[str, str]) -> tuple[bool, str]:
+        spec: dict[str, Any] = {"user": user.name, "groups": list(user.groups), "resourceAttributes": attributes}
+        if user.extra:
+            spec["extra"] = user.extra
+        if user.uid:
+            spec["uid"] = user.uid
+        review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec}
+        answer = await self.client.request(
+            "POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", body=review, what="SubjectAccessReview"
+        )
+        result = answer.get("status") or {}
+        return bool(result.get("allowed")), str(result.get("reason") or "")
+
+    async def _guard(self, request: web.Request, attributes: dict[str, str]) -> web.Response | None:
+        """None when the caller may make this request; else the Status to answer with."""
+        try:
+            user = await self.authenticate(request)
+            if user is None:
+                return status(401, "Unauthorized", "Unauthorized")
+            ok, reason = await self.allowed(user, attributes)
+        except KubeError as err:
+            log.warning("cannot review a visibility request", extra={"error": str(err)})
+            return status(503, "ServiceUnavailable", "cannot review the request with the apiserver; try again")
+        if ok:
+            return None
+        what = f'{attributes["resource"]}.{visibility.GROUP} "{attributes["name"]}"'
+        where = f' in the namespace "{attributes["namespace"]}"' if attributes.get("namespace") else ""
+        message = (
+            f'{what} is forbidden: User "{user.name}" cannot get resource "{attributes["resource"]}/pendingworkloads" '
+            f'in API group "{visibility.GROUP}"{where}'
+        )
+        return status(403, "Forbidden", message + (f": {reason}" if reason else ""))
+
+    # --- the resources ------------------------------------------------------------------------------
+    async def cluster_queue(self, request: web.Request) -> web.Response:
+        version, name = request.match_info["version"], request.match_info["name"]
+        attributes = {
+            "group": visibility.GROUP, "version": version, "resource": "clusterqueues", "subresource": "pendingworkloads",
+            "name": name, "verb": "get",
+        }  # fmt: skip
+        refused = await self._guard(request, attributes)
+        if refused is not None:
+            return refused
+        try:
+            page = visibility.page_of(dict(request.query))
+        except visibility.VisibilityQueryError as err:
+            return status(400, "BadRequest", str(err))
+        queue = self.state().scheduler.queues.get(name)
+        if queue is None:
+            return status(404, "NotFound", f'clusterqueue.{visibility.GROUP} "{name}" not found')
+        return web.json_response(visibility.summary(version, visibility.in_cluster_queue(queue.in_order(), page)))
+
+    async def local_queue(self, request: web.Request) -> web.Response:
+        version, namespace, name = request.match_info["version"], request.match_info["namespace"], request.match_info["name"]
+        attributes = {
+            "group": visibility.GROUP, "version": version, "resource": "localqueues", "subresource": "pendingworkloads",
+            "name": name, "namespace": namespace, "verb": "get",
+        }  # fmt: skip
+        refused = await self._guard(request, attributes)
+        if refused is not None:
+            return refused
+        try:
+            page = visibility.page_of(dict(request.query))
+        except visibility.VisibilityQueryError as err:
+            return status(400, "BadRequest", str(err))
+        state = self.state()
+        lq = state.local_queues.get(f"{namespace}/{name}")
+        if lq is None:
+            return status(404, "NotFound", f'localqueue.{visibility.GROUP} "{name}" not found')
+        queue = state.scheduler.queues.get(lq.spec.cluster_queue or "")
+        ordered = queue.in_order() if queue is not None else []
+        return web.json_response(visibility.summary(version, visibility.in_local_queue(ordered, namespace, name, page)))
+
+    # --- discovery: public, as the apiserver's own (system:discovery) ------------------------------
+    async def group(self, request: web.Request) -> web.Response:
+        return web.json_response(visibility.group_document())
+
+    async def version(self, request: web.Request) -> web.Response:
+        version = request.match_info["version"]
+        if version not in visibility.VERSIONS:
+            return status(404, "NotFound", f"the server could not find the requested resource: {visibility.GROUP}/{version}")
+        return web.json_response(visibility.resource_list(version))
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        base = f"/apis/{visibility.GROUP}"
+        versions = "{version:" + "|".join(visibility.VERSIONS) + "}"
+        app.router.add_get(base, self.group)
+        app.router.add_get(f"{base}/{{version}}", self.version)
+        app.router.add_get(f"{base}/{versions}/clusterqueues/{{name}}/pendingworkloads", self.cluster_queue)
+        app.router.add_get(f"{base}/{versions}/namespaces/{{namespace}}/localqueues/{{name}}/pendingworkloads", self.local_queue)
+        return app
+
+
+def api_services(*, ca_bundle: bytes, namespace: str, name: str, port: int) -> list[dict[str, Any]]:
+    """The APIServices that route each served version to the Service in front of the manager."""
+    return [
+        {
+            "apiVersion": "apiregistration.k8s.io/v1",
+            "kind": "APIService",
+            "metadata": {"name": f"{version}.{visibility.GROUP}", "labels": {"app.kubernetes.io/managed-by": "kfed"}},
+            "spec": {
+                "group": visibility.GROUP,
+                "version": version,
+                # Kueue's own values: its group sorts after the built-in ones, v1beta2 first.
+                "groupPriorityMinimum": 100,
+                "versionPriority": 100 - index,
+                "caBundle": base64.b64encode(ca_bundle).decode(),
+                "service": {"namespace": namespace, "name": name, "port": port},
+            },
+        }
+        for index, version in enumerate(visibility.VERSIONS)
+    ]
+
+
+async def install_api_services(client: KubeClient, *, ca_bundle: bytes, namespace: str, name: str, port: int) -> None:
+    """Point the APIServices at the Service with the current CA (patched by name, created where
+    missing, as the webhook configurations are)."""
+    for obj in api_services(ca_bundle=ca_bundle, namespace=namespace, name=name, port=port):
+        path = f"{APISERVICE_PATH}/{obj['metadata']['name']}"
+        try:
+            await client.request(
+                "PATCH", path, body={"spec": obj["spec"]}, content_type="application/merge-patch+json", what=f"patch APIService {path}"
+            )
+        except NotFoundError:
+            await client.request("POST", APISERVICE_PATH, body=obj, what=f"create APIService {obj['metadata']['name']}")

@@ -1,0 +1,210 @@
+"""Kueue's visibility API served by the manager, asked through the manager's apiserver as a user
+asks it (`kubectl get --raw`, with the user's own identity): the pending Workloads of a
+ClusterQueue and of a LocalQueue in the scheduler's order, seen by an administrator, by a user
+of one namespace, and by a user of none."""
+
+from __future__ import annotations
+
+import json
+import ssl
+import subprocess
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from manager.api import kueue
+from manager.api.meta import is_condition_true
+from manager.dev import federation
+from manager.dev.local import LocalCluster, free_port
+from manager.kube.client import KubeClient
+from tests.harness import Provider, eventually
+from tests.integration.controllers import ControllerProcess, crd_cluster, running_manager
+
+GROUP = "visibility.kueue.x-k8s.io"
+
+
+@pytest.fixture(scope="module")
+def cluster(provider: Provider) -> LocalCluster:
+    created = crd_cluster(provider, "vis")
+    federation.create(created, federation.visibility_service())
+    return created
+
+
+@pytest.fixture(scope="module")
+def manager(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControllerProcess]:
+    with running_manager(cluster, tmp_path_factory.mktemp("visibility"), extra=federation.visibility_flags(free_port())) as process:
+        yield process
+
+
+def raw(cluster: LocalCluster, path: str, *, user: str | None = None) -> tuple[int, Any]:
+    """`kubectl get --raw path`, as the admin or (impersonated) as `user`: (0, the answer) or (exit code, stderr)."""
+    argv = [str(cluster.bin_dir / "kubectl"), f"--kubeconfig={cluster.kubeconfig_path}", "get", "--raw", path]
+    if user is not None:
+        argv.append(f"--as={user}")
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    return (0, json.loads(result.stdout)) if result.returncode == 0 else (result.returncode, result.stderr.strip())
+
+
+def direct(manager: ControllerProcess, path: str, token: str) -> tuple[int, Any]:
+    """GET `path` from the manager's visibility server itself, with a bearer token."""
+    port = next(int(a.rsplit(":", 1)[1]) for a in manager.argv() if a.startswith("--visibility-bind-address="))
+    context = ssl.create_default_context(cafile=str(manager.directory / f"certs-{manager.identity}" / "ca.crt"))
+    request = urllib.request.Request(f"https://127.0.0.1:{port}{path}", headers={"Authorization": f"Bearer {token}"})
+    try:
+        with urllib.request.urlopen(request, context=context, timeout=10) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+def ordered(answer: dict[str, Any]) -> list[tuple[str, int, int]]:
+    return [(i["metadata"]["name"], i["positionInClusterQueue"], i["positionInLocalQueue"]) for i in answer["items"]]
+
+
+def kueue_object(kind: str, metadata: dict[str, str], **content: Any) -> dict[str, Any]:
+    return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": kind, "metadata": metadata, **content}
+
+
+def quota(cq: str, cpu: int) -> dict[str, Any]:
+    group = {"coveredResources": ["cpu"], "flavors": [{"name": f"{cq}-flavor", "resources": [{"name": "cpu", "nominalQuota": cpu}]}]}
+    return {"namespaceSelector": {}, "resourceGroups": [group]}
+
+
+async def queues(kube: KubeClient, cq: str, namespaces: dict[str, str], cpu: int) -> None:
+    await kube.create(kueue.ResourceFlavor, kueue_object("ResourceFlavor", {"name": f"{cq}-flavor"}))
+    await kube.create(kueue.ClusterQueue, kueue_object("ClusterQueue", {"name": cq}, spec=quota(cq, cpu)))
+    for ns, lq in namespaces.items():
+        await kube.request("POST", "/api/v1/namespaces", body={"metadata": {"name": ns}})
+        await kube.create(kueue.LocalQueue, kueue_object("LocalQueue", {"name": lq, "namespace": ns}, spec={"clusterQueue": cq}))
+
+
+async def workload(kube: KubeClient, ns: str, lq: str, name: str, *, priority: int = 0) -> None:
+    pod = {"restartPolicy": "Never", "containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "1"}}}]}
+    spec = {"queueName": lq, "priority": priority, "podSets": [{"name": "main", "count": 1, "template": {"spec": pod}}]}
+    await kube.create(kueue.Workload, kueue_object("Workload", {"name": name, "namespace": ns}, spec=spec))
+
+
+async def admitted(kube: KubeClient, namespaces: list[str]) -> list[str]:
+    found = []
+    for ns in namespaces:
+        for wl in (await kube.list(kueue.Workload, namespace=ns)).items:
+            if is_condition_true(wl.status.conditions if wl.status else None, "QuotaReserved"):
+                found.append(wl.name)
+    return sorted(found)
+
+
+async def test_pending_workloads_are_listed_in_admission_order_for_those_who_may_read_them(
+    manager: ControllerProcess, cluster: LocalCluster, kube: KubeClient, tmp_path: Path
+) -> None:
+    tag = uuid.uuid4().hex[:5]
+    cq, team_a, team_b = f"vis-{tag}", f"team-a-{tag}", f"team-b-{tag}"
+    await queues(kube, cq, {team_a: "lq", team_b: "lq"}, cpu=1)
+    await workload(kube, team_a, "lq", "running")
+    await eventually(lambda: admitted(kube, [team_a]), timeout=30, what="the first Workload admitted, filling the queue")
+    # Distinct priorities: Workloads created within one second tie on their timestamp.
+    for ns, name, priority in ((team_a, "a-low", 0), (team_b, "b-low", 2), (team_a, "a-high", 10), (team_b, "b-mid", 5)):
+        await workload(kube, ns, "lq", name, priority=priority)
+
+    cq_path = f"/apis/{GROUP}/v1beta2/clusterqueues/{cq}/pendingworkloads"
+
+    async def all_four_listed() -> Any:
+        code, answer = raw(cluster, cq_path)
+        return answer if code == 0 and len(answer["items"]) == 4 else None
+
+    # The administrator, through the apiserver (the APIService routes to the manager).
+    answer = await eventually(all_four_listed, timeout=60, what="the four pending Workloads listed by the visibility API")
+    assert answer["kind"] == "PendingWorkloadsSummary" and answer["apiVersion"] == f"{GROUP}/v1beta2"
+    assert ordered(answer) == [("a-high", 0, 0), ("b-mid", 1, 0), ("b-low", 2, 1), ("a-low", 3, 1)]
+    assert {i["localQueueName"] for i in answer["items"]} == {"lq"} and answer["items"][0]["priority"] == 10
+    assert ordered(raw(cluster, cq_path + "?limit=2&offset=1")[1]) == [("b-mid", 1, 0), ("b-low", 2, 1)]
+    code, v1beta1 = raw(cluster, cq_path.replace("v1beta2", "v1beta1"))
+    assert code == 0 and v1beta1["apiVersion"] == f"{GROUP}/v1beta1" and ordered(v1beta1) == ordered(answer)
+    lq_b = f"/apis/{GROUP}/v1beta2/namespaces/{team_b}/localqueues/lq/pendingworkloads"
+    assert ordered(raw(cluster, lq_b)[1]) == [("b-mid", 1, 0), ("b-low", 2, 1)]
+
+    # A user who may read team-a's pending Workloads only: team-a's LocalQueue, nothing else.
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": "pending-reader", "namespace": team_a},
+        "rules": [{"apiGroups": [GROUP], "resources": ["localqueues/pendingworkloads"], "verbs": ["get"]}],
+    }
+    binding: dict[str, Any] = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": "pending-reader", "namespace": team_a},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pending-reader"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "alice"}],
+    }
+    await kube.request("POST", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{team_a}/roles", body=role)
+    await kube.request("POST", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{team_a}/rolebindings", body=binding)
+    lq_a = f"/apis/{GROUP}/v1beta2/namespaces/{team_a}/localqueues/lq/pendingworkloads"
+    code, mine = raw(cluster, lq_a, user="alice")
+    assert code == 0 and ordered(mine) == [("a-high", 0, 0), ("a-low", 3, 1)]
+    for path in (lq_b, cq_path):
+        code, refused = raw(cluster, path, user="alice")
+        assert code != 0 and "forbidden" in refused.lower(), (path, refused)
+    # The manager decides too, by TokenReview and SubjectAccessReview, for a client that calls
+    # it directly with a token (a ServiceAccount bound to the same Role).
+    await kube.request("POST", f"/api/v1/namespaces/{team_a}/serviceaccounts", body={"metadata": {"name": "reader"}})
+    sa_binding = {
+        **binding,
+        "metadata": {"name": "sa-pending-reader", "namespace": team_a},
+        "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": team_a}],
+    }
+    await kube.request("POST", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{team_a}/rolebindings", body=sa_binding)
+    token = (
+        await kube.request("POST", f"/api/v1/namespaces/{team_a}/serviceaccounts/reader/token", body={"spec": {"expirationSeconds": 600}})
+    )["status"]["token"]
+    assert direct(manager, lq_a, token)[0] == 200
+    assert direct(manager, lq_b, token)[0] == 403
+    assert direct(manager, lq_a, "not-a-token")[0] == 401
+    # A user of no namespace sees nothing at all.
+    for path in (lq_a, lq_b, cq_path):
+        code, refused = raw(cluster, path, user="mallory")
+        assert code != 0 and "forbidden" in refused.lower(), (path, refused)
+
+    # The positions are the order of admission: as room appears one Workload at a time, they
+    # are admitted as listed.
+    order = [name for name, _, _ in ordered(answer)]
+    seen: list[str] = []
+    for step, expected in enumerate(order, start=2):
+        await kube.patch(
+            kueue.ClusterQueue,
+            cq,
+            {
+                "spec": {
+                    "resourceGroups": [
+                        {
+                            "coveredResources": ["cpu"],
+                            "flavors": [{"name": f"{cq}-flavor", "resources": [{"name": "cpu", "nominalQuota": step}]}],
+                        }
+                    ]
+                }
+            },
+        )
+
+        async def one_more(count: int = step) -> list[str] | None:
+            now = await admitted(kube, [team_a, team_b])
+            return now if len(now) == count else None
+
+        now = await eventually(one_more, timeout=30, what=f"{step} Workloads admitted")
+        new = sorted(set(now) - {"running", *seen})
+        assert new == [expected], (new, expected)
+        seen.append(expected)
+
+
+async def test_the_visibility_api_is_discoverable_and_a_missing_queue_is_not_found(
+    manager: ControllerProcess, cluster: LocalCluster
+) -> None:
+    code, resources = raw(cluster, f"/apis/{GROUP}/v1beta2")
+    assert code == 0 and "clusterqueues/pendingworkloads" in [r["name"] for r in resources["resources"]]
+    code, message = raw(cluster, f"/apis/{GROUP}/v1beta2/clusterqueues/no-such-queue/pendingworkloads")
+    assert code != 0 and "not found" in message.lower()
+    code, message = raw(cluster, f"/apis/{GROUP}/v1beta2/clusterqueues/any/pendingworkloads?limit=-3")
+    assert code != 0 and "limit" in message
