@@ -27,11 +27,12 @@ from tests.conftest import REPO_ROOT
 from tests.harness import Provider
 
 DEPLOY = REPO_ROOT / "deploy"
-BASES = ("manager", "worker-agent", "multikueue-worker-access")
+BASES = ("manager", "worker-agent", "multikueue-worker-access", "visibility-apf")
 CHART = DEPLOY / "helm" / "kfed"
 # The chart's values for each kind of cluster, and the kustomize bases that install the same.
 CHART_INSTALLS = {
     "manager-cluster": ([], ("manager",)),
+    "manager-cluster-with-visibility-apf": (["--set", "manager.visibilityAPF=true"], ("manager", "visibility-apf")),
     "worker-cluster": (
         ["--set", "manager.enabled=false", "--set", "workerAgent.enabled=true", "--set", "multikueueWorkerAccess.enabled=true"],
         ("worker-agent", "multikueue-worker-access"),
@@ -74,6 +75,12 @@ MANAGER_ONLY = [
     ("patch", "multikueueclusters.kueue.x-k8s.io#status", ""),
     ("patch", "admissionchecks.kueue.x-k8s.io#status", ""),
     ("watch", "secrets", "kfed-system"),
+    # The visibility API: its APIServices, and the delegated authentication and authorization.
+    ("patch", "apiservices.apiregistration.k8s.io/v1beta2.visibility.kueue.x-k8s.io", ""),
+    ("patch", "apiservices.apiregistration.k8s.io/v1beta1.visibility.kueue.x-k8s.io", ""),
+    ("create", "tokenreviews.authentication.k8s.io", ""),
+    ("create", "subjectaccessreviews.authorization.k8s.io", ""),
+    ("get", "configmaps/extension-apiserver-authentication", "kube-system"),
 ]
 NEVER = [
     ("get", "secrets", "default"),  # Secrets outside its own namespace
@@ -90,6 +97,9 @@ NEVER = [
     ("update", "clusterqueues.kueue.x-k8s.io", ""),  # the administrator's spec
     ("patch", "clusterqueues.kueue.x-k8s.io", ""),
     ("update", "workloads.kueue.x-k8s.io#status", "team-a"),  # status is patched, with a resourceVersion
+    ("create", "apiservices.apiregistration.k8s.io", ""),  # deploy/ ships them
+    ("patch", "apiservices.apiregistration.k8s.io/v1.apps", ""),
+    ("get", "configmaps", "kube-system"),  # only the front proxy's settings, by name
     ("*", "*", ""),
 ]
 
