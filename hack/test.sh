@@ -29,6 +29,9 @@ export KFED_HELM
 echo "==> upstream Kueue for the interoperability tests (built once per version, cached in ~/.cache/kfed)" >&2
 KFED_KUEUE_BIN=$(bash hack/kueue/build.sh)
 export KFED_KUEUE_BIN
+echo "==> a visibility API client built with upstream Kueue's clientset (built once per version, cached in ~/.cache/kfed)" >&2
+KFED_KUEUE_VISIBILITY_CLIENT=$(bash hack/kueue/build.sh visibility-client)/kueue-visibility-client
+export KFED_KUEUE_VISIBILITY_CLIENT
 echo "==> the JobSet controller for \`kfed dev up --integrations jobset\` (built once per version, cached in ~/.cache/kfed)" >&2
 KFED_JOBSET_BIN_DIR=$(bash hack/jobset/build.sh)
 export KFED_JOBSET_BIN_DIR

@@ -6,6 +6,10 @@
 #   hack/kueue/build.sh perf    prints the directory holding Kueue's scheduler performance harness:
 #                               runner and minimalkueue (test/performance/scheduler), crds/ and
 #                               configs/ (the harness's generator configurations)
+#   hack/kueue/build.sh visibility-client
+#                               prints the directory holding kueue-visibility-client, a client of
+#                               the visibility API built with Kueue's own clientset
+#                               (hack/kueue/visibility-client/main.go)
 #
 # Each is built from the pinned sigs.k8s.io/kueue module (the manager from cmd/kueue, the harness
 # from test/performance/scheduler, both inside the module's zip) through a generated wrapper
@@ -21,7 +25,12 @@ target=${1:-manager}
 case "$target" in
   manager) out_name="kueue-${KUEUE_VERSION}"; what="Kueue ${KUEUE_VERSION}'s manager" ;;
   perf) out_name="kueue-perf-${KUEUE_VERSION}"; what="Kueue ${KUEUE_VERSION}'s scheduler performance runner and minimalkueue" ;;
-  *) echo "usage: $0 [manager|perf]" >&2; exit 2 ;;
+  visibility-client)
+    # The program's own source is part of the cache key: an edit builds it again.
+    digest=$(sha256sum "$here/visibility-client/main.go" | cut -c1-12)
+    out_name="kueue-visibility-client-${KUEUE_VERSION}-${digest}"
+    what="a visibility API client with Kueue ${KUEUE_VERSION}'s clientset" ;;
+  *) echo "usage: $0 [manager|perf|visibility-client]" >&2; exit 2 ;;
 esac
 cached_build "$out_name" "build upstream Kueue ${KUEUE_VERSION}" "building $what from its Go module"
 mkdir -p "$out/module" "$out/crds"
@@ -40,6 +49,14 @@ ldflags+=" -X sigs.k8s.io/kueue/pkg/version.BuildDate=$(date -u +%Y-%m-%dT%H:%M:
 # -mod=mod lets the wrapper's go.mod stay one line: the versions are exactly those Kueue's
 # go.mod selects.
 build() { CGO_ENABLED=0 go build -mod=mod -trimpath -ldflags "$ldflags" -o "$1" "$2" >&2; }
+if [[ "$target" == visibility-client ]]; then
+  # A package of the wrapper module, compiled against the pinned Kueue's client-go.
+  mkdir -p "$out/module/visibilityclient"
+  cp "$here/visibility-client/main.go" "$out/module/visibilityclient/main.go"
+  build "$out/kueue-visibility-client" ./visibilityclient
+  finish_build "$out"
+  exit 0
+fi
 if [[ "$target" == manager ]]; then
   build "$out/kueue" sigs.k8s.io/kueue/cmd/kueue
   cp "$source_dir/config/components/webhook/manifests.yaml" "$out/webhook-manifests.yaml"

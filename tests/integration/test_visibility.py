@@ -6,6 +6,7 @@ of one namespace, and by a user of none."""
 from __future__ import annotations
 
 import json
+import os
 import ssl
 import subprocess
 import urllib.error
@@ -24,6 +25,7 @@ from manager.dev.local import LocalCluster, free_port
 from manager.kube.client import KubeClient
 from tests.harness import Provider, eventually
 from tests.integration.controllers import ControllerProcess, crd_cluster, running_manager
+from tests.prerequisites import missing_prerequisite
 
 GROUP = "visibility.kueue.x-k8s.io"
 
@@ -60,6 +62,20 @@ def direct(manager: ControllerProcess, path: str, token: str) -> tuple[int, Any]
             return response.status, json.loads(response.read())
     except urllib.error.HTTPError as err:
         return err.code, json.loads(err.read())
+
+
+def kueue_client(cluster: LocalCluster, *args: str, user: str | None = None) -> tuple[int, Any]:
+    """hack/kueue/visibility-client: the same question asked with Kueue's own clientset, so the
+    answer is decoded by Kueue's types."""
+    binary = os.environ.get("KFED_KUEUE_VISIBILITY_CLIENT", "")
+    if not binary or not Path(binary).is_file():
+        missing_prerequisite(
+            "Kueue's visibility client not built: export "
+            "KFED_KUEUE_VISIBILITY_CLIENT=$(bash hack/kueue/build.sh visibility-client)/kueue-visibility-client (hack/test.sh does)"
+        )
+    argv = [binary, f"--kubeconfig={cluster.kubeconfig_path}", *(["--as", user] if user else []), *args]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    return (0, json.loads(result.stdout)) if result.returncode == 0 else (result.returncode, result.stderr.strip())
 
 
 def ordered(answer: dict[str, Any]) -> list[tuple[str, int, int]]:
@@ -127,6 +143,17 @@ async def test_pending_workloads_are_listed_in_admission_order_for_those_who_may
     lq_b = f"/apis/{GROUP}/v1beta2/namespaces/{team_b}/localqueues/lq/pendingworkloads"
     assert ordered(raw(cluster, lq_b)[1]) == [("b-mid", 1, 0), ("b-low", 2, 1)]
 
+    # A client built for Kueue, with Kueue's own clientset and types, gets the same answer.
+    code, decoded = kueue_client(cluster, "clusterqueue", cq)
+    assert code == 0, decoded
+    assert [(i["name"], i["positionInClusterQueue"], i["positionInLocalQueue"]) for i in decoded["items"]] == ordered(answer)
+    assert decoded["items"][0] == {
+        "name": "a-high", "namespace": team_a, "localQueueName": "lq", "priority": 10,
+        "positionInClusterQueue": 0, "positionInLocalQueue": 0,
+    }  # fmt: skip
+    code, decoded = kueue_client(cluster, "--version", "v1beta1", "clusterqueue", cq)
+    assert code == 0 and len(decoded["items"]) == 4, decoded
+
     # A user who may read team-a's pending Workloads only: team-a's LocalQueue, nothing else.
     role = {
         "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -146,6 +173,10 @@ async def test_pending_workloads_are_listed_in_admission_order_for_those_who_may
     lq_a = f"/apis/{GROUP}/v1beta2/namespaces/{team_a}/localqueues/lq/pendingworkloads"
     code, mine = raw(cluster, lq_a, user="alice")
     assert code == 0 and ordered(mine) == [("a-high", 0, 0), ("a-low", 3, 1)]
+    code, decoded = kueue_client(cluster, "localqueue", team_a, "lq", user="alice")
+    assert code == 0 and [i["name"] for i in decoded["items"]] == ["a-high", "a-low"], decoded
+    code, refused = kueue_client(cluster, "clusterqueue", cq, user="alice")
+    assert code != 0 and "forbidden" in refused.lower(), refused
     for path in (lq_b, cq_path):
         code, refused = raw(cluster, path, user="alice")
         assert code != 0 and "forbidden" in refused.lower(), (path, refused)
