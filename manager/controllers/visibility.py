@@ -26,12 +26,15 @@ import ssl
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from aiohttp import web
 
+from manager.api.meta import utcnow
 from manager.engine import visibility
 from manager.engine.state import AdmissionState
+from manager.engine.workload import WorkloadInfo
 from manager.kube.client import KubeClient
 from manager.kube.errors import KubeError, NotFoundError
 
@@ -114,9 +117,10 @@ def status(code: int, reason: str, message: str) -> web.Response:
 class VisibilityServer:
     """The aggregated API server's app, over the admission state's queues."""
 
-    def __init__(self, client: KubeClient, state: Callable[[], AdmissionState]) -> None:
+    def __init__(self, client: KubeClient, state: Callable[[], AdmissionState], *, clock: Callable[[], datetime] = utcnow) -> None:
         self.client = client
         self.state = state
+        self.clock = clock
         self.request_headers: RequestHeaders | None = None
 
     async def load_request_headers(self) -> RequestHeaders | None:
@@ -208,10 +212,10 @@ class VisibilityServer:
             page = visibility.page_of(dict(request.query))
         except visibility.VisibilityQueryError as err:
             return status(400, "BadRequest", str(err))
-        queue = self.state().scheduler.queues.get(name)
-        if queue is None:
+        ordered = self._pending(name)
+        if ordered is None:
             return status(404, "NotFound", f'clusterqueue.{visibility.GROUP} "{name}" not found')
-        return web.json_response(visibility.summary(version, visibility.in_cluster_queue(queue.in_order(), page)))
+        return web.json_response(visibility.summary(version, visibility.in_cluster_queue(ordered, page)))
 
     async def local_queue(self, request: web.Request) -> web.Response:
         version, namespace, name = request.match_info["version"], request.match_info["namespace"], request.match_info["name"]
@@ -226,13 +230,20 @@ class VisibilityServer:
             page = visibility.page_of(dict(request.query))
         except visibility.VisibilityQueryError as err:
             return status(400, "BadRequest", str(err))
-        state = self.state()
-        lq = state.local_queues.get(f"{namespace}/{name}")
+        lq = self.state().local_queues.get(f"{namespace}/{name}")
         if lq is None:
             return status(404, "NotFound", f'localqueue.{visibility.GROUP} "{name}" not found')
-        queue = state.scheduler.queues.get(lq.spec.cluster_queue or "")
-        ordered = queue.in_order() if queue is not None else []
+        ordered = self._pending(lq.spec.cluster_queue or "") or []
         return web.json_response(visibility.summary(version, visibility.in_local_queue(ordered, namespace, name, page)))
+
+    def _pending(self, cluster_queue: str) -> list[WorkloadInfo] | None:
+        """A ClusterQueue's pending Workloads in the scheduler's order, None when there is no such
+        queue. The queues follow the latest configuration first, as the next cycle would bring
+        them to: a standby, which runs no cycle, answers as the leader does."""
+        state = self.state()
+        state.rebuild_if_needed(self.clock())
+        queue = state.scheduler.queues.get(cluster_queue)
+        return queue.in_order() if queue is not None else None
 
     # --- discovery: public, as the apiserver's own (system:discovery) ------------------------------
     async def group(self, request: web.Request) -> web.Response:

@@ -239,3 +239,44 @@ async def test_the_visibility_api_is_discoverable_and_a_missing_queue_is_not_fou
     assert code != 0 and "not found" in message.lower()
     code, message = raw(cluster, f"/apis/{GROUP}/v1beta2/clusterqueues/any/pendingworkloads?limit=-3")
     assert code != 0 and "limit" in message
+
+
+async def test_a_standby_replica_answers_from_its_own_caches(
+    manager: ControllerProcess, cluster: LocalCluster, kube: KubeClient, tmp_path: Path
+) -> None:
+    tag = uuid.uuid4().hex[:5]
+    cq, ns = f"standby-{tag}", f"standby-{tag}"
+    await queues(kube, cq, {ns: "lq"}, cpu=0)
+    for name, priority in (("first", 5), ("second", 1)):
+        await workload(kube, ns, "lq", name, priority=priority)
+    standby = ControllerProcess(cluster, tmp_path, identity="replica-standby", extra=federation.visibility_flags(free_port())).start()
+    try:
+        standby.wait_ready()  # ready: its caches are synced, though it does not lead
+        await kube.request("POST", f"/api/v1/namespaces/{ns}/serviceaccounts", body={"metadata": {"name": "reader"}})
+        role = {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": f"pending-{tag}"},
+            "rules": [{"apiGroups": [GROUP], "resources": ["clusterqueues/pendingworkloads"], "verbs": ["get"]}],
+        }
+        binding = {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": f"pending-{tag}"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": f"pending-{tag}"},
+            "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": ns}],
+        }
+        await kube.request("POST", "/apis/rbac.authorization.k8s.io/v1/clusterroles", body=role)
+        await kube.request("POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", body=binding)
+        token = (await kube.request("POST", f"/api/v1/namespaces/{ns}/serviceaccounts/reader/token", body={"spec": {}}))["status"]["token"]
+        path = f"/apis/{GROUP}/v1beta2/clusterqueues/{cq}/pendingworkloads"
+
+        async def listed_by_the_standby() -> Any:
+            code, answer = direct(standby, path, token)
+            return answer if code == 200 and len(answer["items"]) == 2 else None
+
+        answer = await eventually(listed_by_the_standby, timeout=30, what="the standby listing both pending Workloads")
+        assert ordered(answer) == [("first", 0, 0), ("second", 1, 1)]
+        assert not standby.is_leader_log()
+    finally:
+        standby.terminate()
