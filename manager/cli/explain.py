@@ -30,6 +30,7 @@ from manager.cli.fleet import (
     missing_local_queue,
     namespace_not_selected,
     parse_object_name,
+    read_positions,
     run_async,
     worker_client,
 )
@@ -416,7 +417,8 @@ async def cmd_explain(args: argparse.Namespace) -> int:
         lqs = {lq.key: lq for lq in (await client.list(kueue.LocalQueue, namespace=namespace)).items}
         preempted = is_preempted(wl)
         everyone = (await client.list(kueue.Workload)).items if preempted or not wl.status or not wl.status.admission else []
-        view = views.job_views([wl], checks=checks, local_queues=lqs, known=everyone)[0]
+        positions = await read_positions(client, [wl])
+        view = views.job_views([wl], checks=checks, local_queues=lqs, known=everyone, positions=positions)[0]
         cq = None
         if view.cluster_queue:
             try:

@@ -12,7 +12,7 @@ import json
 import os
 import shutil
 import sys
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,7 @@ from manager.cli import views
 from manager.engine.integrations.registry import ADAPTERS
 from manager.engine.jobs import job_queue_name
 from manager.engine.selectors import selector_matches
-from manager.engine.workload import controller_owner, is_preempted
+from manager.engine.workload import controller_owner, is_finished, is_preempted
 from manager.kube.client import KubeClient, KubeconfigError
 from manager.kube.errors import KubeError, NotFoundError
 from manager.multikueue.kubeconfig import REASON_BAD, KubeconfigRejectedError, parse_kubeconfig
@@ -163,6 +163,32 @@ async def read_manager(client: KubeClient, namespace: str | None) -> dict[str, A
         "cluster_queues": cqs.items,
         "clusters": clusters.items if clusters is not None else [],
     }
+
+
+VISIBILITY = "/apis/visibility.kueue.x-k8s.io/v1beta2"
+
+
+async def read_positions(client: KubeClient, workloads: Sequence[kueue.Workload]) -> dict[str, int]:
+    """Each pending Workload's position in its ClusterQueue (from 1), from the manager's
+    visibility API: the engine's own order, one home for it. Asked per LocalQueue, which a
+    namespace reader may read; a queue the API cannot answer for (not served, or not readable
+    by this user) gives no positions."""
+    pending: dict[tuple[str, str], int] = {}
+    for wl in workloads:
+        if wl.spec.queue_name and not (wl.status and wl.status.admission) and not is_finished(wl):
+            key = (wl.namespace, wl.spec.queue_name)
+            pending[key] = pending.get(key, 0) + 1
+
+    async def ask(namespace: str, queue: str, count: int) -> list[tuple[str, int]]:
+        path = f"{VISIBILITY}/namespaces/{namespace}/localqueues/{queue}/pendingworkloads"
+        try:
+            answer = await client.request("GET", path, query=[("limit", str(count))], what=f"pending workloads of {namespace}/{queue}")
+        except KubeError:
+            return []
+        return [(f"{namespace}/{i['metadata']['name']}", int(i["positionInClusterQueue"]) + 1) for i in answer.get("items") or []]
+
+    found = await asyncio.gather(*(ask(ns, queue, count) for (ns, queue), count in sorted(pending.items())))
+    return dict(pair for pairs in found for pair in pairs)
 
 
 async def _optional(call: Coroutine[Any, Any, Any]) -> Any:
@@ -301,7 +327,10 @@ def _show(shown: Shown, previous: Shown | None, args: argparse.Namespace) -> Non
 async def cmd_jobs(args: argparse.Namespace) -> int:
     async def produce(client: KubeClient) -> Shown:
         state = await read_manager(client, _namespace(args))
-        rows = views.job_views(state["workloads"], checks=state["checks"], local_queues=state["local_queues"], known=state["known"])
+        positions = await read_positions(client, state["workloads"])
+        rows = views.job_views(
+            state["workloads"], checks=state["checks"], local_queues=state["local_queues"], known=state["known"], positions=positions
+        )
         rows = _filter(rows, args, await _labelled_jobs(client, args, state["workloads"]))
         table = views.job_rows(rows, now=utcnow(), wide=args.output == "wide", all_namespaces=_namespace(args) is None)
         return present(args, rows=table, records=views.job_records(rows))

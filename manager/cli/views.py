@@ -12,7 +12,7 @@ import io
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -224,10 +224,12 @@ def job_views(
     checks: Mapping[str, kueue.AdmissionCheck],
     local_queues: Mapping[str, kueue.LocalQueue],
     known: Iterable[kueue.Workload] = (),
+    positions: Mapping[str, int] | None = None,
 ) -> list[JobView]:
-    """Every Workload as a JobView, with each pending one's position in its ClusterQueue
-    (Kueue's order: higher priority first, then older first). A preemptor is named from the
-    Workloads given and those in `known`."""
+    """Every Workload as a JobView, each pending one with its position in its ClusterQueue as
+    `positions` gives it (Workload key to position, from 1; the visibility API's, which is the
+    engine's own order). A preemptor is named from the Workloads given and those in `known`."""
+    positions = positions or {}
     workloads = list(workloads)
     by_uid = {w.metadata.uid: w for w in [*known, *workloads] if w.metadata.uid}
     views = []
@@ -250,16 +252,9 @@ def job_views(
                 detail=detail,
                 preemptor=preemptor,
                 kind=owner_kind_name(wl),
+                position=positions.get(wl.key) if state == "Pending" else None,
             )
         )
-    by_queue: dict[str, list[int]] = {}
-    for i, view in enumerate(views):
-        if view.state == "Pending":
-            by_queue.setdefault(view.cluster_queue, []).append(i)
-    for indexes in by_queue.values():
-        ordered = sorted(indexes, key=lambda i: (-views[i].priority, views[i].created or datetime.max, views[i].name))
-        for position, i in enumerate(ordered, start=1):
-            views[i] = replace(views[i], position=position)
     return sorted(views, key=lambda v: (v.namespace, v.created or datetime.max, v.name))
 
 

@@ -19,7 +19,7 @@ from manager.api import constants as c
 from manager.api import kueue
 from manager.api.core import Job, Secret
 from manager.dev import federation, jobset
-from manager.dev.local import LocalCluster
+from manager.dev.local import LocalCluster, free_port
 from manager.kube.client import KubeClient
 from tests.conftest import REPO_ROOT
 from tests.harness import watched
@@ -69,7 +69,9 @@ class Federation:
     def start_manager(self) -> ControllerProcess:
         """Start the manager and wait until it serves the cluster's webhooks: a restarted
         manager listens on a new port, and it points the configurations there once it leads."""
-        self.process = ControllerProcess(self.manager, self.directory, extra=[f"--config={self.config_file}"]).start()
+        # Kueue's visibility API too (`kfed jobs` reads positions from it), behind the Service build() made.
+        extra = [f"--config={self.config_file}", *federation.visibility_flags(free_port())]
+        self.process = ControllerProcess(self.manager, self.directory, extra=extra).start()
         self.process.wait_ready()
         wait_webhooks(self.manager, self.process)
         return self.process
@@ -125,6 +127,7 @@ def build(
     for cluster in [manager, w1, w2]:
         federation.install_crds(cluster, crds)
         ensure_namespace(cluster, SYSTEM_NAMESPACE)
+    federation.create(manager, federation.visibility_service())
     integrations: dict[str, Any] = {}
     if jobset_bin is not None:
         integrations = {"integrations": federation.kfed_configuration(("jobset",))["integrations"]}
@@ -246,6 +249,7 @@ def build_second_manager(fed: Federation, provider: Any, directory: Path, *, ori
     second = Federation(manager, fed.workers, directory)
     federation.install_crds(manager, federation.crd_manifests(REPO_ROOT / "crds"))
     ensure_namespace(manager, SYSTEM_NAMESPACE)
+    federation.create(manager, federation.visibility_service())
     write_config(second.config_file, origin=origin)
     join(manager, fed.workers)
     second.start_manager()

@@ -57,7 +57,7 @@ def texts(candidates: list[Candidate]) -> list[str]:
 
 def run(wl: kueue.Workload, remotes: list[Remote]) -> str:
     lq = kueue.LocalQueue.model_validate({"metadata": {"name": "user-queue", "namespace": "ns"}, "spec": {"clusterQueue": "cq"}})
-    view = views.job_views([wl], checks={"mk": MK}, local_queues={lq.key: lq})[0]
+    view = views.job_views([wl], checks={"mk": MK}, local_queues={lq.key: lq}, positions={wl.key: 1})[0]
     return explanation_text(explain(view=view, wl=wl, cq=CQ, remotes=remotes))
 
 
@@ -238,7 +238,7 @@ def test_explain_json_is_built_from_the_same_findings_as_the_text() -> None:
         }
     )
     lq = kueue.LocalQueue.model_validate({"metadata": {"name": "user-queue", "namespace": "ns"}, "spec": {"clusterQueue": "cq"}})
-    view = views.job_views([wl], checks={"mk": MK}, local_queues={lq.key: lq})[0]
+    view = views.job_views([wl], checks={"mk": MK}, local_queues={lq.key: lq}, positions={wl.key: 1})[0]
     found = explain(view=view, wl=wl, cq=CQ, remotes=[Remote("worker1", True), Remote("worker2", False, "ClientConnectionFailed")])
     record = explanation_record(found)
     assert record["job"] == "ns/train" and record["state"] == "Dispatching"

@@ -105,6 +105,8 @@ WORKLOADS = [
 ]
 
 GOLDEN = Path(__file__).parent / "golden"
+# What the manager's visibility API answers for the two pending ones (positions from 1).
+POSITIONS = {"team-a/job-urgent-abcde": 1, "team-a/job-big-abcde": 2}
 
 
 def golden(name: str, text: str) -> None:
@@ -117,7 +119,7 @@ def golden(name: str, text: str) -> None:
 
 
 def test_jobs_table_fits_80_columns_with_states_clusters_positions_and_plain_reasons() -> None:
-    rows = views.job_views(WORKLOADS, checks={"mk": MK}, local_queues={})
+    rows = views.job_views(WORKLOADS, checks={"mk": MK}, local_queues={}, positions=POSITIONS)
     text = views.render(views.job_rows(rows, now=NOW), output="table")
     golden("jobs.txt", text)
     assert "…" in text  # the long name and reasons are cut, not wrapped
@@ -125,7 +127,7 @@ def test_jobs_table_fits_80_columns_with_states_clusters_positions_and_plain_rea
 
 
 def test_jobs_wide_shows_every_value_whole() -> None:
-    rows = views.job_views(WORKLOADS, checks={"mk": MK}, local_queues={})
+    rows = views.job_views(WORKLOADS, checks={"mk": MK}, local_queues={}, positions=POSITIONS)
     text = views.render(views.job_rows(rows, now=NOW, wide=True, all_namespaces=True), output="table", wide=True)
     golden("jobs-wide.txt", text)
     assert "nightly-evaluation-of-the-large-model" in text and "…" not in text
@@ -144,7 +146,7 @@ def test_jobs_names_the_kind_only_when_the_list_holds_jobs_and_jobsets() -> None
 
 
 def test_jobs_json_has_stable_camel_case_keys_and_the_full_detail() -> None:
-    rows = views.job_views(WORKLOADS, checks={"mk": MK}, local_queues={})
+    rows = views.job_views(WORKLOADS, checks={"mk": MK}, local_queues={}, positions=POSITIONS)
     data = {record["name"]: record for record in json.loads(views.dump(views.job_records(rows), output="json"))}
     assert data["train"] == {
         "kind": "Job",
@@ -386,3 +388,12 @@ def test_an_active_worker_that_cannot_be_read_says_why_in_a_word_and_wide_says_i
     assert (short["REASON"], short["RUNNING"], short["GPU"], with_gpu["GPU"]) == ("cannot use its kubeconfig", "-", "", "2/8")
     assert views.cluster_rows([broken], now=NOW, wide=True)[0]["REASON"] == "cannot use its kubeconfig: Secret w3: not found"
     assert "GPU" not in views.cluster_rows([broken], now=NOW)[0]  # no worker has GPUs: no column for them
+
+
+def test_a_position_is_shown_only_as_the_visibility_api_gives_it_and_only_for_a_pending_job() -> None:
+    rows = {v.name: v.position for v in views.job_views(WORKLOADS, checks={"mk": MK}, local_queues={}, positions=POSITIONS)}
+    assert (rows["urgent"], rows["big"], rows["train"]) == (1, 2, None)
+    unknown = {v.name: v.position for v in views.job_views(WORKLOADS, checks={"mk": MK}, local_queues={})}
+    assert unknown["urgent"] is None and unknown["big"] is None  # not served or not readable: none made up
+    running = views.job_views(WORKLOADS, checks={"mk": MK}, local_queues={}, positions={"team-a/job-train-abcde": 3})
+    assert {v.name: v.position for v in running}["train"] is None
