@@ -10,6 +10,7 @@ are undone at its end and only its decisions are applied, so the state stays inc
 from __future__ import annotations
 
 import itertools
+import logging
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -55,6 +56,8 @@ from manager.engine.workload import (
     admitted_condition,
     missing_namespace_message,
 )
+
+log = logging.getLogger("kfed.engine.scheduler")
 
 NO_LONGER_FITS = "Workload no longer fits after processing another workload"
 OVERLAPPING_TARGETS = "Workload has overlapping preemption targets with another workload"
@@ -559,6 +562,8 @@ class Scheduler:
             entry.requeue_reason = FAILED_AFTER_NOMINATION
             return
         if mode == PREEMPT:
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("preemption decision", extra=self._decision_record(entry, now))
             for target in entry.targets:
                 preempted[target.wl.key] = target
             # A preemptor holds its quota for the rest of the cycle only (Kueue's snapshot charge).
@@ -583,6 +588,36 @@ class Scheduler:
         # The reservation is the one charge: it stays after the cycle, as Kueue's cache does.
         self._admit(entry, now)
         result.admitted.append(wl)
+
+    def _decision_record(self, entry: Entry, now: datetime) -> dict[str, object]:
+        """A preemption decision and the state it was taken in, for a DEBUG log record: the
+        preemptor and its ClusterQueue, each victim (its queue, priority, the reason, and
+        whether its eviction is already under way), and the usage of every ClusterQueue of the
+        preemptor's tree, this cycle's earlier admissions and preemptors' charges included
+        (the state Kueue's snapshot would show at this point of the cycle)."""
+        wl, cq, assignment = entry.wl, entry.cq, entry.assignment
+        assert assignment is not None
+        root = cq.node.root()
+
+        def amounts(values: dict[FlavorResource, int]) -> dict[str, int]:
+            return {f"{flavor}/{resource}": value for (flavor, resource), value in sorted(values.items()) if value}
+
+        return {
+            "cycle": self.cycle_number,
+            "at": now.isoformat(),
+            "preemptor": wl.key,
+            "priority": wl.priority,
+            "cluster_queue": cq.name,
+            "cohort": root.name if root is not cq.node else "",
+            "requests": amounts(assignment.usage),
+            "borrowing": assignment.borrowing,
+            "victims": [
+                {"key": t.wl.key, "cluster_queue": t.cq.name, "priority": t.wl.priority, "reason": t.reason, "ongoing": t.wl.evicted}
+                for t in entry.targets
+            ],
+            "cohort_usage": amounts(root.usage) if root is not cq.node else {},
+            "usage": {other.name: amounts(other.node.usage) for other in self.cache.cohort_cluster_queues(root)},
+        }
 
     @staticmethod
     def _same_tree(cq: ClusterQueueInfo, preempted: dict[str, Target]) -> list[Target]:

@@ -388,3 +388,18 @@ def test_kueue_table_own_queue_and_cohort_candidates(
     preempted = {i.name: i.conditions[c.PREEMPTED].reason for i in first.result.infos if i.condition_true(c.PREEMPTED)}
     assert preempted == victims
     assert first.condition("in")[1] == "WaitingForPreemptedWorkloads"
+
+
+def test_each_preemption_decision_is_logged_with_the_state_it_was_taken_in(caplog: pytest.LogCaptureFixture) -> None:
+    objs = cohort_pair({"reclaimWithinCohort": "Any"}) + [running(f"b{i}", "b", "qb", priority=50, created=i) for i in range(6)]
+    objs += [workload("mine", "qa", {"cpu": "2"}, priority=0, created=10)]
+    with caplog.at_level("DEBUG", logger="kfed.engine.scheduler"):
+        run(objs, cycles=1)
+    (record,) = [r for r in caplog.records if r.getMessage() == "preemption decision"]
+    fields = vars(record)
+    assert (fields["preemptor"], fields["cluster_queue"], fields["cohort"]) == ("default/mine", "a", "co")
+    assert fields["requests"] == {"default-flavor/cpu": 2000}
+    victims = sorted((v["key"], v["cluster_queue"], v["reason"], v["ongoing"]) for v in fields["victims"])
+    assert victims == [("default/b4", "b", "InCohortReclamation", False), ("default/b5", "b", "InCohortReclamation", False)]
+    assert fields["usage"] == {"a": {}, "b": {"default-flavor/cpu": 6000}}, "the state before the decision"
+    assert fields["cohort_usage"] == {"default-flavor/cpu": 6000}, "without lending limits, all of it counts in the cohort"
