@@ -20,7 +20,7 @@ from manager.api import constants as c
 from manager.api.config import Configuration, parse_duration
 from manager.engine import fairshare
 from manager.engine.cache import Cache, ClusterQueueInfo
-from manager.engine.flavors import FIT, NO_CANDIDATES, NO_FIT, PREEMPT, Assignment, FlavorAssigner
+from manager.engine.flavors import FIT, NO_FIT, PREEMPT, Assignment, FlavorAssigner
 from manager.engine.podsready import (
     REASON_WAITING_FOR_PODS_READY,
     WAITING_FOR_PODS_READY_MESSAGE,
@@ -139,10 +139,6 @@ def parse_preemption_message(message: str) -> PreemptionMessage | None:
         preemptor_path=(found["preemptor_path"] or "").strip(),
         preemptee_path=(found["preemptee_path"] or "").strip(),
     )
-
-
-def _no_preemption(cq: ClusterQueueInfo, wl: WorkloadInfo, fr: FlavorResource, quantity: int) -> tuple[str, int]:
-    return NO_CANDIDATES, 0
 
 
 @dataclass(slots=True, eq=False)
@@ -537,28 +533,11 @@ class Scheduler:
                     cq.node.add_usages(reserved)
                     undo.append((cq, reserved))
             return
-        overlap = any(t.wl.key in preempted for t in entry.targets)
-        if overlap:
-            # Kueue recomputes the assignment with the earlier victims gone; a fit then waits for them.
-            removed = self._same_tree(cq, preempted)
-            for t in removed:
-                t.cq.node.remove_usages(t.wl.usage)
-            # Only "does it fit now" matters here, so the preemption oracle is never consulted.
-            retry = FlavorAssigner(self.cache, cq, wl, oracle=_no_preemption, fair_sharing=self.fair_sharing).assign(
-                [psa.count for psa in assignment.pod_sets]
-            )
-            for t in removed:
-                t.cq.node.add_usages(t.wl.usage)
-            if retry.representative_mode() == FIT:
-                entry.assignment = retry
-                entry.skip_reason = REASON_WAITING_FOR_PREEMPTED
-                entry.skip_message = f"{assignment.message()}. Pending the preemption of {len(entry.targets)} workload(s)"
-                entry.requeue_reason = PENDING_PREEMPTION
-                entry.status = "deferred"
-                cq.node.add_usages(retry.usage)
-                undo.append((cq, retry.usage))
-                wl.last_assignment = None
-                return
+        if any(t.wl.key in preempted for t in entry.targets):
+            # Kueue v0.19.2 with its default gates (RecomputeAssignmentUponPreemptionTargetsOverlap
+            # is off): a workload whose targets overlap an earlier preemptor's is skipped for this
+            # cycle, however much those victims free; it is not recomputed against the cohort
+            # without them, and does not wait for them as a preemptor would.
             entry.skip_reason, entry.skip_message = REASON_WAITING_FOR_QUOTA, OVERLAPPING_TARGETS
             entry.requeue_reason = FAILED_AFTER_NOMINATION
             return
@@ -705,7 +684,7 @@ class Scheduler:
         queue = self.queues[entry.cq.name]
         if entry.skip_reason:
             self._not_admitted(wl, entry.skip_reason, entry.skip_message, now)
-        if entry.assignment is not None and entry.status not in ("preempting", "deferred"):
+        if entry.assignment is not None and entry.status != "preempting":
             wl.last_assignment = entry.assignment.last
         pending = wl.last_assignment is not None and wl.last_assignment.pending_flavors()
         moved = queue.requeue(wl, entry.requeue_reason, pending_flavors=pending, status_reason=entry.skip_reason)
