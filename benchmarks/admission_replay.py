@@ -56,6 +56,7 @@ class Replay:
         self.waited: dict[str, list[float]] = {}  # class -> each Workload's first wait for admission
         self.digest = hashlib.sha256()
         self.writes = self.rounds = self.finished = 0
+        self.ticks: set[float] = set()
         for model, obj in admission.objects():
             parsed = model.model_validate(obj)
             if isinstance(parsed, kueue.ResourceFlavor):
@@ -95,7 +96,7 @@ class Replay:
                 _, _, kind, payload = heapq.heappop(self.events)
                 if kind == "create":
                     self._create(payload, now)
-                else:
+                elif kind == "finish":
                     self._finish(payload, now)
             self.rounds += 1
             self.state.rebuild_if_needed(now)
@@ -104,6 +105,12 @@ class Replay:
                     break
             for write in self.state.flush(now):
                 self._apply(write, now_s, now)
+            due = self.state.scheduler.next_requeue_at()
+            if due is not None and (due - EPOCH).total_seconds() not in self.ticks:
+                # A batched requeue of inadmissible workloads falls due then: the controller
+                # wakes for it, so the replay runs a round then too.
+                self.ticks.add((due - EPOCH).total_seconds())
+                self._at((due - EPOCH).total_seconds(), "tick", None)
             if now_s - last_status >= STATUS_INTERVAL:
                 last_status = now_s
                 for name in list(self.state.cache.cluster_queues):

@@ -8,7 +8,13 @@ Two parts (`--parts`, both by default):
   medium and large Workloads) at `--scale` of Kueue's baseline (15,000 Workloads at 1.0).
   With `--systems ...,kfed-by-kueue-runner`, Kueue's runner also runs against kfed's manager
   (the same process and limits), a cross-check of the definitions: both managers timed by the
-  same Go program, printed as a second table against Kueue's.
+  same Go program, printed as a second table against Kueue's. With `kueue-full`, Kueue's runner
+  also runs against Kueue's full manager (cmd/kueue, as `tests/kueue_upstream.py` runs it),
+  given kfed's client limit through its Configuration's clientConnection (one bucket, as
+  cmd/kueue shares one among its clients) and waitForPodsReady off: the fair comparison of
+  the two managers, printed as a third table (minimalkueue stays the column Kueue publishes).
+  `--decision-logs` has each manager log its preemption decisions (read them with
+  `benchmarks/preemption_decisions.py`).
 - **multikueue**: a burst of `--jobs` suspended Jobs on a manager with 3 workers: Kueue's
   manager and a Kueue on each worker against kfed's manager and 3 worker agents
   (`benchmarks/multikueue.py`). kfed's dispatcher is `--dispatcher`, Kueue's `--kueue-dispatcher`.
@@ -35,6 +41,7 @@ runners are unlimited (5,000 QPS).
 
     .venv/bin/python benchmarks/compare_kueue.py                       # baseline at 0.1 (1,500), burst of 300 Jobs
     .venv/bin/python benchmarks/compare_kueue.py --scale 1 --jobs 1000 # the full sizes
+    .venv/bin/python benchmarks/compare_kueue.py --parts baseline --systems kueue,kueue-full,kfed-by-kueue-runner
 """
 
 from __future__ import annotations
@@ -335,7 +342,7 @@ def baseline_kueue(base: Path, args: argparse.Namespace, perf_dir: Path) -> Figu
 
     def minimalkueue(cluster: LocalCluster) -> Component:
         UpstreamKueue(cluster, base / "kueue", perf_dir).install_crds()
-        argv = [str(perf_dir / "minimalkueue"), f"--kubeconfig={cluster.kubeconfig_path}"]
+        argv = [str(perf_dir / "minimalkueue"), f"--kubeconfig={cluster.kubeconfig_path}", f"--zap-log-level={kueue_log_level(args)}"]
         return Component("minimalkueue", argv, base / "minimalkueue.log")
 
     limits = (
@@ -343,6 +350,38 @@ def baseline_kueue(base: Path, args: argparse.Namespace, perf_dir: Path) -> Figu
         f"(Workloads, Events, ClusterQueues, LocalQueues); runner {RUNNER_QPS}"
     )
     return baseline_with_kueue_runner(base, args, perf_dir, system="Kueue", controller=minimalkueue, limits=limits)
+
+
+def baseline_kueue_full(base: Path, args: argparse.Namespace, perf_dir: Path, bin_dir: Path) -> Figures:
+    """Kueue's runner against Kueue's full manager (cmd/kueue, as the interoperability tests
+    run it, webhooks off), configured as kfed's manager is: its Configuration's
+    clientConnection gives it kfed's one bucket (cmd/kueue shares one token bucket among all
+    its clients), and waitForPodsReady is off (the v1beta2 Configuration turns it on unless
+    the DisableWaitForPodsReady gate is set; minimalkueue and kfed's baseline run without it)."""
+
+    def kueue_manager(cluster: LocalCluster) -> Component:
+        kueue_process = UpstreamKueue(
+            cluster,
+            base / "kueue",
+            bin_dir,
+            webhooks=False,
+            log_level=kueue_log_level(args),
+            client_connection={"qps": args.baseline_qps, "burst": args.baseline_burst},
+            feature_gates={"DisableWaitForPodsReady": True},
+        )
+        return kueue_process.prepare()
+
+    limits = (
+        f"Kueue's manager {args.baseline_qps:g} QPS, burst {args.baseline_burst} (clientConnection), one bucket for all "
+        f"requests; runner {RUNNER_QPS}"
+    )
+    return baseline_with_kueue_runner(base, args, perf_dir, system="Kueue-full", controller=kueue_manager, limits=limits)
+
+
+def kueue_log_level(args: argparse.Namespace) -> str:
+    """zap's level for Kueue's managers: 3 logs each preemption ("Preempted") and each
+    evaluated head, 2 each Workload update (what `preemption_decisions.py` reads)."""
+    return "3" if args.decision_logs else "error"
 
 
 def baseline_kfed_by_kueue_runner(base: Path, args: argparse.Namespace, perf_dir: Path) -> Figures:
@@ -353,6 +392,8 @@ def baseline_kfed_by_kueue_runner(base: Path, args: argparse.Namespace, perf_dir
     def kfed_manager(cluster: LocalCluster) -> Component:
         admission.install_kfed(cluster)
         argv = admission.manager_argv(cluster, base, port=free_port(), qps=args.baseline_qps, burst=args.baseline_burst)
+        if args.decision_logs:
+            argv.append("--log-level=debug")  # the engine's "preemption decision" records
         return Component("manager", argv, base / "manager.log")
 
     limits = kfed_limits(args, "Kueue's runner")
@@ -615,7 +656,7 @@ async def main(args: argparse.Namespace) -> None:
     base = Path(tempfile.mkdtemp(prefix="kfed-compare-"))
     print(f"files: {base}")
     if "baseline" in parts:
-        kfed_figures = kueue_figures = None
+        kfed_figures = kueue_figures = crossed = None
         if "kueue" in systems:
 
             async def kueue_baseline() -> Figures:
@@ -634,6 +675,18 @@ async def main(args: argparse.Namespace) -> None:
 
             crossed = await attempt("Kueue's runner against kfed's manager", cross_check)
             print_table(f"Cross-check: Kueue's runner against kfed's manager (kfed column), scale {args.scale:g}", crossed, kueue_figures)
+        if "kueue-full" in systems:
+
+            async def full() -> Figures:
+                perf_dir = build("perf", "KFED_KUEUE_PERF_BIN")
+                return baseline_kueue_full(base / "kueue-full-baseline", args, perf_dir, build("manager", "KFED_KUEUE_BIN"))
+
+            full_figures = await attempt("Kueue's runner against Kueue's full manager", full)
+            print_table(
+                f"Kueue's runner: kfed's manager (kfed column) against Kueue's full manager at the same client limit, scale {args.scale:g}",
+                crossed,
+                full_figures,
+            )
     if "multikueue" in parts:
         kfed_figures = kueue_figures = None
         if "kueue" in systems:
@@ -653,7 +706,13 @@ if __name__ == "__main__":
     parser.add_argument(
         "--systems",
         default="kfed,kueue",
-        help="kfed, kueue, kfed-by-kueue-runner (Kueue's runner against kfed's manager), comma-separated",
+        help="kfed, kueue, kfed-by-kueue-runner (Kueue's runner against kfed's manager), kueue-full (Kueue's runner against "
+        "Kueue's full manager, with kfed's client limit), comma-separated",
+    )
+    parser.add_argument(
+        "--decision-logs",
+        action="store_true",
+        help="log every preemption decision: Kueue's managers at zap level 3, kfed's at debug (for preemption_decisions.py)",
     )
     parser.add_argument("--scale", type=float, default=0.1, help="of Kueue's baseline (1.0: 15,000 Workloads)")
     parser.add_argument(

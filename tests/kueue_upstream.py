@@ -71,10 +71,13 @@ def configuration(
     cert_dir: Path,
     multikueue: dict[str, Any] | None = None,
     client_connection: dict[str, Any] | None = None,
+    feature_gates: dict[str, bool] | None = None,
 ) -> dict[str, Any]:
     """Kueue's Configuration for one process on loopback: Jobs only, no leader election, no
     visibility server (it would listen on every interface), the certificates from `cert_dir`;
-    `client_connection` sets its client's QPS and burst (Kueue's default: 300 and 500)."""
+    `client_connection` sets its client's QPS and burst (Kueue's default: 300 and 500), one
+    token bucket shared by every request (cmd/kueue sets the client's RateLimiter);
+    `feature_gates` are added to the gates set here."""
     config: dict[str, Any] = {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2",
         "kind": "Configuration",
@@ -85,7 +88,7 @@ def configuration(
         "leaderElection": {"leaderElect": False},
         "internalCertManagement": {"enable": False},
         "integrations": {"frameworks": ["batch/job"]},
-        "featureGates": {"VisibilityOnDemand": False},
+        "featureGates": {"VisibilityOnDemand": False, **(feature_gates or {})},
     }
     if multikueue is not None:
         config["multiKueue"] = multikueue
@@ -135,7 +138,10 @@ class UpstreamKueue:
     health_port: int = field(default_factory=free_port)
     metrics_port: int = field(default_factory=free_port)
     webhook_port: int = field(default_factory=free_port)
+    # Kueue's feature gates beyond the defaults this module sets.
+    feature_gates: dict[str, bool] = field(default_factory=dict)
     process: Component | None = None
+    _ca_pem: bytes = b""
 
     @property
     def url(self) -> str:
@@ -153,6 +159,17 @@ class UpstreamKueue:
 
     def start(self) -> UpstreamKueue:
         """Install the CRDs, start Kueue, and register its webhooks once it serves them."""
+        self.process = self.prepare()
+        self.process.start()
+        wait_ready(self.process, self.health_port, what=f"upstream Kueue on {self.cluster.name}", timeout=90)
+        if not self.webhooks:
+            return self
+        self.register_webhooks()
+        return self
+
+    def prepare(self) -> Component:
+        """Install the CRDs, Kueue's namespace, its certificates and Configuration: the
+        process, not started (a benchmark starts it at the moment its runner starts)."""
         self.install_crds()
         federation.create(self.cluster, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": KUEUE_NAMESPACE}})
         cert_dir = self.directory / "certs"
@@ -166,6 +183,7 @@ class UpstreamKueue:
             cert_dir=cert_dir,
             multikueue=self.multikueue,
             client_connection=self.client_connection,
+            feature_gates=self.feature_gates,
         )
         config_file.write_text(yaml.safe_dump(config))
         argv = [
@@ -175,18 +193,16 @@ class UpstreamKueue:
             f"--zap-log-level={self.log_level}",
         ]
         argv = with_private_etc(self.directory / "private-etc", argv)
-        self.process = Component("kueue", argv, self.directory / "kueue.log")
-        self.process.start()
-        wait_ready(self.process, self.health_port, what=f"upstream Kueue on {self.cluster.name}", timeout=90)
-        if not self.webhooks:
-            return self
-        for obj in webhook_configurations((self.bin_dir / "webhook-manifests.yaml").read_text(), self.url, ca.cert_pem):
+        self._ca_pem = ca.cert_pem
+        return Component("kueue", argv, self.directory / "kueue.log")
+
+    def register_webhooks(self) -> None:
+        for obj in webhook_configurations((self.bin_dir / "webhook-manifests.yaml").read_text(), self.url, self._ca_pem):
             plural = obj["kind"].lower() + "s"
             status, body = self.cluster.request("POST", f"/apis/admissionregistration.k8s.io/v1/{plural}", obj)
             if status != 201:
                 raise ClusterError(f"{self.cluster.name}: registering {obj['kind']}/{obj['metadata']['name']} failed: {body}")
         wait_for(self._webhooks_called, timeout=60, what=f"the apiserver of {self.cluster.name} calling Kueue's webhooks")
-        return self
 
     def _webhooks_called(self) -> bool:
         """Kueue's Job webhook suspends a queued Job: a dry run shows when the apiserver calls it."""

@@ -238,10 +238,18 @@ class AdmissionController:
             except Exception:
                 log.exception("queue status round failed; continuing")
 
+    def _wait_time(self) -> float:
+        """How long the loop may sleep without an event: TICK, or less when a batched requeue of
+        inadmissible workloads falls due sooner (`Scheduler.next_requeue_at`)."""
+        due = self.state.scheduler.next_requeue_at()
+        if due is None:
+            return TICK
+        return min(TICK, max(0.0, (due - self.clock()).total_seconds()))
+
     async def _loop(self) -> None:
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=TICK)
+                await asyncio.wait_for(self._wake.wait(), timeout=self._wait_time())
             self._wake.clear()
             try:
                 await self._round()

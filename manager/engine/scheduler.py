@@ -10,16 +10,17 @@ are undone at its end and only its decisions are applied, so the state stays inc
 from __future__ import annotations
 
 import itertools
+import logging
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from manager.api import constants as c
 from manager.api.config import Configuration, parse_duration
 from manager.engine import fairshare
 from manager.engine.cache import Cache, ClusterQueueInfo
-from manager.engine.flavors import FIT, NO_CANDIDATES, NO_FIT, PREEMPT, Assignment, FlavorAssigner
+from manager.engine.flavors import FIT, NO_FIT, PREEMPT, Assignment, FlavorAssigner
 from manager.engine.podsready import (
     REASON_WAITING_FOR_PODS_READY,
     WAITING_FOR_PODS_READY_MESSAGE,
@@ -38,6 +39,7 @@ from manager.engine.queues import (
 from manager.engine.queues import (
     NO_FIT as RQ_NO_FIT,
 )
+from manager.engine.quota import QuotaNode
 from manager.engine.selectors import selector_matches
 from manager.engine.units import FlavorResource
 from manager.engine.workload import (
@@ -56,10 +58,16 @@ from manager.engine.workload import (
     missing_namespace_message,
 )
 
+log = logging.getLogger("kfed.engine.scheduler")
+
 NO_LONGER_FITS = "Workload no longer fits after processing another workload"
 OVERLAPPING_TARGETS = "Workload has overlapping preemption targets with another workload"
 BYPASSED = "Bypassed scheduling evaluation because an equivalent workload recently failed"
 NOT_RESERVED = admitted_condition(reserved=False, check_states=())  # Admitted of a workload without quota
+# Kueue's requeueBatchPeriod (pkg/cache/queue/inadmissible_workloads.go): capacity freed in a
+# tree moves its inadmissible workloads back to the heaps this long after the first notice, all
+# notices meanwhile folded into that one move (a delaying work queue keyed by root cohort).
+REQUEUE_BATCH_PERIOD = timedelta(seconds=1)
 
 # A rule from outside the quota tree that keeps a workload from reserving quota in a queue,
 # as the message that says why, or None. MultiKueue's: no worker could ever admit it.
@@ -133,10 +141,6 @@ def parse_preemption_message(message: str) -> PreemptionMessage | None:
     )
 
 
-def _no_preemption(cq: ClusterQueueInfo, wl: WorkloadInfo, fr: FlavorResource, quantity: int) -> tuple[str, int]:
-    return NO_CANDIDATES, 0
-
-
 @dataclass(slots=True, eq=False)
 class Entry:
     wl: WorkloadInfo
@@ -193,8 +197,11 @@ class Scheduler:
         self.block_admission = pods_ready is not None and pods_ready.effective_block_admission
         self._now: datetime | None = None
         self.cycle_number = 0
-        # ClusterQueue name -> the cycle in which capacity freed in its tree (see requeue_inadmissible_in_tree).
+        # ClusterQueue name -> the cycle in which an immediate requeue was asked for its tree.
         self._pending_requeues: dict[str, int] = {}
+        # (is a cohort, root name) -> when capacity first freed in that tree since its last
+        # batched requeue (None: at the next cycle); see requeue_inadmissible_in_tree.
+        self._batched_requeues: dict[tuple[bool, str], datetime | None] = {}
         afs = self.config.admission_fair_sharing
         self.afs_enabled = afs is not None
         self.lq_consumed: dict[str, float] = {}
@@ -284,7 +291,7 @@ class Scheduler:
 
     def cycle(self, now: datetime) -> CycleResult:
         self._now = now
-        self._apply_requeues()
+        self._apply_requeues(now)
         self.cycle_number += 1
         if self.afs_enabled:
             self._decay_lq_usage(now)
@@ -473,8 +480,6 @@ class Scheduler:
             entry.cq.node.remove_usages(usage)
 
     def _tournament(self, cohort: object, tree: list[Entry], values: dict[int, dict[int, fairshare.DRS]]) -> Entry | None:
-        from manager.engine.quota import QuotaNode
-
         assert isinstance(cohort, QuotaNode)
         competitors: list[Entry] = []
         for child in cohort.children:
@@ -528,28 +533,11 @@ class Scheduler:
                     cq.node.add_usages(reserved)
                     undo.append((cq, reserved))
             return
-        overlap = any(t.wl.key in preempted for t in entry.targets)
-        if overlap:
-            # Kueue recomputes the assignment with the earlier victims gone; a fit then waits for them.
-            removed = self._same_tree(cq, preempted)
-            for t in removed:
-                t.cq.node.remove_usages(t.wl.usage)
-            # Only "does it fit now" matters here, so the preemption oracle is never consulted.
-            retry = FlavorAssigner(self.cache, cq, wl, oracle=_no_preemption, fair_sharing=self.fair_sharing).assign(
-                [psa.count for psa in assignment.pod_sets]
-            )
-            for t in removed:
-                t.cq.node.add_usages(t.wl.usage)
-            if retry.representative_mode() == FIT:
-                entry.assignment = retry
-                entry.skip_reason = REASON_WAITING_FOR_PREEMPTED
-                entry.skip_message = f"{assignment.message()}. Pending the preemption of {len(entry.targets)} workload(s)"
-                entry.requeue_reason = PENDING_PREEMPTION
-                entry.status = "deferred"
-                cq.node.add_usages(retry.usage)
-                undo.append((cq, retry.usage))
-                wl.last_assignment = None
-                return
+        if any(t.wl.key in preempted for t in entry.targets):
+            # Kueue v0.19.2 with its default gates (RecomputeAssignmentUponPreemptionTargetsOverlap
+            # is off): a workload whose targets overlap an earlier preemptor's is skipped for this
+            # cycle, however much those victims free; it is not recomputed against the cohort
+            # without them, and does not wait for them as a preemptor would.
             entry.skip_reason, entry.skip_message = REASON_WAITING_FOR_QUOTA, OVERLAPPING_TARGETS
             entry.requeue_reason = FAILED_AFTER_NOMINATION
             return
@@ -559,6 +547,8 @@ class Scheduler:
             entry.requeue_reason = FAILED_AFTER_NOMINATION
             return
         if mode == PREEMPT:
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("preemption decision", extra=self._decision_record(entry, now))
             for target in entry.targets:
                 preempted[target.wl.key] = target
             # A preemptor holds its quota for the rest of the cycle only (Kueue's snapshot charge).
@@ -583,6 +573,36 @@ class Scheduler:
         # The reservation is the one charge: it stays after the cycle, as Kueue's cache does.
         self._admit(entry, now)
         result.admitted.append(wl)
+
+    def _decision_record(self, entry: Entry, now: datetime) -> dict[str, object]:
+        """A preemption decision and the state it was taken in, for a DEBUG log record: the
+        preemptor and its ClusterQueue, each victim (its queue, priority, the reason, and
+        whether its eviction is already under way), and the usage of every ClusterQueue of the
+        preemptor's tree, this cycle's earlier admissions and preemptors' charges included
+        (the state Kueue's snapshot would show at this point of the cycle)."""
+        wl, cq, assignment = entry.wl, entry.cq, entry.assignment
+        assert assignment is not None
+        root = cq.node.root()
+
+        def amounts(values: dict[FlavorResource, int]) -> dict[str, int]:
+            return {f"{flavor}/{resource}": value for (flavor, resource), value in sorted(values.items()) if value}
+
+        return {
+            "cycle": self.cycle_number,
+            "at": now.isoformat(),
+            "preemptor": wl.key,
+            "priority": wl.priority,
+            "cluster_queue": cq.name,
+            "cohort": root.name if root is not cq.node else "",
+            "requests": amounts(assignment.usage),
+            "borrowing": assignment.borrowing,
+            "victims": [
+                {"key": t.wl.key, "cluster_queue": t.cq.name, "priority": t.wl.priority, "reason": t.reason, "ongoing": t.wl.evicted}
+                for t in entry.targets
+            ],
+            "cohort_usage": amounts(root.usage) if root is not cq.node else {},
+            "usage": {other.name: amounts(other.node.usage) for other in self.cache.cohort_cluster_queues(root)},
+        }
 
     @staticmethod
     def _same_tree(cq: ClusterQueueInfo, preempted: dict[str, Target]) -> list[Target]:
@@ -664,7 +684,7 @@ class Scheduler:
         queue = self.queues[entry.cq.name]
         if entry.skip_reason:
             self._not_admitted(wl, entry.skip_reason, entry.skip_message, now)
-        if entry.assignment is not None and entry.status not in ("preempting", "deferred"):
+        if entry.assignment is not None and entry.status != "preempting":
             wl.last_assignment = entry.assignment.last
         pending = wl.last_assignment is not None and wl.last_assignment.pending_flavors()
         moved = queue.requeue(wl, entry.requeue_reason, pending_flavors=pending, status_reason=entry.skip_reason)
@@ -724,26 +744,69 @@ class Scheduler:
         self.sync_admitted(wl, now)
         self.enqueue(wl, now)
 
-    def requeue_inadmissible_in_tree(self, root: object) -> None:
-        """Capacity freed somewhere in a tree: every inadmissible workload in it gets another try."""
-        from manager.engine.quota import QuotaNode
+    def requeue_inadmissible_in_tree(self, root: object, now: datetime | None = None, *, immediate: bool = False) -> None:
+        """Capacity freed somewhere in a tree (at `now`; None: take the next cycle's time):
+        every inadmissible workload in it gets another try.
 
+        As Kueue's asynchronous requeue (NotifyRetryInadmissible): the move back to the heaps
+        happens REQUEUE_BATCH_PERIOD after the first notice for the tree, once for every notice
+        until then. Until it happens, freed quota goes only to workloads still in the heaps (new
+        ones, and those requeued at once after a cycle), which is what leaves it free for an
+        arriving workload instead of handing it at once to the parked backlog of a queue that
+        borrows. `immediate`: at the start of the next cycle (kfed's own refusal rule).
+        """
         assert isinstance(root, QuotaNode)
-        cqs: Iterable[ClusterQueueInfo]
-        if root.is_cohort:
-            cqs = self.cache.cohort_cluster_queues(root)
-        else:
-            found = self.cache.cluster_queues.get(root.name)
-            cqs = [found] if found else []
+        cqs = self._tree_cluster_queues(root)
         for cq in cqs:
             cq.generation += 1
-            if cq.name in self.queues:
-                # Moved at the start of the next cycle, the only reader of the heaps: the same
-                # outcome as moving now, but once per cycle instead of once per finished
-                # workload, which with thousands parked was most of the manager's CPU.
-                self._pending_requeues[cq.name] = self.cycle_number
+        if immediate:
+            for cq in cqs:
+                if cq.name in self.queues:
+                    # Moved at the start of the next cycle, the only reader of the heaps: once
+                    # per cycle instead of once per notice.
+                    self._pending_requeues[cq.name] = self.cycle_number
+            return
+        key = (root.is_cohort, root.name)
+        if key not in self._batched_requeues:
+            self._batched_requeues[key] = now
+            return
+        first = self._batched_requeues[key]
+        if now is not None and (first is None or now < first):
+            self._batched_requeues[key] = now
 
-    def _apply_requeues(self) -> None:
+    def _tree_cluster_queues(self, root: QuotaNode) -> list[ClusterQueueInfo]:
+        if root.is_cohort:
+            return self.cache.cohort_cluster_queues(root)
+        found = self.cache.cluster_queues.get(root.name)
+        return [found] if found else []
+
+    def next_requeue_at(self) -> datetime | None:
+        """When the next batched requeue falls due (the caller runs a cycle then); None: none asked."""
+        due = [asked + REQUEUE_BATCH_PERIOD for asked in self._batched_requeues.values() if asked is not None]
+        if len(due) < len(self._batched_requeues) and self._now is not None:
+            due.append(self._now + REQUEUE_BATCH_PERIOD)  # asked since the last cycle: due a period after the next one
+        return min(due, default=None)
+
+    def _apply_requeues(self, now: datetime) -> None:
+        for key, asked in list(self._batched_requeues.items()):
+            if asked is None:
+                self._batched_requeues[key] = asked = now
+            if asked + REQUEUE_BATCH_PERIOD > now:
+                continue
+            del self._batched_requeues[key]
+            is_cohort, name = key
+            root = self.cache.cohorts.get(name) if is_cohort else None
+            if root is None and not is_cohort:
+                cq_info = self.cache.cluster_queues.get(name)
+                root = cq_info.node if cq_info is not None else None
+            if root is None:
+                continue  # the tree is gone (a rebuild queues every pending workload anyway)
+            for member in self._tree_cluster_queues(root):
+                queue = self.queues.get(member.name)
+                if queue is not None:
+                    # As Kueue's queueInadmissibleWorkloads between two cycles: a head popped
+                    # from now on goes back to the heap only by its own requeue reason.
+                    queue.requeue_inadmissible(self.cycle_number, self._namespace_still_matches(member))
         pending, self._pending_requeues = self._pending_requeues, {}
         for name, asked_in_cycle in pending.items():
             queue, cq = self.queues.get(name), self.cache.cluster_queues.get(name)

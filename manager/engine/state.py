@@ -194,7 +194,7 @@ class AdmissionState(WriteBookkeeping, Deadlines):
         for name in cluster_queues:
             cq = self.cache.cluster_queues.get(name)
             if cq is not None:
-                self.scheduler.requeue_inadmissible_in_tree(cq.node)
+                self.scheduler.requeue_inadmissible_in_tree(cq.node, immediate=True)
 
     def rebuild_if_needed(self, now: datetime) -> bool:
         """Rebuild the quota tree and the queues after a configuration change; keep every workload."""
@@ -271,7 +271,7 @@ class AdmissionState(WriteBookkeeping, Deadlines):
             self._refresh_pending(old, wl)
             return
         info = self._build(wl)
-        self._remove(key)
+        self._remove(key, now)
         if info is None:
             return
         self.infos[key] = info
@@ -340,10 +340,10 @@ class AdmissionState(WriteBookkeeping, Deadlines):
         if reason == REASON_PODS_READY_TIMEOUT:
             self.backoff_deadlines[key] = info.requeue_at or now
         if cq is not None:
-            self.scheduler.requeue_inadmissible_in_tree(cq.node.root())
+            self.scheduler.requeue_inadmissible_in_tree(cq.node.root(), now)
         self.dirty.add(key)
 
-    def _remove(self, key: str) -> None:
+    def _remove(self, key: str, now: datetime) -> None:
         self.pods_ready_deadlines.pop(key, None)
         self.backoff_deadlines.pop(key, None)
         info = self.infos.pop(key, None)
@@ -355,10 +355,10 @@ class AdmissionState(WriteBookkeeping, Deadlines):
         cq = self.cache.cluster_queues.get(info.admission_cq)
         if info.reserved and cq is not None:
             self.cache.release(cq, info)
-            self.scheduler.requeue_inadmissible_in_tree(cq.node.root())
+            self.scheduler.requeue_inadmissible_in_tree(cq.node.root(), now)
 
     def delete_workload(self, key: str, now: datetime) -> None:
-        self._remove(key)
+        self._remove(key, now)
         self.errors.pop(key, None)
         self.dirty.discard(key)
 

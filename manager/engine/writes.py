@@ -93,7 +93,7 @@ class WriteBookkeeping:
     def upsert_workload(self, wl: Workload, now: datetime) -> None:
         raise NotImplementedError
 
-    def _remove(self, key: str) -> None:
+    def _remove(self, key: str, now: datetime) -> None:
         raise NotImplementedError
 
     def redo(self, key: str) -> None:
@@ -125,7 +125,7 @@ class WriteBookkeeping:
         (its quota goes back and parked workloads get another try), then start again from the
         newer of `latest` and the copy held, never from an older one."""
         held = self.held_copy(write.key)
-        self._remove(write.key)
+        self._remove(write.key, now)
         if latest is not None:
             self.upsert_workload(newest_copy(latest, held) or latest, now)
 

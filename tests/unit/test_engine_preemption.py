@@ -190,8 +190,12 @@ def test_capacity_is_reserved_when_preemption_finds_no_candidates() -> None:
     assert "late-borrower" not in outcome.admitted()
 
 
-def test_overlapping_targets_wait_for_the_same_preemption() -> None:
-    # Both a1 and a2 reclaim their nominal quota from the one workload b borrows it with.
+def test_overlapping_targets_skip_the_later_preemptor_for_the_cycle() -> None:
+    # Both a1 and a2 reclaim their nominal quota from the one workload b borrows it with. Kueue
+    # v0.19.2, default gates (RecomputeAssignmentUponPreemptionTargetsOverlap off; scheduler.go
+    # processEntry): mine-1 preempts; mine-2's targets overlap, so it is skipped for the cycle
+    # ("overlapping preemption targets", WaitingForQuota), even though the borrower's eviction
+    # frees enough for both, and is admitted once the borrower is gone.
     objs = [
         F,
         cluster_queue("a1", {"default-flavor": {"cpu": 2}}, cohort="co", preemption={"reclaimWithinCohort": "Any"}),
@@ -206,10 +210,10 @@ def test_overlapping_targets_wait_for_the_same_preemption() -> None:
     ]
     first = run(objs, cycles=1)
     assert first.result.preemptions == 1
-    for name in ("mine-1", "mine-2"):
-        status, reason, message = first.condition(name)
-        assert (status, reason) == ("False", "WaitingForPreemptedWorkloads")
-        assert message.endswith("Pending the preemption of 1 workload(s)")
+    status, reason, message = first.condition("mine-1")
+    assert (status, reason) == ("False", "WaitingForPreemptedWorkloads")
+    assert message.endswith("Pending the preemption of 1 workload(s)")
+    assert first.condition("mine-2") == ("False", "WaitingForQuota", "Workload has overlapping preemption targets with another workload")
     assert run(objs).admitted() == ["mine-1", "mine-2"]
 
 
@@ -388,3 +392,18 @@ def test_kueue_table_own_queue_and_cohort_candidates(
     preempted = {i.name: i.conditions[c.PREEMPTED].reason for i in first.result.infos if i.condition_true(c.PREEMPTED)}
     assert preempted == victims
     assert first.condition("in")[1] == "WaitingForPreemptedWorkloads"
+
+
+def test_each_preemption_decision_is_logged_with_the_state_it_was_taken_in(caplog: pytest.LogCaptureFixture) -> None:
+    objs = cohort_pair({"reclaimWithinCohort": "Any"}) + [running(f"b{i}", "b", "qb", priority=50, created=i) for i in range(6)]
+    objs += [workload("mine", "qa", {"cpu": "2"}, priority=0, created=10)]
+    with caplog.at_level("DEBUG", logger="kfed.engine.scheduler"):
+        run(objs, cycles=1)
+    (record,) = [r for r in caplog.records if r.getMessage() == "preemption decision"]
+    fields = vars(record)
+    assert (fields["preemptor"], fields["cluster_queue"], fields["cohort"]) == ("default/mine", "a", "co")
+    assert fields["requests"] == {"default-flavor/cpu": 2000}
+    victims = sorted((v["key"], v["cluster_queue"], v["reason"], v["ongoing"]) for v in fields["victims"])
+    assert victims == [("default/b4", "b", "InCohortReclamation", False), ("default/b5", "b", "InCohortReclamation", False)]
+    assert fields["usage"] == {"a": {}, "b": {"default-flavor/cpu": 6000}}, "the state before the decision"
+    assert fields["cohort_usage"] == {"default-flavor/cpu": 6000}, "without lending limits, all of it counts in the cohort"
