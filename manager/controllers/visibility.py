@@ -200,41 +200,46 @@ class VisibilityServer:
 
     # --- the resources ------------------------------------------------------------------------------
     async def cluster_queue(self, request: web.Request) -> web.Response:
-        version, name = request.match_info["version"], request.match_info["name"]
-        attributes = {
-            "group": visibility.GROUP, "version": version, "resource": "clusterqueues", "subresource": "pendingworkloads",
-            "name": name, "verb": "get",
-        }  # fmt: skip
-        refused = await self._guard(request, attributes)
-        if refused is not None:
-            return refused
-        try:
-            page = visibility.page_of(dict(request.query))
-        except visibility.VisibilityQueryError as err:
-            return status(400, "BadRequest", str(err))
-        ordered = self._pending(name)
-        if ordered is None:
-            return status(404, "NotFound", f'clusterqueue.{visibility.GROUP} "{name}" not found')
-        return web.json_response(visibility.summary(version, visibility.in_cluster_queue(ordered, page)))
+        name = request.match_info["name"]
+
+        def items(page: visibility.Page) -> list[dict[str, Any]] | web.Response:
+            ordered = self._pending(name)
+            if ordered is None:
+                return status(404, "NotFound", f'clusterqueue.{visibility.GROUP} "{name}" not found')
+            return visibility.in_cluster_queue(ordered, page)
+
+        return await self._pending_workloads(request, "clusterqueues", {"name": name}, items)
 
     async def local_queue(self, request: web.Request) -> web.Response:
-        version, namespace, name = request.match_info["version"], request.match_info["namespace"], request.match_info["name"]
-        attributes = {
-            "group": visibility.GROUP, "version": version, "resource": "localqueues", "subresource": "pendingworkloads",
-            "name": name, "namespace": namespace, "verb": "get",
-        }  # fmt: skip
-        refused = await self._guard(request, attributes)
+        namespace, name = request.match_info["namespace"], request.match_info["name"]
+
+        def items(page: visibility.Page) -> list[dict[str, Any]] | web.Response:
+            lq = self.state().local_queues.get(f"{namespace}/{name}")
+            if lq is None:
+                return status(404, "NotFound", f'localqueue.{visibility.GROUP} "{name}" not found')
+            return visibility.in_local_queue(self._pending(lq.spec.cluster_queue or "") or [], namespace, name, page)
+
+        return await self._pending_workloads(request, "localqueues", {"name": name, "namespace": namespace}, items)
+
+    async def _pending_workloads(
+        self,
+        request: web.Request,
+        resource: str,
+        target: dict[str, str],
+        items: Callable[[visibility.Page], list[dict[str, Any]] | web.Response],
+    ) -> web.Response:
+        """The pendingworkloads subresource of `target`: authorized, paged, then answered."""
+        version = request.match_info["version"]
+        attributes = {"group": visibility.GROUP, "version": version, "resource": resource, "subresource": "pendingworkloads"}
+        refused = await self._guard(request, {**attributes, **target, "verb": "get"})
         if refused is not None:
             return refused
         try:
             page = visibility.page_of(dict(request.query))
         except visibility.VisibilityQueryError as err:
             return status(400, "BadRequest", str(err))
-        lq = self.state().local_queues.get(f"{namespace}/{name}")
-        if lq is None:
-            return status(404, "NotFound", f'localqueue.{visibility.GROUP} "{name}" not found')
-        ordered = self._pending(lq.spec.cluster_queue or "") or []
-        return web.json_response(visibility.summary(version, visibility.in_local_queue(ordered, namespace, name, page)))
+        found = items(page)
+        return found if isinstance(found, web.Response) else web.json_response(visibility.summary(version, found))
 
     def _pending(self, cluster_queue: str) -> list[WorkloadInfo] | None:
         """A ClusterQueue's pending Workloads in the scheduler's order, None when there is no such
