@@ -168,11 +168,13 @@ async def read_manager(client: KubeClient, namespace: str | None) -> dict[str, A
 VISIBILITY = "/apis/visibility.kueue.x-k8s.io/v1beta2"
 
 
-async def read_positions(client: KubeClient, workloads: Sequence[kueue.Workload]) -> dict[str, int]:
+async def read_positions(
+    client: KubeClient, workloads: Sequence[kueue.Workload], *, unavailable: list[str] | None = None
+) -> dict[str, int]:
     """Each pending Workload's position in its ClusterQueue (from 1), from the manager's
     visibility API: the engine's own order, one home for it. Asked per LocalQueue, which a
     namespace reader may read; a queue the API cannot answer for (not served, or not readable
-    by this user) gives no positions."""
+    by this user) gives no positions, and why goes to `unavailable`."""
     pending: dict[tuple[str, str], int] = {}
     for wl in workloads:
         if wl.spec.queue_name and not (wl.status and wl.status.admission) and not is_finished(wl):
@@ -183,7 +185,9 @@ async def read_positions(client: KubeClient, workloads: Sequence[kueue.Workload]
         path = f"{VISIBILITY}/namespaces/{namespace}/localqueues/{queue}/pendingworkloads"
         try:
             answer = await client.request("GET", path, query=[("limit", str(count))], what=f"pending workloads of {namespace}/{queue}")
-        except KubeError:
+        except KubeError as err:
+            if unavailable is not None:
+                unavailable.append(f"{namespace}/{queue}: {err}")
             return []
         return [(f"{namespace}/{i['metadata']['name']}", int(i["positionInClusterQueue"]) + 1) for i in answer.get("items") or []]
 
@@ -327,7 +331,10 @@ def _show(shown: Shown, previous: Shown | None, args: argparse.Namespace) -> Non
 async def cmd_jobs(args: argparse.Namespace) -> int:
     async def produce(client: KubeClient) -> Shown:
         state = await read_manager(client, _namespace(args))
-        positions = await read_positions(client, state["workloads"])
+        unavailable: list[str] = []
+        positions = await read_positions(client, state["workloads"], unavailable=unavailable)
+        if unavailable and not getattr(args, "watch", False):
+            print(f"kfed: queue positions unavailable for {unavailable[0]}", file=sys.stderr)
         rows = views.job_views(
             state["workloads"], checks=state["checks"], local_queues=state["local_queues"], known=state["known"], positions=positions
         )

@@ -41,7 +41,7 @@ from manager.controllers.queue_metrics import (
 from manager.engine.scheduler import Refusal
 from manager.engine.state import AdmissionState
 from manager.engine.status import EventRecord, admitted_message, since_reservation
-from manager.engine.workload import has_deactivation_target, is_active, is_finished
+from manager.engine.workload import WorkloadInfo, has_deactivation_target, is_active, is_finished
 from manager.engine.writes import StatusWrite
 from manager.kube.client import KubeClient
 from manager.kube.errors import ConflictError, KubeError, NotFoundError
@@ -201,6 +201,15 @@ class AdmissionController:
         """A rule outside the quota tree that keeps workloads from reserving quota (MultiKueue's:
         no worker could ever admit it)."""
         self.state.set_refusal(refuse)
+
+    def pending_in_order(self, cluster_queue: str) -> list[WorkloadInfo] | None:
+        """A ClusterQueue's pending Workloads in the scheduler's order (None: no such queue), for
+        the visibility API on any replica. The state this controller owns is first brought to the
+        latest configuration, as its next cycle would: a standby runs no cycle, and a ClusterQueue
+        made since it started would have no queue yet."""
+        self.state.rebuild_if_needed(self.clock())
+        queue = self.state.scheduler.queues.get(cluster_queue)
+        return queue.in_order() if queue is not None else None
 
     def refusal_may_have_changed(self) -> None:
         """What the refusal rule reads changed: the inadmissible workloads of every queue with

@@ -43,6 +43,7 @@ log = logging.getLogger("kfed")
 
 EXIT_LOST_LEADERSHIP = 3
 EXIT_RUNNABLE_FAILED = 1
+INSTALL_RETRY_FIRST, INSTALL_RETRY_MAX = 1.0, 60.0  # seconds, doubling
 
 
 def load_configuration(path: str | None) -> Configuration:
@@ -182,8 +183,11 @@ class Process:
 
     async def _start_visibility(self, cert: ServingCert) -> None:
         """Kueue's visibility API, as an aggregated API server over the admission state."""
-        server = VisibilityServer(self.client, lambda: self.admission.state)
-        await server.load_request_headers()
+        server = VisibilityServer(self.client, self.admission.pending_in_order, lambda: self.admission.state.local_queues)
+        try:
+            await server.load_request_headers()
+        except KubeError as err:
+            raise ValueError(f"--visibility-bind-address: cannot read kube-system/extension-apiserver-authentication: {err}") from None
         self.visibility = server
         self.visibility_context = server.ssl_context(str(cert.cert_file), str(cert.key_file))
         port = self._serve("visibility-server", server.app(), self.opts.visibility_address, self.visibility_context)
@@ -206,24 +210,33 @@ class Process:
         return bool(self._stored_trust) and all(trusts(bundle, ca_pem) for bundle in self._stored_trust)
 
     async def _install_webhooks(self) -> None:
-        """The lease holder keeps the webhook configurations pointing at the current endpoint
-        and CA bundle: once on winning the lease, then after each certificate change."""
+        """The lease holder keeps the webhook configurations (and the visibility APIServices)
+        pointing at the current endpoint and CA bundle: once on winning the lease, then after each
+        certificate change. A failed install is tried again with backoff: until it succeeds the
+        stored trust is stale, and the certificate rotation waits on it."""
+        delay = INSTALL_RETRY_FIRST
         while True:
             self._endpoint_changed.clear()
             if self.webhook_endpoint is not None:
                 try:
-                    self._stored_trust = await install(self.client, self.webhook_endpoint, self.integrations.adapters)
+                    stored = await install(self.client, self.webhook_endpoint, self.integrations.adapters)
                     if self.opts.visibility_address:
                         namespace, _, name = self.opts.visibility_service.partition("/")
-                        await install_api_services(
+                        stored += await install_api_services(
                             self.client,
                             ca_bundle=self.webhook_endpoint.ca_bundle,
                             namespace=namespace,
                             name=name,
                             port=self.opts.visibility_service_port,
                         )
+                    self._stored_trust = stored  # only what every configuration holds
+                    delay = INSTALL_RETRY_FIRST
                 except KubeError as err:
-                    log.error("cannot install the webhook configurations and APIServices", extra={"error": str(err)})
+                    log.error("cannot install the webhook configurations and APIServices; trying again", extra={"error": str(err)})
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._endpoint_changed.wait(), timeout=delay)  # a change, or the backoff
+                    delay = min(delay * 2, INSTALL_RETRY_MAX)
+                    continue
             await self._endpoint_changed.wait()
 
     def _local_queue_labels(self, lq: LocalQueueRef) -> dict[str, str] | None:
@@ -267,8 +280,6 @@ class Process:
             self._serve("probe-server", make_probe_app(ready=self._ready, metrics=self.metrics), opts.health_address)
             if opts.metrics_address != opts.health_address:
                 self._serve("metrics-server", make_probe_app(ready=self._ready, metrics=self.metrics), opts.metrics_address)
-            if opts.visibility_address and not opts.webhooks:
-                raise ValueError("--visibility-bind-address: the visibility API serves the webhooks' certificate; drop --no-webhooks")
             if opts.webhooks:
                 await self._start_webhooks()
             self.caches.start()

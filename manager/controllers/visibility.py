@@ -19,21 +19,23 @@ are (k8s.io/apiserver's delegating authenticator and authorizer):
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import hashlib
 import json
 import logging
 import ssl
+import time
 import urllib.parse
-from collections.abc import Callable
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from aiohttp import web
 
-from manager.api.meta import utcnow
+from manager.api.kueue import LocalQueue
 from manager.engine import visibility
-from manager.engine.state import AdmissionState
 from manager.engine.workload import WorkloadInfo
 from manager.kube.client import KubeClient
 from manager.kube.errors import KubeError, NotFoundError
@@ -65,8 +67,14 @@ def request_headers_from(data: dict[str, str]) -> RequestHeaders | None:
         raw = data.get(key)
         if not raw:
             return default
-        parsed = json.loads(raw)
-        return tuple(str(item) for item in parsed) if isinstance(parsed, list) else default
+        try:
+            parsed = json.loads(raw)
+        except ValueError:
+            parsed = None
+        if not isinstance(parsed, list):
+            namespace, name = AUTHENTICATION_CONFIGMAP
+            raise ValueError(f"ConfigMap {namespace}/{name}: data.{key}: expected a JSON list of names, got {raw[:80]!r}")
+        return tuple(str(item) for item in parsed)
 
     return RequestHeaders(
         client_ca=ca,
@@ -114,14 +122,52 @@ def status(code: int, reason: str, message: str) -> web.Response:
     return web.json_response(body, status=code)
 
 
-class VisibilityServer:
-    """The aggregated API server's app, over the admission state's queues."""
+# How long a review's answer is used again, as k8s.io/apiserver's delegating authenticator and
+# authorizer cache theirs: a flood of requests then costs the apiserver one review per identity
+# and question, not one per request (the reviews share the manager's client with its lease).
+AUTHENTICATED_FOR = 10.0
+ALLOWED_FOR = 300.0
+DENIED_FOR = 30.0
+REVIEWS_AT_ONCE = 8  # reviews in flight to the apiserver at most; the others wait their turn
 
-    def __init__(self, client: KubeClient, state: Callable[[], AdmissionState], *, clock: Callable[[], datetime] = utcnow) -> None:
-        self.client = client
-        self.state = state
+
+class ReviewCache:
+    """Answers kept until their time runs out, the oldest dropped first beyond `limit`."""
+
+    def __init__(self, *, limit: int = 4096, clock: Callable[[], float] = time.monotonic) -> None:
+        self.limit = limit
         self.clock = clock
+        self._items: OrderedDict[Hashable, tuple[float, Any]] = OrderedDict()
+
+    def get(self, key: Hashable) -> Any | None:
+        found = self._items.get(key)
+        if found is None:
+            return None
+        if found[0] <= self.clock():
+            del self._items[key]
+            return None
+        return found[1]
+
+    def put(self, key: Hashable, value: Any, *, ttl: float) -> None:
+        self._items[key] = (self.clock() + ttl, value)
+        self._items.move_to_end(key)
+        while len(self._items) > self.limit:
+            self._items.popitem(last=False)
+
+
+class VisibilityServer:
+    """The aggregated API server's app, over the admission state's pending queues."""
+
+    def __init__(
+        self, client: KubeClient, pending: Callable[[str], list[WorkloadInfo] | None], local_queues: Callable[[], Mapping[str, LocalQueue]]
+    ) -> None:
+        self.client = client
+        self.pending = pending
+        self.local_queues = local_queues
         self.request_headers: RequestHeaders | None = None
+        self._authenticated = ReviewCache()
+        self._decisions = ReviewCache()
+        self._reviews = asyncio.Semaphore(REVIEWS_AT_ONCE)
 
     async def load_request_headers(self) -> RequestHeaders | None:
         """Read how the apiserver's front proxy authenticates (once, at start)."""
@@ -157,26 +203,47 @@ class VisibilityServer:
         token = request.headers.get("Authorization", "")
         if not token.startswith("Bearer "):
             return None
+        key = hashlib.sha256(token.encode()).hexdigest()  # the token itself is never kept
+        cached = self._authenticated.get(key)
+        if cached is not None:
+            return cached if isinstance(cached, User) else None
         review = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token[len("Bearer ") :]}}
-        answer = await self.client.request("POST", "/apis/authentication.k8s.io/v1/tokenreviews", body=review, what="TokenReview")
+        async with self._reviews:
+            answer = await self.client.request("POST", "/apis/authentication.k8s.io/v1/tokenreviews", body=review, what="TokenReview")
         result = answer.get("status") or {}
-        if not result.get("authenticated"):
-            return None
         info = result.get("user") or {}
-        return User(str(info.get("username", "")), tuple(info.get("groups") or ()), dict(info.get("extra") or {}), str(info.get("uid", "")))
+        user: User | None = None
+        if result.get("authenticated"):
+            groups, extra = tuple(info.get("groups") or ()), dict(info.get("extra") or {})
+            user = User(str(info.get("username", "")), groups, extra, str(info.get("uid", "")))
+        self._authenticated.put(key, user or "unauthenticated", ttl=AUTHENTICATED_FOR)  # a refusal is kept too
+        return user
 
     async def allowed(self, user: User, attributes: dict[str, str]) -> tuple[bool, str]:
+        key = (
+            user.name,
+            user.groups,
+            user.uid,
+            tuple(sorted((k, tuple(v)) for k, v in user.extra.items())),
+            tuple(sorted(attributes.items())),
+        )
+        cached = self._decisions.get(key)
+        if cached is not None:
+            return cast(tuple[bool, str], cached)
         spec: dict[str, Any] = {"user": user.name, "groups": list(user.groups), "resourceAttributes": attributes}
         if user.extra:
             spec["extra"] = user.extra
         if user.uid:
             spec["uid"] = user.uid
         review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec}
-        answer = await self.client.request(
-            "POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", body=review, what="SubjectAccessReview"
-        )
+        async with self._reviews:
+            answer = await self.client.request(
+                "POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", body=review, what="SubjectAccessReview"
+            )
         result = answer.get("status") or {}
-        return bool(result.get("allowed")), str(result.get("reason") or "")
+        decision = (bool(result.get("allowed")), str(result.get("reason") or ""))
+        self._decisions.put(key, decision, ttl=ALLOWED_FOR if decision[0] else DENIED_FOR)
+        return decision
 
     async def _guard(self, request: web.Request, attributes: dict[str, str]) -> web.Response | None:
         """None when the caller may make this request; else the Status to answer with."""
@@ -203,7 +270,7 @@ class VisibilityServer:
         name = request.match_info["name"]
 
         def items(page: visibility.Page) -> list[dict[str, Any]] | web.Response:
-            ordered = self._pending(name)
+            ordered = self.pending(name)
             if ordered is None:
                 return status(404, "NotFound", f'clusterqueue.{visibility.GROUP} "{name}" not found')
             return visibility.in_cluster_queue(ordered, page)
@@ -214,10 +281,10 @@ class VisibilityServer:
         namespace, name = request.match_info["namespace"], request.match_info["name"]
 
         def items(page: visibility.Page) -> list[dict[str, Any]] | web.Response:
-            lq = self.state().local_queues.get(f"{namespace}/{name}")
+            lq = self.local_queues().get(f"{namespace}/{name}")
             if lq is None:
                 return status(404, "NotFound", f'localqueue.{visibility.GROUP} "{name}" not found')
-            return visibility.in_local_queue(self._pending(lq.spec.cluster_queue or "") or [], namespace, name, page)
+            return visibility.in_local_queue(self.pending(lq.spec.cluster_queue or "") or [], namespace, name, page)
 
         return await self._pending_workloads(request, "localqueues", {"name": name, "namespace": namespace}, items)
 
@@ -240,15 +307,6 @@ class VisibilityServer:
             return status(400, "BadRequest", str(err))
         found = items(page)
         return found if isinstance(found, web.Response) else web.json_response(visibility.summary(version, found))
-
-    def _pending(self, cluster_queue: str) -> list[WorkloadInfo] | None:
-        """A ClusterQueue's pending Workloads in the scheduler's order, None when there is no such
-        queue. The queues follow the latest configuration first, as the next cycle would bring
-        them to: a standby, which runs no cycle, answers as the leader does."""
-        state = self.state()
-        state.rebuild_if_needed(self.clock())
-        queue = state.scheduler.queues.get(cluster_queue)
-        return queue.in_order() if queue is not None else None
 
     # --- discovery: public, as the apiserver's own (system:discovery) ------------------------------
     async def group(self, request: web.Request) -> web.Response:
@@ -292,14 +350,18 @@ def api_services(*, ca_bundle: bytes, namespace: str, name: str, port: int) -> l
     ]
 
 
-async def install_api_services(client: KubeClient, *, ca_bundle: bytes, namespace: str, name: str, port: int) -> None:
+async def install_api_services(client: KubeClient, *, ca_bundle: bytes, namespace: str, name: str, port: int) -> list[bytes]:
     """Point the APIServices at the Service with the current CA (patched by name, created where
-    missing, as the webhook configurations are)."""
+    missing, as the webhook configurations are). Returns each `caBundle` as the apiserver stored
+    it, which the certificate rotation waits on as it does on the webhooks'."""
+    stored = []
     for obj in api_services(ca_bundle=ca_bundle, namespace=namespace, name=name, port=port):
         path = f"{APISERVICE_PATH}/{obj['metadata']['name']}"
         try:
-            await client.request(
+            answer = await client.request(
                 "PATCH", path, body={"spec": obj["spec"]}, content_type="application/merge-patch+json", what=f"patch APIService {path}"
             )
         except NotFoundError:
-            await client.request("POST", APISERVICE_PATH, body=obj, what=f"create APIService {obj['metadata']['name']}")
+            answer = await client.request("POST", APISERVICE_PATH, body=obj, what=f"create APIService {obj['metadata']['name']}")
+        stored.append(base64.b64decode((answer.get("spec") or {}).get("caBundle") or ""))
+    return stored

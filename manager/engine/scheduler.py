@@ -758,6 +758,9 @@ class Scheduler:
         assert isinstance(root, QuotaNode)
         cqs = self._tree_cluster_queues(root)
         for cq in cqs:
+            # At once, not with the batched move: a workload's remembered flavor assignment
+            # (Kueue's LastAssignment, made for the old capacity) is not resumed from, even by a
+            # workload still in the heaps.
             cq.generation += 1
         if immediate:
             for cq in cqs:

@@ -76,10 +76,10 @@ def with_next_ca(bundle: dict[str, bytes], *, validity: datetime.timedelta) -> d
 
 
 def rotated(bundle: dict[str, bytes], *, names: tuple[str, ...], ips: tuple[str, ...], validity: datetime.timedelta) -> dict[str, bytes]:
-    """The next CA signs the new serving certificate; a new next CA is made. The trust bundle is
-    the CA of the certificate served until now (replicas that have not switched yet still serve
-    it), the new one's, and the new next CA: the CA before those is dropped now, a whole period
-    after anything it signed was last served."""
+    """The next CA signs the new serving certificate; a new next CA is made. The trust bundle
+    becomes three CAs: the one that signed the certificate served until now (replicas that have
+    not switched yet still serve it), the one that signs the new certificate, and the new next
+    CA. Any older CA is dropped now, a whole period after anything it signed was last served."""
     authority = pki.KeyPair(bundle["next-ca.crt"], bundle["next-ca.key"])
     serving = pki.issue(authority, names[0] if names else "kfed-webhook", server_names=names, server_ips=ips, validity=validity)
     previous = issuer_of(bundle["tls.crt"], certificates(bundle["ca.crt"]))

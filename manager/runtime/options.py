@@ -129,4 +129,10 @@ def parse(argv: list[str] | None, *, component: str) -> Options:
         help="the Service port the APIServices name",
     )
     args = p.parse_args(argv)
+    if args.visibility_address:
+        namespace, slash, name = args.visibility_service.partition("/")
+        if not (namespace and slash and name) or "/" in name:
+            p.error(f"--visibility-service: expected namespace/name, got {args.visibility_service!r}")
+        if not args.webhooks:
+            p.error("--visibility-bind-address: the visibility API serves the webhooks' certificate; drop --no-webhooks")
     return Options(**vars(args))
