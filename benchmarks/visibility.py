@@ -138,7 +138,7 @@ def main() -> None:
     args = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="kfed-visibility-"))
     provider = LocalProvider(base / "clusters")
-    [cluster] = provider.create(["visibility"])
+    [cluster] = provider.create(["visibility"], aggregation=True)
     try:
         asyncio.run(run(cluster, base, workloads=args.workloads, requests=args.requests))
     finally:

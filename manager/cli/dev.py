@@ -70,7 +70,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     names = ["manager", *(f"worker{i}" for i in range(1, args.workers + 1))]
     _progress(f"starting {len(names)} clusters ({', '.join(names)}){' with Job controllers and kwok nodes' if args.jobs else ''}")
     try:
-        clusters = provider.create(names, jobs=args.jobs)
+        clusters = provider.create(names, jobs=args.jobs, aggregation=True)  # the manager serves the visibility API
         manager, workers = clusters[0], clusters[1:]
         _progress("installing CRDs and the federation's queues")
         federation.install(manager, workers, federation.crd_manifests(checkout_crds_dir()))

@@ -96,7 +96,8 @@ class KindProvider:
         self.base_dir = base_dir
         self.clusters: dict[str, KindCluster] = {}
 
-    def create(self, names: list[str], *, jobs: bool = True, timeout: float = 300.0) -> list[KindCluster]:
+    def create(self, names: list[str], *, jobs: bool = True, timeout: float = 300.0, aggregation: bool = True) -> list[KindCluster]:
+        """Start the clusters (kubeadm always sets up the aggregation layer: `aggregation` is accepted and always on)."""
         clusters = []
         for name in names:
             cluster = KindCluster(name, self.base_dir / name, jobs)

@@ -247,6 +247,10 @@ class LocalCluster(ClusterDirectory):
     # Users whose requests the apiserver writes to an audit log (`audit_log_path`), at Metadata
     # level; none (the default) runs it without one.
     audit_users: tuple[str, ...] = ()
+    # The aggregation layer (front-proxy certificates and flags), for a cluster whose apiserver
+    # routes an APIService to a local server (kfed's visibility API). Off by default: its
+    # certificate watchers take inotify instances, of which a user has 128 by default.
+    aggregation: bool = False
     components: dict[str, Component] = field(default_factory=dict)
 
     @property
@@ -280,12 +284,13 @@ class LocalCluster(ClusterDirectory):
         pki.write(pki_dir, "apiserver", serving)
         admin = pki.issue(ca, "kubernetes-admin", organization="system:masters", client=True)
         pki.write(pki_dir, "admin", admin)
-        # The aggregation layer (as kubeadm sets it up): the apiserver proxies an APIService's
-        # requests with this client certificate, and the extension server trusts the user it
-        # names in the X-Remote-* headers only from a client this CA signed.
-        front_proxy_ca = pki.new_ca(f"kfed-{self.name}-front-proxy-ca")
-        pki.write(pki_dir, "front-proxy-ca", front_proxy_ca)
-        pki.write(pki_dir, "front-proxy-client", pki.issue(front_proxy_ca, FRONT_PROXY_CLIENT, client=True))
+        if self.aggregation:
+            # As kubeadm sets it up: the apiserver proxies an APIService's requests with this
+            # client certificate, and the extension server trusts the user it names in the
+            # X-Remote-* headers only from a client this CA signed.
+            front_proxy_ca = pki.new_ca(f"kfed-{self.name}-front-proxy-ca")
+            pki.write(pki_dir, "front-proxy-ca", front_proxy_ca)
+            pki.write(pki_dir, "front-proxy-client", pki.issue(front_proxy_ca, FRONT_PROXY_CLIENT, client=True))
         sa_private, sa_public = pki.service_account_key()
         (pki_dir / "sa.key").write_bytes(sa_private)
         (pki_dir / "sa.key").chmod(0o600)
@@ -362,14 +367,8 @@ class LocalCluster(ClusterDirectory):
                 # reaches etcd and gets 410 Gone; the fault tests for relisting rely on it.
                 "--watch-cache-sizes=podtemplates#0",
                 "--profiling=false",
-                f"--requestheader-client-ca-file={pki_dir / 'front-proxy-ca.crt'}",
-                f"--requestheader-allowed-names={FRONT_PROXY_CLIENT}",
-                "--requestheader-username-headers=X-Remote-User",
-                "--requestheader-group-headers=X-Remote-Group",
-                "--requestheader-extra-headers-prefix=X-Remote-Extra-",
-                f"--proxy-client-cert-file={pki_dir / 'front-proxy-client.crt'}",
-                f"--proxy-client-key-file={pki_dir / 'front-proxy-client.key'}",
                 "--v=1",
+                *self._aggregation_flags(pki_dir),
                 *self._audit_flags(),
             ],
             logs / "kube-apiserver.log",
@@ -423,6 +422,19 @@ class LocalCluster(ClusterDirectory):
             ],
             logs / "kwok.log",
         )
+
+    def _aggregation_flags(self, pki_dir: Path) -> list[str]:
+        if not self.aggregation:
+            return []
+        return [
+            f"--requestheader-client-ca-file={pki_dir / 'front-proxy-ca.crt'}",
+            f"--requestheader-allowed-names={FRONT_PROXY_CLIENT}",
+            "--requestheader-username-headers=X-Remote-User",
+            "--requestheader-group-headers=X-Remote-Group",
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+            f"--proxy-client-cert-file={pki_dir / 'front-proxy-client.crt'}",
+            f"--proxy-client-key-file={pki_dir / 'front-proxy-client.key'}",
+        ]
 
     def _audit_flags(self) -> list[str]:
         if not self.audit_users:
@@ -607,10 +619,20 @@ class LocalProvider:
         self.clusters: dict[str, LocalCluster] = {}
 
     def create(
-        self, names: list[str], *, jobs: bool = False, timeout: float = 120.0, audit_users: tuple[str, ...] = ()
+        self,
+        names: list[str],
+        *,
+        jobs: bool = False,
+        timeout: float = 120.0,
+        audit_users: tuple[str, ...] = (),
+        aggregation: bool = False,
     ) -> list[LocalCluster]:
-        """Start the clusters; with `audit_users`, each apiserver logs those users' requests."""
-        clusters = [LocalCluster(name, self.base_dir / name, self.bin_dir, jobs=jobs, audit_users=audit_users) for name in names]
+        """Start the clusters; with `audit_users`, each apiserver logs those users' requests; with
+        `aggregation`, each serves APIServices (the aggregation layer's certificates and flags)."""
+        clusters = [
+            LocalCluster(name, self.base_dir / name, self.bin_dir, jobs=jobs, audit_users=audit_users, aggregation=aggregation)
+            for name in names
+        ]
         try:
             for cluster in clusters:
                 self.clusters[cluster.name] = cluster

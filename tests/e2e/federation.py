@@ -120,7 +120,7 @@ def build(
     its JobSet controller, and kfed's processes integrate JobSets as well as Jobs, as
     `kfed dev up --integrations jobset` sets them up."""
     suffix = uuid.uuid4().hex[:4]
-    manager = provider.create([f"mk-manager-{suffix}"])[0]
+    manager = provider.create([f"mk-manager-{suffix}"], aggregation=True)[0]
     w1, w2 = provider.create([f"mk-w1-{suffix}", f"mk-w2-{suffix}"], jobs=True)
     fed = Federation(manager, {"worker1": w1, "worker2": w2}, directory)
     crds = federation.crd_manifests(REPO_ROOT / "crds")
@@ -245,7 +245,7 @@ class Clients:
 
 def build_second_manager(fed: Federation, provider: Any, directory: Path, *, origin: str) -> Federation:
     """Another manager cluster with its own origin, joined to the same workers."""
-    manager = provider.create([f"mk-manager2-{uuid.uuid4().hex[:4]}"])[0]
+    manager = provider.create([f"mk-manager2-{uuid.uuid4().hex[:4]}"], aggregation=True)[0]
     second = Federation(manager, fed.workers, directory)
     federation.install_crds(manager, federation.crd_manifests(REPO_ROOT / "crds"))
     ensure_namespace(manager, SYSTEM_NAMESPACE)

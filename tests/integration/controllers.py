@@ -213,9 +213,9 @@ def now() -> float:
     return time.monotonic()
 
 
-def crd_cluster(provider: Any, prefix: str, *, jobs: bool = False) -> LocalCluster:
+def crd_cluster(provider: Any, prefix: str, *, jobs: bool = False, aggregation: bool = False) -> LocalCluster:
     """A fresh harness cluster with kfed's CRDs and the system namespace."""
-    created: LocalCluster = provider.create([f"{prefix}{uuid.uuid4().hex[:4]}"], jobs=jobs)[0]
+    created: LocalCluster = provider.create([f"{prefix}{uuid.uuid4().hex[:4]}"], jobs=jobs, aggregation=aggregation)[0]
     federation.install_crds(created, federation.crd_manifests(REPO_ROOT / "crds"))
     ensure_namespace(created, SYSTEM_NAMESPACE)
     return created

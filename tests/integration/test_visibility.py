@@ -32,7 +32,7 @@ GROUP = "visibility.kueue.x-k8s.io"
 
 @pytest.fixture(scope="module")
 def cluster(provider: Provider) -> LocalCluster:
-    created = crd_cluster(provider, "vis")
+    created = crd_cluster(provider, "vis", aggregation=True)
     federation.create(created, federation.visibility_service())
     return created
 
