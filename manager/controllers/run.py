@@ -46,6 +46,12 @@ EXIT_RUNNABLE_FAILED = 1
 INSTALL_RETRY_FIRST, INSTALL_RETRY_MAX = 1.0, 60.0  # seconds, doubling
 
 
+def service_dns_names(ref: str) -> tuple[str, str]:
+    """The names a Service (`namespace/name`) is called by inside the cluster, for a certificate."""
+    namespace, _, name = ref.partition("/")
+    return f"{name}.{namespace}.svc", f"{name}.{namespace}.svc.cluster.local"
+
+
 def load_configuration(path: str | None) -> Configuration:
     if not path:
         return Configuration()
@@ -138,12 +144,10 @@ class Process:
         cert_dir = Path(opts.webhook_cert_dir) if opts.webhook_cert_dir else Path(tempfile.mkdtemp(prefix="kfed-webhook-"))
         names: tuple[str, ...] = ("localhost",)
         if opts.webhook_service:
-            namespace, _, name = opts.webhook_service.partition("/")
-            names = (f"{name}.{namespace}.svc", f"{name}.{namespace}.svc.cluster.local", *names)
+            names = (*service_dns_names(opts.webhook_service), *names)
         if opts.visibility_address:
             # One certificate for the manager's TLS servers: the aggregated API's Service too.
-            namespace, _, name = opts.visibility_service.partition("/")
-            names = (*names, f"{name}.{namespace}.svc", f"{name}.{namespace}.svc.cluster.local")
+            names = (*names, *service_dns_names(opts.visibility_service))
         ips = ("127.0.0.1",)
         if opts.webhook_cert_secret:
             # Every replica serves the certificate kept in one Secret (made and rotated by kfed).
