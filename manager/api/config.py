@@ -207,6 +207,15 @@ class Integrations(KubeModel):
         return list(self.frameworks) if self.frameworks else list(DEFAULT_FRAMEWORKS)
 
 
+# Kueue v0.19.2's defaults (pkg/features/kube_features.go) for the gates that change what kfed does.
+UNADMITTED_WORKLOADS_OBSERVABILITY = "UnadmittedWorkloadsObservability"
+FEATURE_DEFAULTS: dict[str, bool] = {
+    # Off: a workload parked with an equivalent one that failed keeps its condition as it was;
+    # on, the workload controller writes "Bypassed scheduling evaluation ..." on it.
+    UNADMITTED_WORKLOADS_OBSERVABILITY: False,
+}
+
+
 class Configuration(OpenModel):
     """Kueue's component configuration. Not a stored object, so no metadata is required."""
 
@@ -223,6 +232,14 @@ class Configuration(OpenModel):
     metrics: ControllerMetrics | None = None
     integrations: Integrations | None = None
     wait_for_pods_ready: WaitForPodsReady | None = None
+    feature_gates: dict[str, bool] | None = None
+
+    def feature_enabled(self, gate: str) -> bool:
+        """A Kueue feature gate as `featureGates` sets it, else as Kueue v0.19.2 defaults it
+        (FEATURE_DEFAULTS holds the gates whose behaviour kfed follows)."""
+        if self.feature_gates and gate in self.feature_gates:
+            return self.feature_gates[gate]
+        return FEATURE_DEFAULTS[gate]
 
     @property
     def effective_namespace(self) -> str:

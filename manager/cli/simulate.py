@@ -84,7 +84,7 @@ def _flavors(info: WorkloadInfo) -> str:
     return " ".join(f"{','.join(resources)}={flavor}" for flavor, resources in sorted(by_flavor.items())) or "-"
 
 
-def _reason(info: WorkloadInfo) -> str:
+def _reason(info: WorkloadInfo, bypassed: tuple[str, str] | None) -> str:
     if info.reserved:
         if not info.condition_true(c.ADMITTED):
             pending = sorted(name for name, state in info.checks.items() if state != "Ready")
@@ -92,6 +92,8 @@ def _reason(info: WorkloadInfo) -> str:
         return ""
     if not info.active:
         return "spec.active is false"
+    if bypassed is not None:
+        return f"{bypassed[0]}: {bypassed[1]}"
     cond = info.conditions.get(c.QUOTA_RESERVED)
     if cond is None:
         return "not yet evaluated"
@@ -112,7 +114,17 @@ def render_table(result: SimulationResult) -> str:
     rows = [["NAMESPACE", "WORKLOAD", "QUEUE", "CLUSTERQUEUE", "STATE", "FLAVORS", "REASON"]]
     for info in result.infos:
         cq_name = info.admission_cq or info.cluster_queue or "-"
-        rows.append([info.namespace, info.name, info.queue_name or "-", cq_name, _state(info), _flavors(info), _reason(info)])
+        rows.append(
+            [
+                info.namespace,
+                info.name,
+                info.queue_name or "-",
+                cq_name,
+                _state(info),
+                _flavors(info),
+                _reason(info, result.bypassed.get(info.key)),
+            ]
+        )
     for wl in result.untracked:
         state = "Finished" if is_finished(wl) else "Deleting"
         rows.append([wl.namespace, wl.name, wl.spec.queue_name or "-", "-", state, "-", ""])

@@ -90,6 +90,15 @@ class ClusterQueueQueue:
         group = self._group_of.get(key)
         return group is not None and self._live.get(group.key) is group
 
+    def parked_with_class(self, key: str) -> str | None:
+        """The reason its equivalence class failed, for a workload parked with that class
+        without a try of its own (None otherwise): what the UnadmittedWorkloadsObservability
+        gate would have written on it ("Bypassed scheduling evaluation ...")."""
+        group = self._group_of.get(key)
+        if group is None or self._parked.get(group.key) is not group or not group.stamp:
+            return None
+        return group.stamp
+
     @property
     def active(self) -> dict[str, WorkloadInfo]:
         """Every active workload (a new dict: for metrics, not for the scheduling path)."""

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from manager.api import constants as c
-from manager.api.config import Configuration, parse_duration
+from manager.api.config import UNADMITTED_WORKLOADS_OBSERVABILITY, Configuration, parse_duration
 from manager.engine import fairshare
 from manager.engine.cache import Cache, ClusterQueueInfo
 from manager.engine.flavors import FIT, NO_FIT, PREEMPT, Assignment, FlavorAssigner
@@ -195,6 +195,9 @@ class Scheduler:
         self.queues: dict[str, ClusterQueueQueue] = {}
         pods_ready = self.config.pods_ready
         self.block_admission = pods_ready is not None and pods_ready.effective_block_admission
+        # Whether the workloads parked with a failed head of their equivalence class are told so
+        # (one status write each); Kueue writes nothing on them unless this gate is on.
+        self.explain_bypassed = self.config.feature_enabled(UNADMITTED_WORKLOADS_OBSERVABILITY)
         self._now: datetime | None = None
         self.cycle_number = 0
         # ClusterQueue name -> the cycle in which an immediate requeue was asked for its tree.
@@ -690,6 +693,8 @@ class Scheduler:
         moved = queue.requeue(wl, entry.requeue_reason, pending_flavors=pending, status_reason=entry.skip_reason)
         if entry.skip_reason:
             wl.resource_requests = [(ps.name, ps.total()) for ps in wl.pod_sets]
+        if not self.explain_bypassed:
+            return
         reason = entry.skip_reason or REASON_PENDING_EVALUATION
         for other in moved:
             # Same as Kueue's workload controller for an equivalence class that just failed.
@@ -699,6 +704,14 @@ class Scheduler:
                 continue
             self._not_admitted(other, reason, BYPASSED, now)
             result.touched.append(other.key)
+
+    def bypassed(self, wl: WorkloadInfo) -> tuple[str, str] | None:
+        """The Pending condition (reason, message) that the UnadmittedWorkloadsObservability gate
+        would write on a workload parked with its failed equivalence class, whether or not the
+        gate is on: for `kfed simulate` to say why such a workload waits."""
+        queue = self.queues.get(wl.cluster_queue or "")
+        reason = queue.parked_with_class(wl.key) if queue is not None else None
+        return (reason, BYPASSED) if reason else None
 
     @staticmethod
     def _says_not_admitted(wl: WorkloadInfo, reason: str, message: str) -> bool:

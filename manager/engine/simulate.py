@@ -73,6 +73,9 @@ class SimulationResult:
     admitted: int = 0
     preemptions: int = 0
     decisions: int = 0
+    # Pending workloads parked with their equivalence class, by key: the (reason, message) that
+    # Kueue writes on them only with the UnadmittedWorkloadsObservability gate on.
+    bypassed: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     def as_list(self) -> dict[str, Any]:
         """A `v1` List of every Workload and ClusterQueue, sorted by kind, namespace and name."""
@@ -299,6 +302,7 @@ class Simulation:
             admitted=self.admitted,
             preemptions=self.preemptions,
             decisions=self.decisions,
+            bypassed={info.key: found for info in infos if not info.reserved and (found := self.state.scheduler.bypassed(info))},
         )
 
     # Shallow copies: the output shares the input's spec, which nothing changes (a deep copy

@@ -127,7 +127,7 @@ def test_cohort_borrowing_example_admits_21_cpu_for_team_a(capsys: pytest.Captur
     jobs = write(tmp_path, "jobs.yaml", [job(f"train-{i:02d}", "team-a-queue", namespace="team-a", created=i) for i in range(25)])
     code, result, _ = simulate(capsys, EXAMPLE["cohort-borrowing"], jobs)
     assert code == 0
-    admitted = [name for name, wl in workloads(result).items() if wl["status"].get("admission")]
+    admitted = [name for name, wl in workloads(result).items() if wl.get("status", {}).get("admission")]
     assert len(admitted) == 21
     team_a = cluster_queue(result, "team-a-cq")
     assert team_a["status"]["flavorsReservation"][0]["resources"][0] == {"name": "cpu", "total": "21", "borrowed": "12"}
@@ -137,7 +137,7 @@ def test_cohort_borrowing_example_jobs_five_run_and_one_waits(capsys: pytest.Cap
     code, result, _ = simulate(capsys, EXAMPLE["cohort-borrowing"], EXAMPLE["jobs/team-a-jobs"])
     assert code == 0
     by_name = workloads(result)
-    admitted = sorted(name.rsplit("-", 1)[0] for name, wl in by_name.items() if wl["status"].get("admission"))
+    admitted = sorted(name.rsplit("-", 1)[0] for name, wl in by_name.items() if wl.get("status", {}).get("admission"))
     assert admitted == [f"job-train-{i}" for i in range(1, 6)]
     waiting = next(wl for name, wl in by_name.items() if name.startswith("job-train-6-"))
     assert condition(waiting, "QuotaReserved")["message"] == (
@@ -152,7 +152,7 @@ def test_borrowing_and_lending_limits_example(capsys: pytest.CaptureFixture[str]
     code, result, _ = simulate(capsys, EXAMPLE["borrowing-and-lending-limits"], EXAMPLE["jobs/limits-jobs"])
     assert code == 0
     assert reserved_cpu(cluster_queue(result, "limits-team-a-cq")) == "16"
-    assert sum(1 for wl in workloads(result).values() if wl["status"].get("admission")) == 8
+    assert sum(1 for wl in workloads(result).values() if wl.get("status", {}).get("admission")) == 8
     code, result, _ = simulate(
         capsys,
         EXAMPLE["borrowing-and-lending-limits"],
@@ -426,7 +426,7 @@ def test_preemptor_over_nominal_takes_its_own_and_a_cohort_borrowers_workload(ca
     code, result, _ = simulate(capsys, write(tmp_path, "mixed.yaml", docs))
     assert code == 0
     assert preempted_reasons(result) == {"c1-low": "InClusterQueue", "c2-low": "InCohortReclamation"}
-    admitted = sorted(name for name, wl in workloads(result).items() if wl["status"].get("admission"))
+    admitted = sorted(name for name, wl in workloads(result).items() if wl.get("status", {}).get("admission"))
     assert admitted[:2] == ["c1-mid", "c2-mid"] and len(admitted) == 3
     assert admitted[2].startswith("job-incoming-")
     assert reserved_cpu(cluster_queue(result, "c1")) == "6"
