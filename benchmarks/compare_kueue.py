@@ -92,9 +92,10 @@ RUNNER_QPS = 5000
 AUDIT_POLICY = {
     "apiVersion": "audit.k8s.io/v1",
     "kind": "Policy",
-    # One line per request, when it completes; the body is not logged.
+    # One line per request, when it completes; the body is not logged (KFED_AUDIT_LEVEL=Request
+    # logs it, to see what each write said).
     "omitStages": ["RequestReceived", "ResponseStarted"],
-    "rules": [{"level": "Metadata"}],
+    "rules": [{"level": os.environ.get("KFED_AUDIT_LEVEL", "Metadata")}],
 }
 
 

@@ -45,7 +45,7 @@ from manager.engine.workload import (
     reserved_eviction,
     workload_priority,
 )
-from manager.engine.writes import WriteBookkeeping, older_than_held, take_admitted_as_written
+from manager.engine.writes import WriteBookkeeping, older_than_held, take_admitted_as_written, take_pending_condition_as_written
 
 
 def _backoff_view(wl: Workload) -> tuple[object, ...]:
@@ -284,6 +284,7 @@ class AdmissionState(WriteBookkeeping, Deadlines):
 
     def _refresh_pending(self, info: WorkloadInfo, wl: Workload) -> None:
         info.carry_foreign(wl)
+        take_pending_condition_as_written(info)
         self.dirty.add(info.key)
 
     def _refresh_reserved(self, info: WorkloadInfo, wl: Workload, now: datetime) -> None:

@@ -64,6 +64,19 @@ def older_than_held(held: WorkloadInfo | None, wl: Workload) -> bool:
     )
 
 
+def take_pending_condition_as_written(info: WorkloadInfo) -> None:
+    """A pending workload's `QuotaReserved=False` as another writer left it (the job's owner
+    giving the quota back after an eviction writes its own reason): Kueue's scheduler writes
+    that condition only when the workload fails as a head, never to undo another writer's, so
+    the engine takes it until its own next attempt says something new."""
+    written = find_condition(conditions_of(info.obj), c.QUOTA_RESERVED)
+    mine = info.conditions.get(c.QUOTA_RESERVED)
+    if written is None or written.status != "False" or mine is None or mine.status != "False":
+        return
+    if (mine.reason, mine.message) != (written.reason, written.message):
+        info.conditions[c.QUOTA_RESERVED] = from_condition(written, default_time=info.created)
+
+
 def take_admitted_as_written(info: WorkloadInfo) -> None:
     """The MultiKueue check writes `Admitted` with its `Ready`, by the engine's own rule
     (`admitted_condition`): where the engine now says the same, it takes the condition as

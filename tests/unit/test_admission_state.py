@@ -561,3 +561,27 @@ def test_which_status_writes_move_quota_or_start_or_stop_work() -> None:
     ]
     for current, desired, expected in cases:
         assert moves_quota(current, desired) is expected, (current, desired)
+
+
+def test_a_pending_condition_another_writer_left_is_not_written_over() -> None:
+    # Kueue's scheduler-performance runner (like a job controller) gives an evicted Workload's
+    # quota back with its own QuotaReserved=False reason; Kueue's scheduler leaves it until the
+    # workload fails again as a head. kfed wrote its own reason back (128 extra status writes in
+    # one 1,500-Workload run under that runner, issue #37).
+    state = ready_state(cpu=1, preemption={"withinClusterQueue": "LowerPriority"})
+    low = workload("low", priority=1)
+    state.upsert_workload(low, T0)
+    first = run(state)[0]
+    state.write_succeeded(first, stored(first, low, "2"))
+    state.upsert_workload(workload("high", priority=100, at=5), T0)
+    writes = {w.key: w for w in run(state)}
+    released = stored(writes["ns/low"], low, "3")
+    state.write_succeeded(writes["ns/low"], released)
+    state.upsert_workload(released, T0)
+    by_runner = released.model_copy(deep=True)
+    by_runner.metadata.resource_version = "4"
+    for cond in by_runner.status.conditions or [] if by_runner.status else []:
+        if cond.type == c.QUOTA_RESERVED:
+            cond.reason, cond.message = "Pending", "Evicted by the test runner"
+    state.upsert_workload(by_runner, T0)
+    assert [w.key for w in run(state)] == []
