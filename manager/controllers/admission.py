@@ -53,6 +53,18 @@ log = logging.getLogger("kfed.admission")
 
 TICK = 1.0  # the longest the loop waits without an event (time-based requeues)
 CYCLES_PER_ROUND = 200
+# Kueue's scheduler loop (pkg/util/wait.UntilWithBackoff) waits 1 ms after a cycle that admits
+# nothing, doubling up to 10 ms while none does, and goes on at once after one that admits. The
+# same pause here keeps a stream of watch events (a preemptor waiting for its victims to stop,
+# say) from running a full round for each of them.
+FRUITLESS_PAUSE_FIRST, FRUITLESS_PAUSE_MAX = 0.001, 0.010
+
+
+def fruitless_round_pause(rounds: int) -> float:
+    """The pause before the next round after `rounds` rounds in a row that admitted nothing."""
+    if rounds <= 0:
+        return 0.0
+    return min(FRUITLESS_PAUSE_FIRST * float(2 ** min(rounds - 1, 16)), FRUITLESS_PAUSE_MAX)
 # Queue status writes at most this often: Kueue's UpdatesBatchPeriod (pkg/constants), 1 s.
 STATUS_INTERVAL = 1.0
 
@@ -256,21 +268,28 @@ class AdmissionController:
         return min(TICK, max(0.0, (due - self.clock()).total_seconds()))
 
     async def _loop(self) -> None:
+        fruitless = 0
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=self._wait_time())
+            if fruitless:
+                await asyncio.sleep(fruitless_round_pause(fruitless))  # pacing, as Kueue's scheduler loop
             self._wake.clear()
             try:
-                await self._round()
+                admitted = await self._round()
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("admission round failed; continuing")
+                admitted = False
+            fruitless = 0 if admitted else fruitless + 1
 
-    async def _round(self) -> None:
+    async def _round(self) -> bool:
+        """Cycles until one changes nothing, then the writes; whether anything was admitted."""
         await self._deactivate_targets()
         now = self.clock()
         self.state.rebuild_if_needed(now)
+        admitted = False
         for i in range(CYCLES_PER_ROUND):
             started = time.perf_counter()
             result = self.state.cycle(now)
@@ -280,12 +299,14 @@ class AdmissionController:
                 self.metrics.admission_attempt(admitted=bool(result.admitted), seconds=seconds)
             for wl in result.admitted:
                 self._admitted.inc(wl.admission_cq)
+            admitted = admitted or bool(result.admitted)
             if not result.changed:
                 break
             if i % 20 == 19:
                 await asyncio.sleep(0)  # let watches and writes make progress during a long round
             now = self.clock()
         self._issue(self.state.flush(now))
+        return admitted
 
     async def _deactivate_targets(self) -> None:
         """Kueue's workload controller: a workload marked DeactivationTarget (by a check, or by

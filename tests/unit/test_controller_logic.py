@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from manager.api import constants as c
+from manager.controllers.admission import fruitless_round_pause
 from manager.controllers.webhooks import (
     MUTATE_JOB_PATH,
     WebhookEndpoint,
@@ -362,3 +363,9 @@ def test_a_cancelled_semaphore_waiter_hands_its_place_on() -> None:
             return True
 
     assert asyncio.run(asyncio.wait_for(scenario(), timeout=5))
+
+
+def test_a_round_that_admits_nothing_is_followed_by_kueues_scheduler_pause() -> None:
+    # Kueue's UntilWithBackoff: 1 ms after a fruitless cycle, doubling to at most 10 ms.
+    assert [fruitless_round_pause(n) for n in range(6)] == [0.0, 0.001, 0.002, 0.004, 0.008, 0.010]
+    assert fruitless_round_pause(10_000) == 0.010
