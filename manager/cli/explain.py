@@ -45,9 +45,7 @@ from manager.engine.workload import (
     WorkloadInfo,
     build_info,
     check_states,
-    conditions_of,
     has_quota_reservation,
-    is_admitted,
     is_finished,
     is_preempted,
     misconfiguration,
@@ -57,54 +55,9 @@ from manager.engine.workload import (
 from manager.kube.client import KubeClient
 from manager.kube.errors import KubeError, NotFoundError
 from manager.multikueue.capacity import NEVER_FITS, workers_lacking_the_local_queue
+from manager.multikueue.reads import Remote, Verdict, worker_verdict
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-@dataclass(frozen=True)
-class Remote:
-    """What was found on one worker: its connection and our copy there (or why not)."""
-
-    cluster: str
-    active: bool
-    reason: str = ""
-    copy: kueue.Workload | None = None
-    error: str = ""
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """A worker's verdict on the job: the sentence, and the misconfiguration it names (one of
-    `manager.engine.workload`'s MISSING_LOCAL_QUEUE, ...; "" for none), read from the worker's
-    own words before they became the sentence."""
-
-    text: str
-    problem: str = ""
-
-
-def worker_verdict(remote: Remote, *, nominated: Sequence[str], winner: str, reserved: bool) -> Verdict:
-    if not remote.active:
-        return Verdict(
-            f"unreachable ({remote.reason or 'not connected'}){': ' + remote.error if remote.error else ''}", misconfiguration(remote.error)
-        )
-    if remote.cluster == winner:
-        return Verdict("admitted here: the Job runs on this worker")
-    if remote.error:
-        return Verdict(remote.error, misconfiguration(remote.error))
-    if remote.copy is None:
-        if not reserved:
-            return Verdict("not nominated yet: the manager has not reserved quota")
-        if winner:
-            return Verdict(f"no copy: the job was admitted on {winner}")
-        return Verdict("no copy yet" + (" (nominated)" if remote.cluster in nominated else " (not nominated)"))
-    if is_admitted(remote.copy):
-        return Verdict("admitted here too (a copy that lost the race, about to be deleted)")
-    waiting = find_condition(conditions_of(remote.copy), c.QUOTA_RESERVED)
-    if waiting is not None and waiting.status == "False" and waiting.message:
-        return Verdict(f"waiting: {waiting.message}", misconfiguration(waiting.message))
-    if waiting is not None and waiting.status == "True":
-        return Verdict("quota reserved here, waiting for its admission checks")
-    return Verdict("copied, waiting for the worker's scheduler")
 
 
 # The engine's words (as Kueue's flavor assigner) for a resource no resource group of the

@@ -30,11 +30,11 @@ from manager.engine.workload import (
     has_quota_reservation,
     is_active,
     is_admitted,
-    is_finished,
     multikueue_check_state,
     owner_name,
     workload_priority,
 )
+from manager.multikueue.reads import copy_counts, worker_usage
 
 STATES = ("Pending", "QuotaReserved", "Dispatching", "Running", "Succeeded", "Failed", "Preempted", "Evicted")
 TABLE_WIDTH = 80  # what a table fits when the terminal's width is unknown (output to a pipe or file)
@@ -456,28 +456,8 @@ def add_worker_queues(
     view: WorkerView, cluster_queues: Iterable[kueue.ClusterQueue], workloads: Iterable[kueue.Workload], *, origin: str
 ) -> None:
     """Fill in quota use (summed over the worker's ClusterQueues) and our copies' counts."""
-    from manager.engine.units import amount
-
-    for cq in cluster_queues:
-        reserved: dict[tuple[str, str], int] = {}
-        for used_flavor in (cq.status.flavors_reservation if cq.status else None) or []:
-            for resource in used_flavor.resources or []:
-                if resource.total is not None:
-                    reserved[(used_flavor.name, resource.name)] = amount(resource.name, resource.total)
-        for group in cq.spec.resource_groups or []:
-            for quotas in group.flavors:
-                for r in quotas.resources:
-                    used, total = view.usage.get(r.name, (0, 0))
-                    view.usage[r.name] = (used + reserved.get((quotas.name, r.name), 0), total + amount(r.name, r.nominal_quota))
-    for wl in workloads:
-        if (wl.metadata.labels or {}).get(c.MULTIKUEUE_ORIGIN_LABEL) != origin:
-            continue
-        if is_finished(wl):
-            continue
-        if is_admitted(wl):
-            view.running += 1
-        else:
-            view.pending += 1
+    view.usage = worker_usage(cluster_queues)
+    view.running, view.pending = copy_counts(workloads, origin=origin)
 
 
 def _resource_text(resource: str, pair: tuple[int, int] | None) -> str:
