@@ -173,12 +173,17 @@ async def read_manager(
     """The Workloads and LocalQueues of `namespace` (every namespace for None), the
     AdmissionChecks, and the ClusterQueues if asked. Only the namespace is asked for what is
     namespaced; a cluster-scoped list the user may not make is left out with a note."""
-    workloads, lqs, checks, cqs = await asyncio.gather(
+    found = await asyncio.gather(
         client.list(kueue.Workload, namespace=namespace),
         client.list(kueue.LocalQueue, namespace=namespace),
         optional_list(client, kueue.AdmissionCheck, args, leaves_out="a job waiting for workers may show as QuotaReserved"),
         optional_list(client, kueue.ClusterQueue, args, leaves_out="ClusterQueues not shown") if cluster_queues else _nothing(),
+        return_exceptions=True,  # every read ends before the first failure is raised
     )
+    for failure in found:
+        if isinstance(failure, BaseException):
+            raise failure
+    workloads, lqs, checks, cqs = found
     known = workloads.items
     if namespace is not None and any(is_preempted(w) for w in known):
         # A preemptor may sit in another namespace.
