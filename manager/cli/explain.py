@@ -5,7 +5,6 @@ reads what they need."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import re
 import sys
 from collections.abc import Mapping, Sequence
@@ -20,7 +19,7 @@ from manager.api.meta import find_condition
 from manager.cli import views
 from manager.cli.fleet import (
     JOB_KINDS,
-    WORKER_TIMEOUT,
+    READS,
     CommandError,
     ObjectName,
     add_cluster_options,
@@ -29,10 +28,11 @@ from manager.cli.fleet import (
     missing_cluster_queue,
     missing_local_queue,
     namespace_not_selected,
+    note,
+    optional_list,
     parse_object_name,
     read_positions,
     run_async,
-    worker_client,
 )
 from manager.engine.jobs import job_queue_name
 from manager.engine.preemption import satisfies_policy
@@ -44,67 +44,18 @@ from manager.engine.workload import (
     NAMESPACE_NOT_SELECTED,
     WorkloadInfo,
     build_info,
-    check_states,
-    conditions_of,
     has_quota_reservation,
-    is_admitted,
     is_finished,
     is_preempted,
     misconfiguration,
-    multikueue_check_name,
     workload_priority,
 )
 from manager.kube.client import KubeClient
-from manager.kube.errors import KubeError, NotFoundError
+from manager.kube.errors import ForbiddenError, KubeError, NotFoundError
 from manager.multikueue.capacity import NEVER_FITS, workers_lacking_the_local_queue
+from manager.multikueue.reads import Remote, Verdict, verdicts_from, worker_verdict
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-@dataclass(frozen=True)
-class Remote:
-    """What was found on one worker: its connection and our copy there (or why not)."""
-
-    cluster: str
-    active: bool
-    reason: str = ""
-    copy: kueue.Workload | None = None
-    error: str = ""
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """A worker's verdict on the job: the sentence, and the misconfiguration it names (one of
-    `manager.engine.workload`'s MISSING_LOCAL_QUEUE, ...; "" for none), read from the worker's
-    own words before they became the sentence."""
-
-    text: str
-    problem: str = ""
-
-
-def worker_verdict(remote: Remote, *, nominated: Sequence[str], winner: str, reserved: bool) -> Verdict:
-    if not remote.active:
-        return Verdict(
-            f"unreachable ({remote.reason or 'not connected'}){': ' + remote.error if remote.error else ''}", misconfiguration(remote.error)
-        )
-    if remote.cluster == winner:
-        return Verdict("admitted here: the Job runs on this worker")
-    if remote.error:
-        return Verdict(remote.error, misconfiguration(remote.error))
-    if remote.copy is None:
-        if not reserved:
-            return Verdict("not nominated yet: the manager has not reserved quota")
-        if winner:
-            return Verdict(f"no copy: the job was admitted on {winner}")
-        return Verdict("no copy yet" + (" (nominated)" if remote.cluster in nominated else " (not nominated)"))
-    if is_admitted(remote.copy):
-        return Verdict("admitted here too (a copy that lost the race, about to be deleted)")
-    waiting = find_condition(conditions_of(remote.copy), c.QUOTA_RESERVED)
-    if waiting is not None and waiting.status == "False" and waiting.message:
-        return Verdict(f"waiting: {waiting.message}", misconfiguration(waiting.message))
-    if waiting is not None and waiting.status == "True":
-        return Verdict("quota reserved here, waiting for its admission checks")
-    return Verdict("copied, waiting for the worker's scheduler")
 
 
 # The engine's words (as Kueue's flavor assigner) for a resource no resource group of the
@@ -125,7 +76,7 @@ def next_step(
     cq: kueue.ClusterQueue | None,
     namespace: str,
     queue: str,
-    remotes: Sequence[Remote],
+    reachable: bool,
     verdicts: Mapping[str, Verdict],
     winner: str,
 ) -> str:
@@ -173,8 +124,7 @@ def next_step(
     missing_ns = [name for name, verdict in verdicts.items() if verdict.problem == MISSING_NAMESPACE]
     if missing_ns:
         return f"Create namespace {namespace} and LocalQueue {queue} on {', '.join(missing_ns)}."
-    usable = [r for r in remotes if r.active]
-    if not usable:
+    if not reachable:
         return "No worker is reachable: see `kfed clusters` and fix the connections."
     return "Every reachable worker is busy: it runs when one of them has room (or add quota on a worker)."
 
@@ -264,9 +214,12 @@ def explain(
     view: views.JobView,
     wl: kueue.Workload,
     cq: kueue.ClusterQueue | None,
-    remotes: Sequence[Remote],
+    remotes: Sequence[Remote] = (),
+    verdicts: Mapping[str, tuple[bool, Verdict]] | None = None,
     candidates: Sequence[Candidate] = (),
 ) -> Explanation:
+    """The findings, from what each worker holds (`remotes`), or from the verdicts the manager
+    already made of it (`verdicts`: worker -> (reachable, verdict), kfed's read API)."""
     status = wl.status
     nominated = list((status.nominated_cluster_names if status else None) or [])
     winner = (status.cluster_name or "") if status else ""
@@ -295,7 +248,9 @@ def explain(
         )
     for check in (status.admission_checks if status else None) or []:
         manager.append(f"admission check {check.name}: {check.state}" + (f" ({check.message})" if check.message else ""))
-    verdicts = {r.cluster: worker_verdict(r, nominated=nominated, winner=winner, reserved=reserved) for r in remotes}
+    if verdicts is None:
+        verdicts = {r.cluster: (r.active, worker_verdict(r, nominated=nominated, winner=winner, reserved=reserved)) for r in remotes}
+    said = {name: verdict for name, (_, verdict) in sorted(verdicts.items())}
     step = next_step(
         view.state,
         reason=view.reason,
@@ -303,11 +258,11 @@ def explain(
         cq=cq,
         namespace=view.namespace,
         queue=view.queue,
-        remotes=remotes,
-        verdicts=verdicts,
+        reachable=any(active for active, _ in verdicts.values()),
+        verdicts=said,
         winner=winner,
     )
-    return Explanation(view=view, cluster=winner, manager=manager, workers=verdicts, next=step, candidates=list(candidates))
+    return Explanation(view=view, cluster=winner, manager=manager, workers=said, next=step, candidates=list(candidates))
 
 
 def explanation_text(found: Explanation) -> str:
@@ -351,28 +306,16 @@ def explanation_record(found: Explanation) -> dict[str, Any]:
 
 
 # --- the command ----------------------------------------------------------------------------------------
-async def _remote(manager: KubeClient, cluster: kueue.MultiKueueCluster, key: str, system_namespace: str) -> Remote:
-    cond = find_condition(cluster.status.conditions if cluster.status else None, c.ACTIVE)
-    active = cond is not None and cond.status == "True"
-    reason = cond.reason if cond is not None else ""
-    if not active:
-        return Remote(cluster.name, active, reason, error=cond.message if cond else "")
+async def worker_verdicts(client: KubeClient, wl: kueue.Workload, args: argparse.Namespace) -> dict[str, tuple[bool, Verdict]]:
+    """Each worker's verdict on the Workload, as the manager knows it (kfed's read API): worker
+    -> (reachable, verdict). Left out, with a note, where the API cannot answer."""
+    path = f"{READS}/namespaces/{wl.namespace}/workloads/{wl.name}/verdicts"
     try:
-        worker = await worker_client(manager, cluster, system_namespace=system_namespace)
-    except CommandError as err:
-        return Remote(cluster.name, active, reason, error=str(err))
-    namespace, _, name = key.partition("/")
-    try:
-        # A list by name, not a get: the manager's least-privilege role on a worker may list
-        # and watch copies but not get them, and this is the manager's credential.
-        found = await asyncio.wait_for(
-            worker.list(kueue.Workload, namespace=namespace, field_selector=f"metadata.name={name}"), timeout=WORKER_TIMEOUT
-        )
-        return Remote(cluster.name, active, reason, copy=found.items[0] if found.items else None)
-    except (KubeError, TimeoutError) as err:
-        return Remote(cluster.name, False, "unreachable", error=str(err) or "timed out")
-    finally:
-        await worker.close()
+        answer = await client.request("GET", path, what=f"the workers' verdicts on workload {wl.key} (reads.kfed.dev)")
+    except KubeError as err:
+        note(args, f"workers' verdicts not shown: {err}")
+        return {}
+    return verdicts_from(answer)
 
 
 async def find_workload(client: KubeClient, target: ObjectName, namespace: str, workloads: list[kueue.Workload]) -> kueue.Workload | str:
@@ -413,10 +356,14 @@ async def cmd_explain(args: argparse.Namespace) -> int:
         if isinstance(wl, str):
             print(wl)
             return 0
-        checks = {ac.name: ac for ac in (await client.list(kueue.AdmissionCheck)).items}
+        listed = await optional_list(client, kueue.AdmissionCheck, args, leaves_out="the admission checks are not named")
+        checks = {ac.name: ac for ac in listed} if listed is not None else None
         lqs = {lq.key: lq for lq in (await client.list(kueue.LocalQueue, namespace=namespace)).items}
         preempted = is_preempted(wl)
-        everyone = (await client.list(kueue.Workload)).items if preempted or not wl.status or not wl.status.admission else []
+        everyone: list[kueue.Workload] = []
+        if preempted or not wl.status or not wl.status.admission:
+            leaves_out = "a preemptor or a preemption candidate in another namespace is not named"
+            everyone = await optional_list(client, kueue.Workload, args, leaves_out=leaves_out) or workloads
         positions = await read_positions(client, [wl])
         view = views.job_views([wl], checks=checks, local_queues=lqs, known=everyone, positions=positions)[0]
         cq = None
@@ -425,33 +372,16 @@ async def cmd_explain(args: argparse.Namespace) -> int:
                 cq = await client.get(kueue.ClusterQueue, view.cluster_queue)
             except NotFoundError:
                 cq = None
-        remotes: list[Remote] = []
-        # The MultiKueue check: on the Workload once it has quota, else on its ClusterQueue.
-        named = [*check_states(wl), *(cq.admission_check_names if cq else [])]
-        mk = multikueue_check_name(named, checks)
-        params = checks[mk].spec.parameters if mk is not None else None
-        if params is not None:
-            try:
-                config = await client.get(kueue.MultiKueueConfig, params.name)
-                clusters = {cl.name: cl for cl in (await client.list(kueue.MultiKueueCluster)).items}
-            except NotFoundError:
-                config, clusters = None, {}
-            names = list(config.spec.clusters) if config else []
-            found = await asyncio.gather(*(_remote(client, clusters[n], wl.key, args.system_namespace) for n in names if n in clusters))
-            remotes = sorted(
-                [
-                    *found,
-                    *(Remote(n, False, "MissingCluster", error="no MultiKueueCluster of this name") for n in names if n not in clusters),
-                ],
-                key=lambda r: r.cluster,
-            )
-        cohort_queues = (
-            {q.name: q for q in (await client.list(kueue.ClusterQueue)).items}
-            if view.state == "Pending" and cq and cq.spec.cohort_name
-            else {}
-        )
+            except ForbiddenError:
+                note(args, f"ClusterQueue {view.cluster_queue} not shown: cannot get clusterqueues (forbidden)")
+        verdicts = await worker_verdicts(client, wl, args)
+        cohort_queues: dict[str, kueue.ClusterQueue] = {}
+        if view.state == "Pending" and cq and cq.spec.cohort_name:
+            cohort_queues = {
+                q.name: q for q in await optional_list(client, kueue.ClusterQueue, args, leaves_out="the cohort not shown") or []
+            }
         candidates = preemption_candidates(wl, cq, everyone, cohort_queues) if view.state == "Pending" else []
-        found_out = explain(view=view, wl=wl, cq=cq, remotes=remotes, candidates=candidates)
+        found_out = explain(view=view, wl=wl, cq=cq, verdicts=verdicts, candidates=candidates)
         if args.output in ("json", "yaml"):
             sys.stdout.write(views.dump(explanation_record(found_out), output=args.output))
         else:

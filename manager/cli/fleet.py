@@ -1,12 +1,11 @@
 """`kfed status`, `kfed clusters`, `kfed queues`, `kfed jobs`, `kfed submit` and `kfed cancel`:
-the fleet seen from the manager cluster (and, for the workers' own numbers, through the
-kubeconfig Secrets the manager holds). Reading is here; what is shown is `views.py`."""
+the fleet seen from the manager cluster, as the user (the workers' own numbers through the
+manager's read API, never a worker's credential). Reading is here; what is shown is `views.py`."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import contextlib
 import json
 import os
@@ -21,7 +20,7 @@ import yaml
 
 from manager.api import constants as c
 from manager.api import kueue
-from manager.api.core import Job, Namespace, Secret
+from manager.api.core import Job, Namespace
 from manager.api.manifest import ManifestError, object_documents, queue_label_errors
 from manager.api.meta import Resource, utcnow
 from manager.cli import views
@@ -30,8 +29,7 @@ from manager.engine.jobs import job_queue_name
 from manager.engine.selectors import selector_matches
 from manager.engine.workload import controller_owner, is_finished, is_preempted
 from manager.kube.client import KubeClient, KubeconfigError
-from manager.kube.errors import KubeError, NotFoundError
-from manager.multikueue.kubeconfig import REASON_BAD, KubeconfigRejectedError, parse_kubeconfig
+from manager.kube.errors import ForbiddenError, KubeError, NotFoundError
 
 WORKER_TIMEOUT = 3.0  # seconds a worker gets to answer before it is shown as unreachable
 
@@ -144,25 +142,64 @@ def run_async(func: Callable[[argparse.Namespace], Coroutine[Any, Any, int]]) ->
 
 
 # --- reading -----------------------------------------------------------------------------------------
-async def read_manager(client: KubeClient, namespace: str | None) -> dict[str, Any]:
-    workloads, checks, lqs, cqs, clusters = await asyncio.gather(
+# Every read is the user's own, through the manager's apiserver: the manager's objects, Kueue's
+# visibility API and kfed's read API (`reads.kfed.dev`), which the manager answers for the
+# workers. No command but `register` touches a worker's credential.
+READS = "/apis/reads.kfed.dev/v1alpha1"
+
+
+def note(args: argparse.Namespace, line: str) -> None:
+    """One line on stderr about something left out (a read the user may not make), said once
+    per command even when --watch reads again."""
+    said: set[str] = vars(args).setdefault("notes_said", set())
+    if line not in said:
+        said.add(line)
+        print(f"kfed: {line}", file=sys.stderr, flush=True)
+
+
+async def optional_list(client: KubeClient, model: type[Any], args: argparse.Namespace, *, leaves_out: str) -> list[Any] | None:
+    """The cluster-scoped objects of `model`, or None, with a note saying what `leaves_out`,
+    where the user may not list them (a namespace reader)."""
+    try:
+        return list((await client.list(model)).items)
+    except ForbiddenError:
+        note(args, f"cannot list {model.KIND}s at cluster scope (forbidden): {leaves_out}")
+        return None
+
+
+async def read_manager(
+    client: KubeClient, namespace: str | None, args: argparse.Namespace, *, cluster_queues: bool = True
+) -> dict[str, Any]:
+    """The Workloads and LocalQueues of `namespace` (every namespace for None), the
+    AdmissionChecks, and the ClusterQueues if asked. Only the namespace is asked for what is
+    namespaced; a cluster-scoped list the user may not make is left out with a note."""
+    found = await asyncio.gather(
         client.list(kueue.Workload, namespace=namespace),
-        client.list(kueue.AdmissionCheck),
         client.list(kueue.LocalQueue, namespace=namespace),
-        client.list(kueue.ClusterQueue),
-        _optional(client.list(kueue.MultiKueueCluster)),
+        optional_list(client, kueue.AdmissionCheck, args, leaves_out="a job waiting for workers may show as QuotaReserved"),
+        optional_list(client, kueue.ClusterQueue, args, leaves_out="ClusterQueues not shown") if cluster_queues else _nothing(),
+        return_exceptions=True,  # every read ends before the first failure is raised
     )
+    for failure in found:
+        if isinstance(failure, BaseException):
+            raise failure
+    workloads, lqs, checks, cqs = found
     known = workloads.items
     if namespace is not None and any(is_preempted(w) for w in known):
-        known = (await client.list(kueue.Workload)).items  # a preemptor may sit in another namespace
+        # A preemptor may sit in another namespace.
+        everyone = await optional_list(client, kueue.Workload, args, leaves_out="a preemptor in another namespace is not named")
+        known = everyone if everyone is not None else known
     return {
         "known": known,
         "workloads": workloads.items,
-        "checks": {check.name: check for check in checks.items},
+        "checks": {check.name: check for check in checks} if checks is not None else None,
         "local_queues": {lq.key: lq for lq in lqs.items},
-        "cluster_queues": cqs.items,
-        "clusters": clusters.items if clusters is not None else [],
+        "cluster_queues": cqs,
     }
+
+
+async def _nothing() -> None:
+    return None
 
 
 VISIBILITY = "/apis/visibility.kueue.x-k8s.io/v1beta2"
@@ -195,62 +232,42 @@ async def read_positions(
     return dict(pair for pairs in found for pair in pairs)
 
 
-async def _optional(call: Coroutine[Any, Any, Any]) -> Any:
+async def read_workers(client: KubeClient, args: argparse.Namespace) -> list[views.WorkerView] | None:
+    """Each worker's health and capacity, as the manager knows them (kfed's read API). Where the
+    API cannot answer, the workers' MultiKueueClusters alone, with why; None when the user may
+    read neither."""
     try:
-        return await call
-    except (NotFoundError, KubeError):
+        answer = await client.request("GET", f"{READS}/clusters", what="the workers' health (reads.kfed.dev clusters)")
+        return [views.worker_view_from(item) for item in answer.get("items") or []]
+    except KubeError as err:
+        unread = f"not read through the manager: {err}"
+    try:
+        clusters = (await client.list(kueue.MultiKueueCluster)).items
+    except ForbiddenError:
+        note(args, f"workers not shown: {unread}")
         return None
+    note(args, f"workers' use and copies {unread}")
+    found = []
+    for cluster in clusters:
+        view = views.worker_view(cluster)
+        view.error = unread
+        found.append(view)
+    return found
 
 
-async def worker_client(manager: KubeClient, cluster: kueue.MultiKueueCluster, *, system_namespace: str) -> KubeClient:
-    """A client for a worker, through the kubeconfig Secret the manager holds for it (as the
-    manager's MultiKueue controllers reach it): quick to give up, since a person waits."""
-    ref = cluster.spec.cluster_source.kube_config
-    if ref is None or ref.effective_location_type != "Secret":
-        raise CommandError("kubeconfig is not in a Secret")
+def context_namespace(args: argparse.Namespace) -> str:
+    """The namespace of the kubeconfig's context (kubectl's default for -n), else default."""
     try:
-        secret = await manager.get(Secret, ref.location, namespace=system_namespace)
-        encoded = (secret.data or {}).get(c.MULTIKUEUE_SECRET_KEY)
-        if encoded is None:
-            raise KubeconfigRejectedError(REASON_BAD, f'key "{c.MULTIKUEUE_SECRET_KEY}" not found in secret "{ref.location}"')
-        kubeconfig = parse_kubeconfig(base64.b64decode(encoded))
-        worker = await KubeClient.from_kubeconfig(kubeconfig, name=cluster.name, where=f"Secret {ref.location}")
-    except (KubeError, KubeconfigRejectedError, KubeconfigError, ValueError) as err:
-        raise CommandError(f"cannot use its kubeconfig: {err}") from None
-    worker.retry_attempts = 1
-    worker.timeout = WORKER_TIMEOUT
-    return worker
-
-
-async def read_worker(client: KubeClient, cluster: kueue.MultiKueueCluster, *, system_namespace: str, origin: str) -> views.WorkerView:
-    """The worker's own ClusterQueues and our copies there, through the kubeconfig the manager
-    holds for it. Any failure is shown on the row, never raised."""
-    view = views.worker_view(cluster)
-    try:
-        worker = await worker_client(client, cluster, system_namespace=system_namespace)
-    except CommandError as err:
-        view.error = str(err)
-        return view
-    try:
-        cqs, wls = await asyncio.wait_for(
-            asyncio.gather(
-                worker.list(kueue.ClusterQueue), worker.list(kueue.Workload, label_selector=f"{c.MULTIKUEUE_ORIGIN_LABEL}={origin}")
-            ),
-            timeout=WORKER_TIMEOUT,
-        )
-        views.add_worker_queues(view, cqs.items, wls.items, origin=origin)
-        view.reachable = True
-    except (KubeError, TimeoutError) as err:
-        view.error = "unreachable" if isinstance(err, TimeoutError) else f"unreachable: {err}"
-    finally:
-        await worker.close()
-    return view
-
-
-async def read_workers(client: KubeClient, clusters: list[kueue.MultiKueueCluster], args: argparse.Namespace) -> list[views.WorkerView]:
-    return list(
-        await asyncio.gather(*(read_worker(client, cl, system_namespace=args.system_namespace, origin=args.origin) for cl in clusters))
-    )
+        data = yaml.safe_load(kubeconfig_path(args).read_text())
+    except (OSError, yaml.YAMLError):
+        return "default"
+    if not isinstance(data, dict):
+        return "default"
+    chosen = args.context or data.get("current-context")
+    for entry in data.get("contexts") or []:
+        if isinstance(entry, dict) and entry.get("name") == chosen and isinstance(entry.get("context"), dict):
+            return str(entry["context"].get("namespace") or "default")
+    return "default"
 
 
 def _namespace(args: argparse.Namespace) -> str | None:
@@ -330,11 +347,11 @@ def _show(shown: Shown, previous: Shown | None, args: argparse.Namespace) -> Non
 @run_async
 async def cmd_jobs(args: argparse.Namespace) -> int:
     async def produce(client: KubeClient) -> Shown:
-        state = await read_manager(client, _namespace(args))
+        state = await read_manager(client, _namespace(args), args, cluster_queues=False)
         unavailable: list[str] = []
         positions = await read_positions(client, state["workloads"], unavailable=unavailable)
-        if unavailable and not getattr(args, "watch", False):
-            print(f"kfed: queue positions unavailable for {unavailable[0]}", file=sys.stderr)
+        if unavailable:
+            note(args, f"queue positions unavailable for {unavailable[0]}")
         rows = views.job_views(
             state["workloads"], checks=state["checks"], local_queues=state["local_queues"], known=state["known"], positions=positions
         )
@@ -348,11 +365,11 @@ async def cmd_jobs(args: argparse.Namespace) -> int:
 @run_async
 async def cmd_queues(args: argparse.Namespace) -> int:
     async def produce(client: KubeClient) -> Shown:
-        state = await read_manager(client, _namespace(args))
-        lqs = state["local_queues"].values()
+        state = await read_manager(client, _namespace(args), args)
+        lqs, cqs = state["local_queues"].values(), state["cluster_queues"]
         if args.output in ("json", "yaml"):
-            return Shown(views.dump(views.queue_records(state["cluster_queues"], lqs), output=args.output))
-        return Shown(views.queues_text(state["cluster_queues"], lqs, width=table_width(), wide=args.output == "wide"))
+            return Shown(views.dump(views.queue_records(cqs or [], lqs), output=args.output))
+        return Shown(views.queues_text(cqs, lqs, width=table_width(), wide=args.output == "wide"))
 
     return await _refresh(args, produce)
 
@@ -360,7 +377,7 @@ async def cmd_queues(args: argparse.Namespace) -> int:
 @run_async
 async def cmd_clusters(args: argparse.Namespace) -> int:
     async def produce(client: KubeClient) -> Shown:
-        workers = await read_workers(client, (await client.list(kueue.MultiKueueCluster)).items, args)
+        workers = await read_workers(client, args) or []
         return present(
             args,
             rows=views.cluster_rows(workers, now=utcnow(), wide=args.output == "wide"),
@@ -371,34 +388,32 @@ async def cmd_clusters(args: argparse.Namespace) -> int:
     return await _refresh(args, produce)
 
 
+async def _fleet_state(client: KubeClient, args: argparse.Namespace) -> dict[str, Any]:
+    """`kfed status`'s reads: every namespace's jobs, or, for a user who may not list Workloads
+    at cluster scope, those of the kubeconfig context's namespace, with a note."""
+    try:
+        return await read_manager(client, None, args)
+    except ForbiddenError:
+        namespace = context_namespace(args)
+        note(args, f"cannot list Workloads at cluster scope (forbidden): the jobs of namespace {namespace} only")
+        return await read_manager(client, namespace, args)
+
+
 @run_async
 async def cmd_status(args: argparse.Namespace) -> int:
     async def produce(client: KubeClient) -> Shown:
-        state = await read_manager(client, None)
-        workers = await read_workers(client, state["clusters"], args)
+        state = await _fleet_state(client, args)
+        workers = await read_workers(client, args)
         jobs = views.job_views(state["workloads"], checks=state["checks"], local_queues=state["local_queues"])
         manager = f"{client.api.configuration.host} (reachable)"
+        cqs = state["cluster_queues"]
+        data = views.status_data(manager=manager, workers=workers or [], cluster_queues=cqs or [], jobs=jobs)
         if args.output in ("json", "yaml"):
-            data = views.status_data(manager=manager, workers=workers, cluster_queues=state["cluster_queues"], jobs=jobs)
             return Shown(views.dump(data, output=args.output))
         text = views.status_text(
-            manager=manager,
-            workers=workers,
-            cluster_queues=state["cluster_queues"],
-            jobs=jobs,
-            now=utcnow(),
-            width=table_width(),
-            wide=args.output == "wide",
+            manager=manager, workers=workers, cluster_queues=cqs, jobs=jobs, now=utcnow(), width=table_width(), wide=args.output == "wide"
         )
-        # --watch redraws when something but the ages changed.
-        return Shown(
-            text,
-            (
-                json.dumps(
-                    views.status_data(manager=manager, workers=workers, cluster_queues=state["cluster_queues"], jobs=jobs), sort_keys=True
-                ),
-            ),
-        )
+        return Shown(text, (json.dumps(data, sort_keys=True),))  # --watch redraws when something but the ages changed
 
     return await _refresh(args, produce)
 
@@ -441,7 +456,7 @@ async def cmd_submit(args: argparse.Namespace) -> int:
         await check_queue(client, namespace, queue)
         created = await client.create(Job, job, namespace=namespace, retry_unreachable_webhook=True)
         report.say(f"job/{created.name} submitted to queue {queue} in {namespace}")
-        code, state = (await _follow(client, namespace, created, report)) if args.wait else (0, "Submitted")
+        code, state = (await _follow(client, namespace, created, report, args)) if args.wait else (0, "Submitted")
         report.done(job=created.name, namespace=namespace, queue=queue, state=state)
         return code
     finally:
@@ -507,11 +522,11 @@ async def check_queue(client: KubeClient, namespace: str, queue: str) -> None:
         raise CommandError(problem)
 
 
-async def _follow(client: KubeClient, namespace: str, job: Job, report: Reporter) -> tuple[int, str]:
+async def _follow(client: KubeClient, namespace: str, job: Job, report: Reporter, args: argparse.Namespace) -> tuple[int, str]:
     """Print each state change until the Job finishes; exit 0 on success, 1 on failure."""
     last = ""
     while True:
-        state = await read_manager(client, namespace)
+        state = await read_manager(client, namespace, args, cluster_queues=False)
         mine = [wl for wl in state["workloads"] if any(ref.uid == job.metadata.uid for ref in wl.metadata.owner_references or [])]
         if mine:
             view = views.job_views(mine, checks=state["checks"], local_queues=state["local_queues"])[0]
@@ -661,7 +676,8 @@ def add_cluster_options(
     parser.add_argument("--kubeconfig", help="the manager's kubeconfig (default: $KUBECONFIG, then ~/.kube/config)")
     parser.add_argument("--context", help="kubeconfig context")
     parser.add_argument("-o", "--output", choices=("table", "wide", "json", "yaml"), default="table")
-    parser.add_argument("--system-namespace", default="kfed-system", help="where the worker kubeconfig Secrets are")
+    # Once where the CLI read the workers' kubeconfigs; it reads none now. Still taken.
+    parser.add_argument("--system-namespace", default="kfed-system", help=argparse.SUPPRESS)
     parser.add_argument("--origin", default=c.DEFAULT_MULTIKUEUE_ORIGIN, help="the manager's MultiKueue origin")
     if namespaced:
         parser.add_argument("-n", "--namespace")

@@ -1,12 +1,13 @@
 """`kfed logs JOB`: the pod logs of a Job, read from whichever cluster runs it: the worker
-MultiKueue admitted it on (through the kubeconfig the manager holds for that worker), or the
-manager itself when it runs there."""
+MultiKueue admitted it on (through the manager's read API, which reads them from the worker for
+a user who may read pods' logs in the namespace), or the manager itself when it runs there."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import sys
+from collections.abc import AsyncIterator
 from typing import Any
 
 from manager.api import kueue
@@ -14,14 +15,15 @@ from manager.api.core import Pod
 from manager.cli import views
 from manager.cli.fleet import (
     JOB_KINDS,
+    READS,
     CommandError,
     ObjectName,
     add_cluster_options,
     job_names_help,
     manager_client,
+    optional_list,
     parse_object_name,
     run_async,
-    worker_client,
 )
 from manager.engine.workload import is_admitted
 from manager.kube.client import KubeClient
@@ -45,7 +47,9 @@ def pick_container(pod: Pod, wanted: str | None) -> str:
     return names[0]
 
 
-def where_it_runs(wl: kueue.Workload, checks: dict[str, kueue.AdmissionCheck], name: str, namespace: str, *, kind: str = "job") -> str:
+def where_it_runs(
+    wl: kueue.Workload, checks: dict[str, kueue.AdmissionCheck] | None, name: str, namespace: str, *, kind: str = "job"
+) -> str:
     """The worker that runs the job ("" for the manager itself), or an error naming what to do."""
     status = wl.status
     if status is not None and status.cluster_name:
@@ -78,9 +82,24 @@ async def _find(manager: KubeClient, target: ObjectName, namespace: str) -> kueu
     raise CommandError(f"{shown} has no Workload: see `kfed explain {shown} -n {namespace}`")
 
 
-async def _print(source: KubeClient, pod: Pod, container: str, *, follow: bool, prefix: str) -> bool:
+def _pod(item: dict[str, Any], namespace: str) -> Pod:
+    """A pod as the read API names it, enough to choose its container as kubectl would."""
+    default = item.get("defaultContainer")
+    return Pod.model_validate(
+        {
+            "metadata": {
+                "name": item["name"],
+                "namespace": namespace,
+                "annotations": {DEFAULT_CONTAINER_ANNOTATION: default} if default else None,
+            },
+            "spec": {"containers": [{"name": name} for name in item.get("containers") or []]},
+        }
+    )
+
+
+async def _print(lines: AsyncIterator[str], *, prefix: str) -> bool:
     try:
-        async for line in source.pod_logs(pod.name, namespace=pod.namespace, container=container, follow=follow):
+        async for line in lines:
             sys.stdout.write(f"{prefix}{line}\n")
             sys.stdout.flush()
         return True
@@ -95,32 +114,39 @@ async def cmd_logs(args: argparse.Namespace) -> int:
     name, shown = target.name, str(target)
     namespace = args.namespace or "default"
     manager = await manager_client(args)
-    source = manager
     try:
         wl = await _find(manager, target, namespace)
-        checks = {check.name: check for check in (await manager.list(kueue.AdmissionCheck)).items}
-        cluster = where_it_runs(wl, checks, name, namespace, kind=target.kind)
-        where = "the manager"
+        checks = await optional_list(manager, kueue.AdmissionCheck, args, leaves_out="the state of a job not running is told less exactly")
+        cluster = where_it_runs(wl, {c.name: c for c in checks} if checks is not None else None, name, namespace, kind=target.kind)
         if cluster:
+            # On a worker: the manager reads it there for us (kfed's read API).
+            path = f"{READS}/namespaces/{namespace}/workloads/{wl.name}"
             try:
-                registered = await manager.get(kueue.MultiKueueCluster, cluster)
-            except NotFoundError:
-                raise CommandError(f"{shown} runs on {cluster}, which has no MultiKueueCluster any more (see `kfed clusters`)") from None
-            try:
-                source = await worker_client(manager, registered, system_namespace=args.system_namespace)
-            except CommandError as err:
-                raise CommandError(f"{shown} runs on {cluster}, but kfed cannot reach it: {err}") from None
+                answer = await manager.request("GET", f"{path}/pods", what=f"the pods of {shown} on worker {cluster}")
+            except KubeError as err:
+                raise CommandError(f"{shown} runs on worker {cluster}, but the manager cannot read its pods there: {err}") from None
+            pods = [_pod(item, namespace) for item in answer.get("pods") or []]
             where = f"worker {cluster}"
-        selector = JOB_KINDS[target.kind].pod_selector(name)
-        pods = sorted((await source.list(Pod, namespace=namespace, label_selector=selector)).items, key=lambda p: p.name)
+
+            def read(pod: Pod, container: str) -> AsyncIterator[str]:
+                query = [("pod", pod.name), ("container", container)]
+                return manager.stream_lines(f"{path}/log", query=query, follow=args.follow, what=f"logs of pod {pod.name} on {where}")
+
+        else:
+            selector = JOB_KINDS[target.kind].pod_selector(name)
+            pods = sorted((await manager.list(Pod, namespace=namespace, label_selector=selector)).items, key=lambda p: p.name)
+            where = "the manager"
+
+            def read(pod: Pod, container: str) -> AsyncIterator[str]:
+                return manager.pod_logs(pod.name, namespace=namespace, container=container, follow=args.follow)
+
         if not pods:
             raise CommandError(f"{shown} runs on {where} but has no pods there yet: try again in a moment")
         chosen = [(pod, pick_container(pod, args.container)) for pod in pods]
         print(f"==> {shown}: {len(pods)} pod(s) on {where}", file=sys.stderr, flush=True)
         several = len(pods) > 1
         calls: list[Any] = [
-            _print(source, pod, container, follow=args.follow, prefix=f"[pod/{pod.name}/{container}] " if several else "")
-            for pod, container in chosen
+            _print(read(pod, container), prefix=f"[pod/{pod.name}/{container}] " if several else "") for pod, container in chosen
         ]
         if args.follow:
             results = await asyncio.gather(*calls)  # every pod at once, lines as they come
@@ -128,8 +154,6 @@ async def cmd_logs(args: argparse.Namespace) -> int:
             results = [await call for call in calls]  # one pod after the other
         return 0 if all(results) else 1
     finally:
-        if source is not manager:
-            await source.close()
         await manager.close()
 
 

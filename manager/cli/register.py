@@ -8,6 +8,10 @@ the manager's queues exist there. It prints the checklist, and only when every i
 creates the Secret and the MultiKueueCluster and adds the cluster to a MultiKueueConfig.
 `--create-service-account` first makes a least-privilege ServiceAccount on the worker and
 registers a token kubeconfig for it, as Kueue's setup script does.
+
+It is the one command that truly handles a worker's credential (the worker's kubeconfig, and
+the Secret it writes on the manager), so it is an administrator's: every other command reads
+the workers through the manager's read API with the user's own rights.
 """
 
 from __future__ import annotations
@@ -237,9 +241,15 @@ async def _create_registration(
         "data": {c.MULTIKUEUE_SECRET_KEY: base64.b64encode(yaml.safe_dump(kubeconfig).encode()).decode()},
     }
     try:
-        await manager.create(Secret, secret, namespace=args.system_namespace)
-    except AlreadyExistsError:
-        await manager.patch(Secret, secret_name, {"data": secret["data"]}, namespace=args.system_namespace)
+        try:
+            await manager.create(Secret, secret, namespace=args.system_namespace)
+        except AlreadyExistsError:
+            await manager.patch(Secret, secret_name, {"data": secret["data"]}, namespace=args.system_namespace)
+    except ForbiddenError:
+        raise CommandError(
+            f"kfed register writes the worker's credential: it needs to create and patch Secrets in {args.system_namespace} "
+            "on the manager, an administrator's right (the other kfed commands need only read rights)"
+        ) from None
     report.say(f"secret/{secret_name} written in {args.system_namespace}")
     # The namespaces the worker's credential may use, for the manager to watch only those.
     scope = ",".join(namespaces) if namespaces is not None else None
@@ -308,7 +318,11 @@ async def cmd_unregister(args: argparse.Namespace) -> int:
 
 
 def add_commands(commands: Any) -> None:
-    register = commands.add_parser("register", help="onboard a worker cluster: check it, then create its Secret and MultiKueueCluster")
+    register = commands.add_parser(
+        "register",
+        help="onboard a worker cluster: check it, then create its Secret and MultiKueueCluster (an administrator's command: "
+        "it needs the worker's own kubeconfig, and to write Secrets in kfed-system on the manager)",
+    )
     register.add_argument("name", help="the MultiKueueCluster name")
     register.add_argument("--kubeconfig", dest="worker_kubeconfig", required=True, help="the worker's kubeconfig file")
     register.add_argument("--context", dest="worker_context", help="the context in the worker's kubeconfig")

@@ -30,11 +30,11 @@ from manager.engine.workload import (
     has_quota_reservation,
     is_active,
     is_admitted,
-    is_finished,
     multikueue_check_state,
     owner_name,
     workload_priority,
 )
+from manager.multikueue.reads import copy_counts, worker_usage
 
 STATES = ("Pending", "QuotaReserved", "Dispatching", "Running", "Succeeded", "Failed", "Preempted", "Evicted")
 TABLE_WIDTH = 80  # what a table fits when the terminal's width is unknown (output to a pipe or file)
@@ -171,10 +171,11 @@ class JobView:
 
 
 def job_state(
-    wl: kueue.Workload, checks: Mapping[str, kueue.AdmissionCheck], by_uid: Mapping[str, kueue.Workload] | None = None
+    wl: kueue.Workload, checks: Mapping[str, kueue.AdmissionCheck] | None, by_uid: Mapping[str, kueue.Workload] | None = None
 ) -> tuple[str, str, str, Preemptor | None]:
     """(STATE, REASON for a person, the condition's own message, the preemptor) of a Workload,
-    from its conditions and its MultiKueue check."""
+    from its conditions and its MultiKueue check (`checks` None: the AdmissionChecks could not
+    be read, and a check of a Workload with nominated workers is taken for MultiKueue's)."""
     conditions = wl.status.conditions if wl.status else None
     finished = find_condition(conditions, c.FINISHED)
     if finished is not None and finished.status == "True":
@@ -190,7 +191,7 @@ def job_state(
         return "Evicted", eviction_sentence(evicted.reason, evicted.message), evicted.message, None
     if is_admitted(wl):
         return "Running", "", "", None
-    mk = multikueue_check_state(wl, checks)
+    mk = multikueue_check_state(wl, checks) if checks is not None else _nominating_check(wl)
     if reserved and mk is not None:
         nominated = (wl.status.nominated_cluster_names if wl.status else None) or []
         reason = mk.message or (
@@ -218,10 +219,18 @@ def job_state(
     return "Pending", scrub(message) or "waiting for the scheduler", message, None
 
 
+def _nominating_check(wl: kueue.Workload) -> kueue.AdmissionCheckState | None:
+    """Without the AdmissionChecks to tell which is MultiKueue's: the first check not Ready
+    of a Workload that MultiKueue nominated workers for."""
+    if not (wl.status and wl.status.nominated_cluster_names):
+        return None
+    return next((s for s in wl.status.admission_checks or [] if s.state != "Ready"), None)
+
+
 def job_views(
     workloads: Iterable[kueue.Workload],
     *,
-    checks: Mapping[str, kueue.AdmissionCheck],
+    checks: Mapping[str, kueue.AdmissionCheck] | None,
     local_queues: Mapping[str, kueue.LocalQueue],
     known: Iterable[kueue.Workload] = (),
     positions: Mapping[str, int] | None = None,
@@ -416,15 +425,20 @@ def local_queue_rows(local_queues: Iterable[kueue.LocalQueue]) -> list[dict[str,
 
 
 def queues_text(
-    cluster_queues: Iterable[kueue.ClusterQueue], local_queues: Iterable[kueue.LocalQueue], *, width: int = TABLE_WIDTH, wide: bool = False
+    cluster_queues: Iterable[kueue.ClusterQueue] | None,
+    local_queues: Iterable[kueue.LocalQueue],
+    *,
+    width: int = TABLE_WIDTH,
+    wide: bool = False,
 ) -> str:
-    """`kfed queues`: the ClusterQueues, then the LocalQueues, each its own table."""
-    return "\n".join(
-        [
-            render(cluster_queue_rows(cluster_queues), title="ClusterQueues", width=width, wide=wide, empty="ClusterQueues: none"),
-            render(local_queue_rows(local_queues), title="LocalQueues", width=width, wide=wide, empty="LocalQueues: none"),
-        ]
-    )
+    """`kfed queues`: the ClusterQueues (None: not readable, left out), then the LocalQueues,
+    each its own table."""
+    tables = [render(local_queue_rows(local_queues), title="LocalQueues", width=width, wide=wide, empty="LocalQueues: none")]
+    if cluster_queues is not None:
+        tables.insert(
+            0, render(cluster_queue_rows(cluster_queues), title="ClusterQueues", width=width, wide=wide, empty="ClusterQueues: none")
+        )
+    return "\n".join(tables)
 
 
 # --- clusters ---------------------------------------------------------------------------------------
@@ -444,6 +458,23 @@ class WorkerView:
     usage: dict[str, tuple[int, int]] = field(default_factory=dict)  # resource -> (reserved, nominal) in milli-units or bytes
 
 
+def worker_view_from(item: Mapping[str, Any]) -> WorkerView:
+    """A worker as kfed's read API (`reads.kfed.dev` clusters) gives it."""
+    since = item.get("since")
+    return WorkerView(
+        str((item.get("metadata") or {}).get("name", "")),
+        active=str(item.get("active") or "Unknown"),
+        reason=str(item.get("reason") or ""),
+        message=str(item.get("message") or ""),
+        since=datetime.fromisoformat(since.replace("Z", "+00:00")) if isinstance(since, str) and since else None,
+        reachable=bool(item.get("reachable")),
+        error=str(item.get("error") or ""),
+        running=int(item.get("running") or 0),
+        pending=int(item.get("pending") or 0),
+        usage={str(name): (int(use["reserved"]), int(use["nominal"])) for name, use in (item.get("usage") or {}).items()},
+    )
+
+
 def worker_view(cluster: kueue.MultiKueueCluster) -> WorkerView:
     cond = find_condition(cluster.status.conditions if cluster.status else None, c.ACTIVE)
     view = WorkerView(cluster.name)
@@ -456,28 +487,8 @@ def add_worker_queues(
     view: WorkerView, cluster_queues: Iterable[kueue.ClusterQueue], workloads: Iterable[kueue.Workload], *, origin: str
 ) -> None:
     """Fill in quota use (summed over the worker's ClusterQueues) and our copies' counts."""
-    from manager.engine.units import amount
-
-    for cq in cluster_queues:
-        reserved: dict[tuple[str, str], int] = {}
-        for used_flavor in (cq.status.flavors_reservation if cq.status else None) or []:
-            for resource in used_flavor.resources or []:
-                if resource.total is not None:
-                    reserved[(used_flavor.name, resource.name)] = amount(resource.name, resource.total)
-        for group in cq.spec.resource_groups or []:
-            for quotas in group.flavors:
-                for r in quotas.resources:
-                    used, total = view.usage.get(r.name, (0, 0))
-                    view.usage[r.name] = (used + reserved.get((quotas.name, r.name), 0), total + amount(r.name, r.nominal_quota))
-    for wl in workloads:
-        if (wl.metadata.labels or {}).get(c.MULTIKUEUE_ORIGIN_LABEL) != origin:
-            continue
-        if is_finished(wl):
-            continue
-        if is_admitted(wl):
-            view.running += 1
-        else:
-            view.pending += 1
+    view.usage = worker_usage(cluster_queues)
+    view.running, view.pending = copy_counts(workloads, origin=origin)
 
 
 def _resource_text(resource: str, pair: tuple[int, int] | None) -> str:
@@ -617,17 +628,22 @@ def state_counts(views: Iterable[JobView]) -> dict[str, int]:
 def status_text(
     *,
     manager: str,
-    workers: Sequence[WorkerView],
-    cluster_queues: Sequence[kueue.ClusterQueue],
+    workers: Sequence[WorkerView] | None,
+    cluster_queues: Sequence[kueue.ClusterQueue] | None,
     jobs: Sequence[JobView],
     now: datetime,
     width: int = TABLE_WIDTH,
     wide: bool = False,
 ) -> str:
-    """`kfed status`: the manager, each worker, each ClusterQueue and the jobs by state, on one screen."""
+    """`kfed status`: the manager, each worker, each ClusterQueue and the jobs by state, on one
+    screen (workers or ClusterQueues None: not readable by the user, left out)."""
     out = [f"Manager: {manager}"]
-    out.append(render(cluster_rows(workers, now=now, wide=wide), title="Workers", width=width, wide=wide, empty="Workers: none registered"))
-    out.append(render(cluster_queue_rows(cluster_queues), title="ClusterQueues", width=width, wide=wide, empty="ClusterQueues: none"))
+    if workers is not None:
+        out.append(
+            render(cluster_rows(workers, now=now, wide=wide), title="Workers", width=width, wide=wide, empty="Workers: none registered")
+        )
+    if cluster_queues is not None:
+        out.append(render(cluster_queue_rows(cluster_queues), title="ClusterQueues", width=width, wide=wide, empty="ClusterQueues: none"))
     counts = state_counts(jobs)
     out.append(wrap_parts("Jobs: ", [f"{state} {count}" for state, count in counts.items()], width=width if not wide else 10**6))
     return "\n".join(out) + "\n"

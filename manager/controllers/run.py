@@ -24,7 +24,7 @@ from manager.controllers.admission import AdmissionController
 from manager.controllers.caches import Caches
 from manager.controllers.events import EventRecorder
 from manager.controllers.jobs import JobController
-from manager.controllers.visibility import VisibilityServer, install_api_services
+from manager.controllers.visibility import VISIBILITY_GROUP, ApiGroup, VisibilityServer, install_api_services
 from manager.controllers.webhookcerts import WebhookCertManager
 from manager.controllers.webhooks import WebhookEndpoint, install, make_app, queue_uses_multikueue, server_ssl_context
 from manager.engine.integrations.registry import Registry, enabled
@@ -99,6 +99,9 @@ class Extension(Protocol):
     runnables join the process's groups."""
 
     informers: list[Any]
+    # More API groups for the manager's aggregated API server (kfed's read API), served beside
+    # Kueue's visibility API when it is on.
+    api_groups: list[ApiGroup]
 
     def runnables(self) -> list[Runnable]: ...
 
@@ -187,7 +190,8 @@ class Process:
 
     async def _start_visibility(self, cert: ServingCert) -> None:
         """Kueue's visibility API, as an aggregated API server over the admission state."""
-        server = VisibilityServer(self.client, self.admission.pending_in_order, lambda: self.admission.state.local_queues)
+        groups = [group for extension in self.extensions for group in extension.api_groups]
+        server = VisibilityServer(self.client, self.admission.pending_in_order, lambda: self.admission.state.local_queues, groups)
         try:
             await server.load_request_headers()
         except KubeError as err:
@@ -232,6 +236,7 @@ class Process:
                             namespace=namespace,
                             name=name,
                             port=self.opts.visibility_service_port,
+                            groups=self._served_groups(),
                         )
                     self._stored_trust = stored  # only what every configuration holds
                     delay = INSTALL_RETRY_FIRST
@@ -242,6 +247,10 @@ class Process:
                     delay = min(delay * 2, INSTALL_RETRY_MAX)
                     continue
             await self._endpoint_changed.wait()
+
+    def _served_groups(self) -> list[tuple[str, tuple[str, ...]]]:
+        """Kueue's visibility API and the extensions' groups: one APIService per version."""
+        return [VISIBILITY_GROUP, *((group.name, group.versions) for extension in self.extensions for group in extension.api_groups)]
 
     def _local_queue_labels(self, lq: LocalQueueRef) -> dict[str, str] | None:
         obj = self.caches.local_queues.get(f"{lq.namespace}/{lq.name}")

@@ -6,6 +6,9 @@ client built for Kueue (and kubectl) asks the manager's apiserver, with the user
 The answers come from the engine's own queues, in memory (`manager.engine.visibility`), so they
 are in the order the scheduler admits in, on every replica, standby included.
 
+The same server serves other groups handed to it (`ApiGroup`): the manager's MultiKueue adds
+kfed's read API (`reads.kfed.dev`, `manager.multikueue.read_api`), authorized the same way.
+
 Authentication and authorization are delegated to the apiserver, as every aggregated server's
 are (k8s.io/apiserver's delegating authenticator and authorizer):
 - the apiserver's front proxy presents a client certificate signed by the request-header CA and
@@ -28,7 +31,7 @@ import ssl
 import time
 import urllib.parse
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -122,6 +125,30 @@ def status(code: int, reason: str, message: str) -> web.Response:
     return web.json_response(body, status=code)
 
 
+def forbidden_message(user: str, attributes: Mapping[str, str], reason: str = "") -> str:
+    """The apiserver's words for a refusal, e.g. `pods "p" is forbidden: User "alice" cannot get
+    resource "pods/log" in API group "" in the namespace "team-a"`."""
+    resource, group = attributes["resource"], attributes.get("group", "")
+    subresource, name, namespace = attributes.get("subresource", ""), attributes.get("name", ""), attributes.get("namespace", "")
+    kind = f"{resource}.{group}" if group else resource
+    what = f'{kind} "{name}"' if name else kind
+    full = f"{resource}/{subresource}" if subresource else resource
+    where = f' in the namespace "{namespace}"' if namespace else ""
+    message = f'{what} is forbidden: User "{user}" cannot {attributes.get("verb", "get")} resource "{full}" in API group "{group}"{where}'
+    return message + (f": {reason}" if reason else "")
+
+
+@dataclass(frozen=True)
+class ApiGroup:
+    """Another API group the aggregated server serves (kfed's read API): its name and versions,
+    for its APIServices and discovery, and what adds its routes to the server's app (its
+    handlers authorize with `VisibilityServer.guard`)."""
+
+    name: str
+    versions: tuple[str, ...]
+    routes: Callable[[VisibilityServer, web.Application], None]
+
+
 # How long a review's answer is used again, as k8s.io/apiserver's delegating authenticator and
 # authorizer cache theirs: a flood of requests then costs the apiserver one review per identity
 # and question, not one per request (the reviews share the manager's client with its lease).
@@ -159,9 +186,14 @@ class VisibilityServer:
     """The aggregated API server's app, over the admission state's pending queues."""
 
     def __init__(
-        self, client: KubeClient, pending: Callable[[str], list[WorkloadInfo] | None], local_queues: Callable[[], Mapping[str, LocalQueue]]
+        self,
+        client: KubeClient,
+        pending: Callable[[str], list[WorkloadInfo] | None],
+        local_queues: Callable[[], Mapping[str, LocalQueue]],
+        groups: Sequence[ApiGroup] = (),
     ) -> None:
         self.client = client
+        self.groups = tuple(groups)
         self.pending = pending
         self.local_queues = local_queues
         self.request_headers: RequestHeaders | None = None
@@ -245,25 +277,21 @@ class VisibilityServer:
         self._decisions.put(key, decision, ttl=ALLOWED_FOR if decision[0] else DENIED_FOR)
         return decision
 
-    async def _guard(self, request: web.Request, attributes: dict[str, str]) -> web.Response | None:
-        """None when the caller may make this request; else the Status to answer with."""
+    async def guard(self, request: web.Request, *checks: dict[str, str]) -> web.Response | None:
+        """None when the caller may make this request (every one of `checks`, each the resource
+        attributes of a SubjectAccessReview); else the Status to answer with."""
         try:
             user = await self.authenticate(request)
             if user is None:
                 return status(401, "Unauthorized", "Unauthorized")
-            ok, reason = await self.allowed(user, attributes)
+            for attributes in checks:
+                ok, reason = await self.allowed(user, attributes)
+                if not ok:
+                    return status(403, "Forbidden", forbidden_message(user.name, attributes, reason))
         except KubeError as err:
-            log.warning("cannot review a visibility request", extra={"error": str(err)})
+            log.warning("cannot review a request of the aggregated API", extra={"error": str(err)})
             return status(503, "ServiceUnavailable", "cannot review the request with the apiserver; try again")
-        if ok:
-            return None
-        what = f'{attributes["resource"]}.{visibility.GROUP} "{attributes["name"]}"'
-        where = f' in the namespace "{attributes["namespace"]}"' if attributes.get("namespace") else ""
-        message = (
-            f'{what} is forbidden: User "{user.name}" cannot get resource "{attributes["resource"]}/pendingworkloads" '
-            f'in API group "{visibility.GROUP}"{where}'
-        )
-        return status(403, "Forbidden", message + (f": {reason}" if reason else ""))
+        return None
 
     # --- the resources ------------------------------------------------------------------------------
     async def cluster_queue(self, request: web.Request) -> web.Response:
@@ -298,7 +326,7 @@ class VisibilityServer:
         """The pendingworkloads subresource of `target`: authorized, paged, then answered."""
         version = request.match_info["version"]
         attributes = {"group": visibility.GROUP, "version": version, "resource": resource, "subresource": "pendingworkloads"}
-        refused = await self._guard(request, {**attributes, **target, "verb": "get"})
+        refused = await self.guard(request, {**attributes, **target, "verb": "get"})
         if refused is not None:
             return refused
         try:
@@ -326,18 +354,26 @@ class VisibilityServer:
         app.router.add_get(f"{base}/{{version}}", self.version)
         app.router.add_get(f"{base}/{versions}/clusterqueues/{{name}}/pendingworkloads", self.cluster_queue)
         app.router.add_get(f"{base}/{versions}/namespaces/{{namespace}}/localqueues/{{name}}/pendingworkloads", self.local_queue)
+        for group in self.groups:
+            group.routes(self, app)
         return app
 
 
-def api_services(*, ca_bundle: bytes, namespace: str, name: str, port: int) -> list[dict[str, Any]]:
-    """The APIServices that route each served version to the Service in front of the manager."""
+VISIBILITY_GROUP = (visibility.GROUP, visibility.VERSIONS)
+
+
+def api_services(
+    *, ca_bundle: bytes, namespace: str, name: str, port: int, groups: Sequence[tuple[str, tuple[str, ...]]] = (VISIBILITY_GROUP,)
+) -> list[dict[str, Any]]:
+    """The APIServices that route each served version of each group to the Service in front of
+    the manager."""
     return [
         {
             "apiVersion": "apiregistration.k8s.io/v1",
             "kind": "APIService",
-            "metadata": {"name": f"{version}.{visibility.GROUP}", "labels": {"app.kubernetes.io/managed-by": "kfed"}},
+            "metadata": {"name": f"{version}.{group}", "labels": {"app.kubernetes.io/managed-by": "kfed"}},
             "spec": {
-                "group": visibility.GROUP,
+                "group": group,
                 "version": version,
                 # Kueue's own values: its group sorts after the built-in ones, v1beta2 first.
                 "groupPriorityMinimum": 100,
@@ -346,16 +382,25 @@ def api_services(*, ca_bundle: bytes, namespace: str, name: str, port: int) -> l
                 "service": {"namespace": namespace, "name": name, "port": port},
             },
         }
-        for index, version in enumerate(visibility.VERSIONS)
+        for group, versions in groups
+        for index, version in enumerate(versions)
     ]
 
 
-async def install_api_services(client: KubeClient, *, ca_bundle: bytes, namespace: str, name: str, port: int) -> list[bytes]:
+async def install_api_services(
+    client: KubeClient,
+    *,
+    ca_bundle: bytes,
+    namespace: str,
+    name: str,
+    port: int,
+    groups: Sequence[tuple[str, tuple[str, ...]]] = (VISIBILITY_GROUP,),
+) -> list[bytes]:
     """Point the APIServices at the Service with the current CA (patched by name, created where
     missing, as the webhook configurations are). Returns each `caBundle` as the apiserver stored
     it, which the certificate rotation waits on as it does on the webhooks'."""
     stored = []
-    for obj in api_services(ca_bundle=ca_bundle, namespace=namespace, name=name, port=port):
+    for obj in api_services(ca_bundle=ca_bundle, namespace=namespace, name=name, port=port, groups=groups):
         path = f"{APISERVICE_PATH}/{obj['metadata']['name']}"
         try:
             answer = await client.request(

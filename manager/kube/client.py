@@ -16,7 +16,7 @@ import logging
 import os
 import time
 import urllib.parse
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Generic, TypedDict, TypeVar, Unpack
@@ -439,20 +439,27 @@ class KubeClient:
         finally:
             response.release()
 
-    async def pod_logs(
+    def pod_logs(
         self, name: str, *, namespace: str, container: str | None = None, follow: bool = False, read_timeout: float | None = None
-    ) -> AsyncIterator[str]:
+    ) -> AsyncGenerator[str, None]:
         """The log of one container of a Pod, line by line (without the newline). With `follow`
         it streams until the container ends or the caller stops iterating; without, the
         whole log so far. Not retried: a caller that follows decides whether to resume."""
         query = [("container", container)] if container else []
-        if follow:
-            query.append(("follow", "true"))
         what = f"logs of {_describe(Pod, namespace, name)}" + (f" container {container}" if container else "")
+        path = api_path(Pod, namespace=namespace, name=name, subresource="log")
+        return self.stream_lines(path, query=query, follow=follow, read_timeout=read_timeout, what=what)
+
+    async def stream_lines(
+        self, path: str, *, query: Sequence[tuple[str, str]], follow: bool, what: str, read_timeout: float | None = None
+    ) -> AsyncGenerator[str, None]:
+        """A text answer line by line (a log: the pods' own, or the one the manager's read API
+        relays), `follow=true` added when following: then no deadline but `read_timeout`."""
+        sent = [*query, ("follow", "true")] if follow else [*query]
         response = await self._send(
             "GET",
-            api_path(Pod, namespace=namespace, name=name, subresource="log"),
-            query=query,
+            path,
+            query=sent,
             timeout=aiohttp.ClientTimeout(
                 total=None if follow else self.timeout,
                 sock_connect=self.timeout,

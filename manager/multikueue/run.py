@@ -12,6 +12,7 @@ from manager.kube.informer import Informer
 from manager.multikueue.admission_check import AdmissionCheckController
 from manager.multikueue.clusters import ClusterController
 from manager.multikueue.gc import GarbageCollector
+from manager.multikueue.read_api import ReadApi
 from manager.multikueue.settings import Settings
 from manager.multikueue.workload import WorkloadController
 from manager.runtime.runnables import Runnable
@@ -67,6 +68,16 @@ class MultiKueue:
             interval=self.settings.gc_interval.total_seconds(),
             metrics=process.metrics,
         )
+        # kfed's read API, served by the manager's aggregated API server beside Kueue's visibility API.
+        self.reads = ReadApi(
+            caches=process.caches,
+            configs=self.configs,
+            cluster_objects=self.cluster_objects,
+            clusters=self.clusters,
+            origin=self.settings.origin,
+            adapters=process.integrations.multikueue,
+        )
+        self.api_groups = [self.reads.group()]
         self.configs.add_handler(lambda kind, old, new: self.workloads.resync())
         for jobs in process.job_controllers:
             jobs.runs_elsewhere = self.workloads.runs_on_a_worker

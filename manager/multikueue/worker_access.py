@@ -45,6 +45,13 @@ QUEUE_READ_RULE: dict[str, list[str]] = {
     "resources": ["clusterqueues", "cohorts", "localqueues", "resourceflavors"],
     "verbs": ["list", "watch"],
 }
+# read_api.py: the logs of a job's pods on the worker that runs it, for a user of the manager's
+# read API (who must be allowed to read pods' logs in that namespace on the manager): the job's
+# pods listed by their label, and one container's log read. Optional, as the queues' read.
+LOG_READ_RULES: list[dict[str, list[str]]] = [
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+    {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
+]
 WORKLOAD_RULES: list[dict[str, list[str]]] = [
     # Each job kind MultiKueue dispatches, as its adapter declares (`worker_rules`): remote.py
     # lists and watches our jobs; workload.py creates one on the winner, and gets it when the name
@@ -57,7 +64,9 @@ WORKLOAD_RULES: list[dict[str, list[str]]] = [
     # workload.py: a copy evicted on the manager gets its DeactivationTarget condition.
     {"apiGroups": [c.GROUP], "resources": ["workloads/status"], "verbs": ["patch"]},
     QUEUE_READ_RULE,
+    *LOG_READ_RULES,
 ]
+OPTIONAL_RULES = (QUEUE_READ_RULE, *LOG_READ_RULES)  # register's checklist does not require them
 # Whether the worker's kfed agent runs (remote.py reads its leader-election Lease): that one
 # Lease, read only, through a Role in its namespace.
 AGENT_LEASE_RULES: list[dict[str, list[str]]] = [
@@ -68,7 +77,8 @@ AGENT_LEASE_RULES: list[dict[str, list[str]]] = [
 def required_access(namespaces: tuple[str, ...] | None) -> list[tuple[str, str, str, str, str]]:
     """(group, resource, subresource, verb, namespace) for each right MultiKueue needs: in each
     named namespace, or cluster-wide ("") where the manager watches the whole cluster."""
-    accesses = [access for rule in WORKLOAD_RULES if rule is not QUEUE_READ_RULE for access in Rule.from_dict(rule).accesses()]
+    optional = [id(rule) for rule in OPTIONAL_RULES]
+    accesses = [access for rule in WORKLOAD_RULES if id(rule) not in optional for access in Rule.from_dict(rule).accesses()]
     return [(a.group, a.resource, a.subresource, a.verb, ns) for ns in namespaces or ("",) for a in accesses]
 
 

@@ -55,7 +55,9 @@ OURS = (f"ClusterRole {worker_access.SERVICE_ACCOUNT}", f"Role {AGENT_LEASE_NAME
 JOBSET_RIGHTS = tuple(f"{verb} jobset.x-k8s.io/jobsets " for verb in ("create", "delete", "get", "list", "watch"))
 QUEUES = ("clusterqueues", "cohorts", "localqueues", "resourceflavors")
 QUEUE_RIGHTS = tuple(f"{verb} kueue.x-k8s.io/{plural} " for verb in ("list", "watch") for plural in QUEUES)
-ALLOWED_UNUSED: tuple[str, ...] = JOBSET_RIGHTS + QUEUE_RIGHTS
+# The logs of a job's pods: read only when a user asks the manager's read API for them.
+LOG_RIGHTS = ("list core/pods ", "get core/pods/log ")
+ALLOWED_UNUSED: tuple[str, ...] = JOBSET_RIGHTS + QUEUE_RIGHTS + LOG_RIGHTS
 PARKED = {"kfed-test/pool": "parked"}  # no node has it: the pod stays Pending, the Job active
 ORIGIN = c.DEFAULT_MULTIKUEUE_ORIGIN
 

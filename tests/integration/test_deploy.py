@@ -75,9 +75,10 @@ MANAGER_ONLY = [
     ("patch", "multikueueclusters.kueue.x-k8s.io#status", ""),
     ("patch", "admissionchecks.kueue.x-k8s.io#status", ""),
     ("watch", "secrets", "kfed-system"),
-    # The visibility API: its APIServices, and the delegated authentication and authorization.
+    # The visibility API and kfed's read API: their APIServices, and the delegated authentication and authorization.
     ("patch", "apiservices.apiregistration.k8s.io/v1beta2.visibility.kueue.x-k8s.io", ""),
     ("patch", "apiservices.apiregistration.k8s.io/v1beta1.visibility.kueue.x-k8s.io", ""),
+    ("patch", "apiservices.apiregistration.k8s.io/v1alpha1.reads.kfed.dev", ""),  # kfed's read API
     ("create", "tokenreviews.authentication.k8s.io", ""),
     ("create", "subjectaccessreviews.authorization.k8s.io", ""),
     ("get", "configmaps/extension-apiserver-authentication", "kube-system"),

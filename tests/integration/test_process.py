@@ -28,6 +28,7 @@ class Broken:
     """An extension whose one runnable fails once `fail` is set."""
 
     informers: list[Any] = []
+    api_groups: list[Any] = []
 
     def __init__(self) -> None:
         self.fail = asyncio.Event()

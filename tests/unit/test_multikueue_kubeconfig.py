@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from manager.cli import fleet, register
+from manager.cli import register
 from manager.cli.fleet import CommandError
 from manager.cli.register import _load as register_load
 from manager.multikueue import clusters, kubeconfig
@@ -259,8 +259,18 @@ def test_the_controller_and_the_cli_read_worker_kubeconfigs_through_the_one_chec
     # I/O functions (a real apiserver exercises them in tests/integration/test_worker_credentials.py);
     # here: each reaches the rules only through parse_kubeconfig.
     assert "parse_kubeconfig" in _calls(clusters, "ClusterController._load")
-    assert "parse_kubeconfig" in _calls(fleet, "worker_client")
     assert "validate_kubeconfig" in _calls(register, "_load")
+
+
+def test_only_register_handles_a_worker_credential_in_the_cli() -> None:
+    """Every other command reads the workers through the manager's read API, as the user: no
+    Secret is read, and no worker kubeconfig parsed (issue #33)."""
+    handling = sorted(
+        path.name
+        for path in (REPO_ROOT / "manager" / "cli").glob("*.py")
+        if any(word in path.read_text() for word in ("Secret", "parse_kubeconfig", "from_kubeconfig(kubeconfig"))
+    )
+    assert handling == ["register.py"]
 
 
 def test_no_other_module_holds_a_kubeconfig_rule() -> None:

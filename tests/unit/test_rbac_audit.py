@@ -9,6 +9,7 @@ import pytest
 
 from manager.api.rbac import Access, Grant, Request, Rule, allows, grants_for, service_account_user, unused_rights
 from manager.dev.audit import AuditLogError, audit_policy, denied_to, groups_of, read_audit_log, requests_of
+from manager.multikueue.worker_access import WORKLOAD_RULES
 
 SA = service_account_user("kfed-system", "kfed-multikueue")
 SA_GROUPS = ("system:serviceaccounts", "system:serviceaccounts:kfed-system", "system:authenticated")
@@ -222,3 +223,21 @@ def test_the_policy_logs_metadata_for_the_named_users_only() -> None:
         "omitStages": ["RequestReceived"],
         "rules": [{"level": "Metadata", "users": [SA]}, {"level": "None"}],
     }
+
+
+# --- the manager's role on a worker: the logs of a job's pods, and nothing else of pods ------------------
+@pytest.mark.parametrize(
+    ("request_", "allowed"),
+    [
+        (Request("list", "", "pods", namespace="team-a"), True),  # the job's pods, by their label
+        (Request("get", "", "pods", "log", namespace="team-a", name="p"), True),  # one container's log
+        (Request("get", "", "pods", namespace="team-a", name="p"), False),
+        (Request("watch", "", "pods", namespace="team-a"), False),
+        (Request("create", "", "pods", "exec", namespace="team-a", name="p"), False),
+        (Request("get", "", "pods", "attach", namespace="team-a", name="p"), False),
+        (Request("delete", "", "pods", namespace="team-a", name="p"), False),
+    ],
+)
+def test_the_worker_role_reads_pods_logs_and_nothing_else_of_pods(request_: Request, allowed: bool) -> None:
+    grant = Grant("ClusterRoleBinding kfed-multikueue", "ClusterRole kfed-multikueue", tuple(Rule.from_dict(r) for r in WORKLOAD_RULES))
+    assert grant.allows(request_) is allowed

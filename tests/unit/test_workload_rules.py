@@ -12,7 +12,6 @@ import pytest
 from manager.api import kueue
 from manager.api.meta import MAX_CONDITION_MESSAGE, Condition, set_condition
 from manager.cli import views
-from manager.cli.explain import Remote, worker_verdict
 from manager.engine import preemption
 from manager.engine.scheduler import PreemptionMessage, parse_preemption_message, preemption_message
 from manager.engine.workload import (
@@ -31,6 +30,7 @@ from manager.engine.workload import (
     owner_name,
     workload_priority,
 )
+from manager.multikueue.reads import Remote, worker_verdict
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 LATER = T0 + timedelta(minutes=5)

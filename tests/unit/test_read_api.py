@@ -1,0 +1,140 @@
+"""kfed's read API (`reads.kfed.dev`): what the manager answers for the workers, and that the CLI
+shows from it exactly what it showed when it read the workers itself."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from manager.api import constants as c
+from manager.api import kueue
+from manager.cli import views
+from manager.cli.explain import explain, explanation_text
+from manager.controllers.visibility import VISIBILITY_GROUP, api_services, forbidden_message
+from manager.multikueue import reads
+from manager.multikueue.capacity import WorkerQuotas
+from manager.multikueue.read_api import POD_LOG, attributes
+from tests.unit.test_cli_explain import CQ, MK, cond, copy, workload
+
+NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
+
+
+def cluster_object(status: str, reason: str, message: str = "") -> kueue.MultiKueueCluster:
+    return kueue.MultiKueueCluster.model_validate(
+        {
+            "metadata": {"name": "worker1"},
+            "spec": {"clusterSource": {"kubeConfig": {"locationType": "Secret", "location": "w1"}}},
+            "status": {"conditions": [cond("Active", status, reason, message)]},
+        }
+    )
+
+
+def worker_cq(nominal: str, reserved: str) -> kueue.ClusterQueue:
+    group = {"coveredResources": ["cpu"], "flavors": [{"name": "f", "resources": [{"name": "cpu", "nominalQuota": nominal}]}]}
+    return kueue.ClusterQueue.model_validate(
+        {
+            "metadata": {"name": "cq"},
+            "spec": {"resourceGroups": [group]},
+            "status": {"flavorsReservation": [{"name": "f", "resources": [{"name": "cpu", "total": reserved}]}]},
+        }
+    )
+
+
+def our_copy(name: str, *conditions: dict[str, Any]) -> kueue.Workload:
+    found = copy(*conditions)
+    found.metadata.name = name
+    found.metadata.labels = {c.MULTIKUEUE_ORIGIN_LABEL: "multikueue"}
+    return found
+
+
+def test_a_workers_health_and_capacity_read_back_are_what_the_cli_printed_from_the_worker() -> None:
+    copies = [our_copy("a", cond("Admitted", "True")), our_copy("b"), our_copy("done", cond("Finished", "True"))]
+    seen = reads.WorkerSighting(cluster_object("True", "Active"), connected=True, copies=copies, cluster_queues=[worker_cq("8", "3")])
+    item = reads.cluster_item(seen, origin="multikueue")
+    shown = views.worker_view_from(item)
+    direct = views.worker_view(seen.cluster)
+    views.add_worker_queues(direct, [worker_cq("8", "3")], copies, origin="multikueue")
+    direct.reachable = True
+    assert shown == direct
+    assert (shown.running, shown.pending, shown.usage) == (1, 1, {"cpu": (3000, 8000)})
+
+
+def test_a_worker_the_manager_is_not_connected_to_is_unreachable_with_the_last_error() -> None:
+    seen = reads.WorkerSighting(cluster_object("False", "ClientConnectionFailed"), connected=False, error="dial tcp: refused")
+    shown = views.worker_view_from(reads.cluster_item(seen, origin="multikueue"))
+    assert (shown.reachable, shown.error, shown.reason) == (False, "unreachable: dial tcp: refused", "ClientConnectionFailed")
+    assert views.cluster_rows([shown], now=NOW)[0]["RUNNING"] == "-"
+
+
+def test_the_verdicts_the_manager_serves_explain_the_job_as_the_workers_copies_did() -> None:
+    wl = workload(
+        {
+            "conditions": [cond("QuotaReserved", "True")],
+            "admission": {"clusterQueue": "cq", "podSetAssignments": [{"name": "main", "flavors": {"cpu": "f"}}]},
+            "admissionChecks": [{"name": "mk", "state": "Pending", "message": "", "lastTransitionTime": "2026-11-21T11:00:00Z"}],
+            "nominatedClusterNames": ["worker1", "worker2"],
+        }
+    )
+    remotes = [
+        reads.Remote("worker1", True, copy=copy(cond("QuotaReserved", "False", "Pending", "LocalQueue user-queue doesn't exist"))),
+        reads.Remote("worker2", False, "ClientConnectionFailed", error="dial tcp: refused"),
+    ]
+    lq = kueue.LocalQueue.model_validate({"metadata": {"name": "user-queue", "namespace": "ns"}, "spec": {"clusterQueue": "cq"}})
+    view = views.job_views([wl], checks={"mk": MK}, local_queues={lq.key: lq})[0]
+    document = reads.verdicts_document(wl, remotes)
+    assert document["nominated"] == ["worker1", "worker2"] and document["quotaReserved"] is True
+    from_api = explanation_text(explain(view=view, wl=wl, cq=CQ, verdicts=reads.verdicts_from(document)))
+    from_copies = explanation_text(explain(view=view, wl=wl, cq=CQ, remotes=remotes))
+    assert from_api == from_copies
+    assert "Next: Create LocalQueue user-queue in namespace ns on worker1, as on the manager." in from_api
+
+
+def test_each_worker_offers_what_its_queues_could_ever_give_the_resources_asked_for() -> None:
+    wl = workload({})
+    wl.spec.pod_sets[0].template = {"spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "2"}}}]}}
+    lq = kueue.LocalQueue.model_validate({"metadata": {"name": "user-queue", "namespace": "ns"}, "spec": {"clusterQueue": "cq"}})
+    flavor = kueue.ResourceFlavor.model_validate({"metadata": {"name": "f"}})
+    quotas = WorkerQuotas(flavors=[flavor], cluster_queues=[worker_cq("8", "3")], local_queues=[lq])
+    assert reads.largest_offers(wl, quotas) == {"cpu": 8000}
+    assert reads.largest_offers(wl, None) == {}
+    assert reads.largest_offers(wl, WorkerQuotas()) == {}  # no LocalQueue: nothing to offer through
+    document = reads.verdicts_document(wl, [reads.Remote("worker1", True, offers={"cpu": 8000})])
+    assert document["workers"][0]["largestOffer"] == {"cpu": "8"}
+
+
+@pytest.mark.parametrize(
+    ("checked", "message"),
+    [
+        (
+            attributes("get", reads.VERDICTS, namespace="team-a", name="wl"),
+            'workloads.reads.kfed.dev "wl" is forbidden: User "alice" cannot get resource "workloads/verdicts" '
+            'in API group "reads.kfed.dev" in the namespace "team-a"',
+        ),
+        (
+            attributes("list", reads.CLUSTERS),
+            'clusters.reads.kfed.dev is forbidden: User "alice" cannot list resource "clusters" in API group "reads.kfed.dev"',
+        ),
+        (
+            {**POD_LOG, "namespace": "team-a"},
+            'pods is forbidden: User "alice" cannot get resource "pods/log" in API group "" in the namespace "team-a"',
+        ),
+    ],
+)
+def test_a_refusal_names_the_user_the_verb_the_resource_and_the_namespace(checked: dict[str, str], message: str) -> None:
+    assert forbidden_message("alice", checked) == message
+
+
+def test_the_read_api_gets_its_own_api_service_beside_the_visibility_ones() -> None:
+    found = api_services(
+        ca_bundle=b"ca", namespace="kfed-system", name="kfed-visibility", port=443, groups=[VISIBILITY_GROUP, (reads.GROUP, reads.VERSIONS)]
+    )
+    assert [obj["metadata"]["name"] for obj in found] == [
+        "v1beta2.visibility.kueue.x-k8s.io",
+        "v1beta1.visibility.kueue.x-k8s.io",
+        "v1alpha1.reads.kfed.dev",
+    ]
+    listed = {r["name"]: r for r in reads.resource_list(reads.VERSION)["resources"]}
+    assert listed[reads.CLUSTERS]["namespaced"] is False and listed[reads.CLUSTERS]["verbs"] == ["get", "list"]
+    assert all(listed[name]["namespaced"] for name in (reads.VERDICTS, reads.PODS, reads.LOG))
