@@ -65,6 +65,8 @@ def fruitless_round_pause(rounds: int) -> float:
     if rounds <= 0:
         return 0.0
     return min(FRUITLESS_PAUSE_FIRST * float(2 ** min(rounds - 1, 16)), FRUITLESS_PAUSE_MAX)
+
+
 # Queue status writes at most this often: Kueue's UpdatesBatchPeriod (pkg/constants), 1 s.
 STATUS_INTERVAL = 1.0
 
