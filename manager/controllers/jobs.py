@@ -22,6 +22,7 @@ from manager.engine.integrations.adapter import JobAdapter
 from manager.engine.integrations.plan import (
     Action,
     CreateWorkload,
+    DeleteJob,
     DeleteWorkload,
     Event,
     JobInputs,
@@ -31,6 +32,7 @@ from manager.engine.integrations.plan import (
     plan_job,
 )
 from manager.engine.jobs import prebuilt_workload_name
+from manager.engine.workload import check_states, multikueue_check_name
 from manager.kube.client import KubeClient
 from manager.kube.errors import AlreadyExistsError, NotFoundError
 from manager.kube.informer import Informer
@@ -137,6 +139,7 @@ class JobController:
             runs_elsewhere=None if self.runs_elsewhere is not None else False,
             part_of_managed_job=self.caches.registry.owns_any(job.metadata.owner_references),
             wait_for_pods_ready=self.wait_for_pods_ready,
+            multikueue=wl is not None and multikueue_check_name(check_states(wl), self.caches.admission_checks) is not None,
         )
 
     async def reconcile(self, key: str) -> Result | None:
@@ -175,6 +178,10 @@ class JobController:
                 self.written_from[key] = planned_from
             if action.event is not None:
                 self._event(job, action.event)
+        elif isinstance(action, DeleteJob):
+            with contextlib.suppress(NotFoundError):
+                await self.client.delete(self.adapter.model, job.name, namespace=job.namespace, uid=job.metadata.uid)
+            self._event(job, action.event)
         elif isinstance(action, PatchWorkload):
             await self.client.patch(kueue.Workload, action.name, action.patch, namespace=action.namespace, subresource=action.subresource)
         elif isinstance(action, Warn):

@@ -13,6 +13,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, ClassVar, Generic, TypeVar
 
 from manager.api import constants as c
@@ -61,6 +62,16 @@ class JobAdapter(ABC, Generic[J]):
     # on each of its pods, valued the job's name (how `kfed logs` finds them).
     cli_name: ClassVar[str]
     pod_label: ClassVar[str]
+    # Kinds without a suspend field (Kueue's pod integration) set these three:
+    # a finalizer the webhook puts on each object, so its end is seen before it goes (removed
+    # once it or its Workload finished, or once it is being deleted);
+    finalizer: ClassVar[str | None] = None
+    # stopped by deleting it, after a status condition says why (Kueue's JobWithCustomStop),
+    # never by suspending it: it is never started again;
+    stopped_by_deletion: ClassVar[bool] = False
+    # never started on a cluster that dispatches its Workload through MultiKueue: it stays
+    # suspended there while a worker runs the copy (Kueue's ShouldSkipLocalExecution).
+    suspended_under_multikueue: ClassVar[bool] = False
 
     # --- naming ---------------------------------------------------------------------------------
     @property
@@ -115,6 +126,34 @@ class JobAdapter(ABC, Generic[J]):
         if not self.multikueue:
             return []
         return [{"apiGroups": [self.model.GROUP], "resources": [self.model.PLURAL], "verbs": ["create", "delete", "get", "list", "watch"]}]
+
+    # --- what it handles ------------------------------------------------------------------------
+    def manages(self, job: J) -> bool:
+        """Whether the reconciler handles this object at all (Kueue's JobWithSkip)."""
+        return True
+
+    def creation_patch(self, obj: dict[str, Any]) -> list[dict[str, Any]]:
+        """The JSON patch the defaulting webhook gives a queued object at creation, so that it
+        waits for its Workload's admission (Kueue's job webhooks: `spec.suspend: true`)."""
+        if (obj.get("spec") or {}).get("suspend") is True:
+            return []
+        return [{"op": "add", "path": "/spec/suspend", "value": True}]
+
+    def webhook_namespace_selector(self) -> dict[str, Any] | None:
+        """The namespaceSelector of the kind's defaulting webhook; None for every namespace."""
+        return None
+
+    def finalize_patch(self, job: J) -> dict[str, Any] | None:
+        """A merge patch that removes the kind's finalizer (Kueue's Finalize); None without one."""
+        if self.finalizer is None or self.finalizer not in (job.metadata.finalizers or []):
+            return None
+        kept = [name for name in job.metadata.finalizers or [] if name != self.finalizer]
+        return {"metadata": {"resourceVersion": job.metadata.resource_version, "finalizers": kept or None}}
+
+    def termination_status_patch(self, job: J, *, reason: str, message: str, now: datetime) -> dict[str, Any] | None:
+        """For a kind stopped by deletion: the status patch that says why, written before the
+        delete (Kueue's TerminationTarget condition); None for none."""
+        return None
 
     # --- the Workload ---------------------------------------------------------------------------
     @abstractmethod

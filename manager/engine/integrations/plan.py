@@ -79,6 +79,13 @@ class PatchJob:
 
 
 @dataclass(frozen=True)
+class DeleteJob:
+    """Delete the job (a kind stopped by deletion); the event follows the delete."""
+
+    event: Event
+
+
+@dataclass(frozen=True)
 class PatchWorkload:
     """A merge patch on the Workload (or its status), with a resourceVersion precondition."""
 
@@ -102,7 +109,7 @@ class Warn:
     event: Event
 
 
-Action = CreateWorkload | PatchJob | PatchWorkload | DeleteWorkload | Warn
+Action = CreateWorkload | PatchJob | DeleteJob | PatchWorkload | DeleteWorkload | Warn
 
 
 @dataclass
@@ -135,6 +142,7 @@ class JobInputs:
     runs_elsewhere: bool | None = False
     part_of_managed_job: bool = False  # its controller owner is a job kind Kueue manages
     wait_for_pods_ready: bool = False  # the Configuration's waitForPodsReady is on
+    multikueue: bool = False  # its Workload has a MultiKueue admission check (dispatched to a worker)
 
 
 # --- Workload status writes ----------------------------------------------------------------------
@@ -144,8 +152,28 @@ def _status_write(wl: Workload, patch: Patch) -> PatchWorkload:
 
 
 # --- the steps -------------------------------------------------------------------------------------
-def _ensure_suspended(adapter: JobAdapter[Any], job: Resource) -> list[Action]:
-    return [] if adapter.is_suspended(job) else [PatchJob(adapter.suspend_patch(job))]
+def _ensure_suspended(adapter: JobAdapter[Any], job: Resource, now: datetime) -> list[Action]:
+    if adapter.is_suspended(job):
+        return []
+    if adapter.stopped_by_deletion:
+        event = Event("Normal", "Stopped", f"The {adapter.kind} was started without an admitted Workload")
+        return _stop(adapter, job, event, reason="NoMatchingWorkload", now=now)
+    return [PatchJob(adapter.suspend_patch(job))]
+
+
+def _finalize(adapter: JobAdapter[Any], job: Resource) -> list[Action]:
+    """Kueue's finalizeJob: the kind's finalizer goes (kinds without one: nothing)."""
+    patch = adapter.finalize_patch(job)
+    return [PatchJob(patch)] if patch is not None else []
+
+
+def _stop(adapter: JobAdapter[Any], job: Resource, event: Event, *, reason: str, now: datetime) -> list[Action]:
+    """Suspend the job; a kind stopped by deletion is told why in its status (`reason`: Kueue's
+    StopReason), then deleted (Kueue's Stop of a pod: TerminationTarget, then delete)."""
+    if not adapter.stopped_by_deletion:
+        return [PatchJob(adapter.suspend_patch(job), event=event)]
+    why = adapter.termination_status_patch(job, reason=reason, message=event.message, now=now)
+    return [*([PatchJob(why, subresource="status")] if why is not None else []), DeleteJob(event)]
 
 
 def _adopt(adapter: JobAdapter[Any], job: Resource, wl: Workload) -> PatchWorkload:
@@ -179,7 +207,12 @@ def plan_job(inputs: JobInputs) -> JobPlan:
     prebuilt = prebuilt_workload_name(job.metadata)
     if not job_queue_name(job) and not prebuilt:
         return JobPlan()  # not queued: Kueue leaves it alone (manageJobsWithoutQueueName is off)
-    if inputs.part_of_managed_job or job.metadata.deletion_timestamp is not None:
+    if not adapter.manages(job):
+        return JobPlan()
+    if job.metadata.deletion_timestamp is not None:
+        # Same as Kueue: a job being deleted lets its finalizer go; its Workloads go with it.
+        return JobPlan(_finalize(adapter, job))
+    if inputs.part_of_managed_job:
         return JobPlan()
     if inputs.creating:
         return JobPlan(requeue_after=WAIT_FOR_CREATED_WORKLOAD)
@@ -187,30 +220,30 @@ def plan_job(inputs: JobInputs) -> JobPlan:
 
     if wl is None:
         if finished is not None:
-            return JobPlan()
+            return JobPlan(_finalize(adapter, job))
         if prebuilt:
             # Same as Kueue: a job pointing at a Workload that is not there yet waits, suspended.
-            return JobPlan(_ensure_suspended(adapter, job), requeue_after=WAIT_FOR_PREBUILT_WORKLOAD)
+            return JobPlan(_ensure_suspended(adapter, job, now), requeue_after=WAIT_FOR_PREBUILT_WORKLOAD)
         try:
             new = construct_workload(
                 adapter, job, workload_priority_classes=inputs.workload_priority_classes, priority_classes=inputs.priority_classes
             )
         except JobConversionError as err:
             return JobPlan(
-                [Warn(Event("Warning", "FailedCreateWorkload", str(err))), *_ensure_suspended(adapter, job)], retry_with_backoff=True
+                [Warn(Event("Warning", "FailedCreateWorkload", str(err))), *_ensure_suspended(adapter, job, now)], retry_with_backoff=True
             )
         new.metadata.creation_timestamp = None
         created = Event("Normal", "CreatedWorkload", f"Created Workload: {new.key}")
-        return JobPlan([CreateWorkload(new, created), *_ensure_suspended(adapter, job)])
+        return JobPlan([CreateWorkload(new, created), *_ensure_suspended(adapter, job, now)])
 
     actions: list[Action] = []
     if prebuilt and not any(ref.uid == job.metadata.uid for ref in wl.metadata.owner_references or []):
         actions.append(_adopt(adapter, job, wl))
     if is_finished(wl):
-        return JobPlan(actions)
+        return JobPlan([*actions, *_finalize(adapter, job)])
     if finished is not None:
         actions.append(_status_write(wl, finish_patch(wl, reason=_finished_reason(finished), message=finished.message, now=now)))
-        return JobPlan(actions)
+        return JobPlan([*actions, *_finalize(adapter, job)])
 
     if inputs.wait_for_pods_ready:
         # Kueue's job reconciler with waitForPodsReady: the PodsReady condition follows the
@@ -234,6 +267,8 @@ def plan_job(inputs: JobInputs) -> JobPlan:
         if wait is not None:
             return JobPlan(actions, requeue_after=wait)  # back when the backoff runs out
     if admitted:
+        if suspended and inputs.multikueue and adapter.suspended_under_multikueue:
+            return JobPlan(actions)  # a worker runs it; it stays gated here
         if suspended:
             cluster_queue = wl.status.admission.cluster_queue if wl.status and wl.status.admission else ""
             try:
@@ -247,9 +282,11 @@ def plan_job(inputs: JobInputs) -> JobPlan:
         if evicted:
             cond = find_condition(conditions_of(wl), c.EVICTED)
             event = Event("Normal", "Stopped", cond.message if cond is not None and cond.message else "Evicted")
+            reason = f"WorkloadEvictedDueTo{cond.reason}" if cond is not None and cond.reason else "WorkloadEvicted"
         else:
             event = Event("Normal", "Suspended", f"The {adapter.kind} was started without an admitted Workload")
-        actions.append(PatchJob(adapter.suspend_patch(job), event=event))
+            reason = "NotAdmitted"
+        actions += _stop(adapter, job, event, reason=reason, now=now)
         return JobPlan(actions)
     if evicted and reserved:
         if inputs.runs_elsewhere is None and adapter.releasable(job):
