@@ -15,7 +15,13 @@ from manager.api import kueue
 from manager.api.core import Pod
 from manager.api.meta import is_condition_true
 from manager.dev.local import POD_RUN_TIME_ANNOTATION, LocalCluster
-from manager.engine.integrations.pod import MANAGED_LABEL, SCHEDULING_GATE
+from manager.engine.integrations.pod import (
+    MANAGED_LABEL,
+    POD_GROUP_NAME_LABEL,
+    POD_GROUP_TOTAL_COUNT_ANNOTATION,
+    ROLE_HASH_ANNOTATION,
+    SCHEDULING_GATE,
+)
 from manager.kube.client import KubeClient
 from manager.kube.errors import NotFoundError
 from tests.harness import Provider, eventually
@@ -152,3 +158,93 @@ async def _gone(kube: KubeClient, wl: kueue.Workload) -> bool:
     except NotFoundError:
         return True
     return False
+
+
+def group_member(
+    name: str, namespace: str, *, group: str, total: int, cpu: str = "1", run_time: str = "1s", **labels: str
+) -> dict[str, Any]:
+    manifest = pod_manifest(name, namespace, run_time=run_time)
+    manifest["metadata"]["labels"] |= {POD_GROUP_NAME_LABEL: group, **labels}
+    manifest["metadata"]["annotations"][POD_GROUP_TOTAL_COUNT_ANNOTATION] = str(total)
+    manifest["spec"]["containers"][0]["resources"]["requests"]["cpu"] = cpu
+    return manifest
+
+
+async def group_workload(kube: KubeClient, ns: str, group: str) -> kueue.Workload | None:
+    try:
+        return await kube.get(kueue.Workload, group, namespace=ns)
+    except NotFoundError:
+        return None
+
+
+async def test_a_pod_group_gets_one_workload_once_complete_runs_all_its_pods_and_finishes(
+    manager: ControllerProcess, kube: KubeClient, names: Any
+) -> None:
+    ns, cq, flavor = names("pgrp"), names("pgrp-cq"), names("kwok")
+    await make_queues(kube, ns, cq=cq, cpu=4, flavor=flavor, node_labels=KWOK_NODES)
+    await kube.create(Pod, group_member("leader", ns, group="train", total=3, cpu="2"))
+    await kube.create(Pod, group_member("worker-0", ns, group="train", total=3))
+    first = await kube.get(Pod, "leader", namespace=ns)
+    assert gates(first) == [SCHEDULING_GATE] and ROLE_HASH_ANNOTATION in (first.metadata.annotations or {})
+    # Two of three: no Workload yet (Kueue creates the group's Workload once it is complete).
+    assert await group_workload(kube, ns, "train") is None
+    await kube.create(Pod, group_member("worker-1", ns, group="train", total=3))
+
+    async def all_succeeded() -> list[Pod] | None:
+        pods = [await kube.get(Pod, name, namespace=ns) for name in ("leader", "worker-0", "worker-1")]
+        return pods if all(pod.status is not None and pod.status.phase == "Succeeded" for pod in pods) else None
+
+    pods = await eventually(all_succeeded, timeout=90, what="every Pod of the group bound to a kwok node, run and succeeded")
+    assert all((pod.spec.node_name or "").startswith("kwok-node-") and not gates(pod) for pod in pods)
+    wl = await group_workload(kube, ns, "train")
+    assert wl is not None
+    assert sorted(ps.count for ps in wl.spec.pod_sets) == [1, 2]  # two roles: the leader, and the workers
+    assert sorted(ref.name for ref in wl.metadata.owner_references or []) == ["leader", "worker-0", "worker-1"]
+
+    async def finished() -> Any:
+        current = await group_workload(kube, ns, "train")
+        done = current is not None and is_condition_true(current.status.conditions if current.status else None, c.FINISHED)
+        latest = [await kube.get(Pod, pod.name, namespace=ns) for pod in pods]
+        return current if done and not any(pod.metadata.finalizers for pod in latest) else None
+
+    done = await eventually(finished, timeout=60, what="the group's Workload Finished and every Pod's finalizer gone")
+    assert condition(done, c.FINISHED)[:3] == ("True", "Succeeded", "Pods succeeded: 3/3.")  # type: ignore[index]
+
+
+async def test_a_preempted_pod_group_has_its_running_pods_deleted(manager: ControllerProcess, kube: KubeClient, names: Any) -> None:
+    ns, cq, flavor = names("pgp"), names("pgp-cq"), names("kwok")
+    await make_queues(kube, ns, cq=cq, cpu=2, flavor=flavor, node_labels=KWOK_NODES, preemption={"withinClusterQueue": "LowerPriority"})
+    low, high = names("low"), names("high")
+    for name, value in ((low, 10), (high, 1000)):
+        await kube.create(
+            kueue.WorkloadPriorityClass,
+            {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass", "metadata": {"name": name}, "value": value},
+        )
+    for name in ("a", "b"):
+        await kube.create(Pod, group_member(name, ns, group="victims", total=2, run_time="10m", **{c.PRIORITY_CLASS_LABEL: low}))
+
+    async def phases(*pods: str) -> list[str | None]:
+        found = [await read(kube, name, namespace=ns) for name in pods]
+        return [pod.status.phase if pod is not None and pod.status else None for pod in found]
+
+    async def group_running() -> bool:
+        return await phases("a", "b") == ["Running", "Running"]
+
+    await eventually(group_running, timeout=90, what="the low-priority group running")
+    await kube.create(Pod, pod_manifest("urgent", ns, run_time="10m", priority_class=high))
+
+    async def group_deleted() -> bool:
+        return [await read(kube, name, namespace=ns) for name in ("a", "b")] == [None, None]
+
+    await eventually(group_deleted, timeout=90, what="the preempted group's running Pods deleted")
+    await eventually(lambda: running_phase(kube, ns, "urgent"), timeout=90, what="the preemptor running")
+    await eventually(lambda: _no_workload(kube, ns, "victims"), timeout=60, what="the group's Workload gone with its Pods")
+
+
+async def running_phase(kube: KubeClient, ns: str, name: str) -> bool:
+    pod = await read(kube, name, namespace=ns)
+    return pod is not None and pod.status is not None and pod.status.phase == "Running"
+
+
+async def _no_workload(kube: KubeClient, ns: str, name: str) -> bool:
+    return await group_workload(kube, ns, name) is None

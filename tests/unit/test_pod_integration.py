@@ -13,7 +13,20 @@ from manager.api import kueue
 from manager.api.core import Pod
 from manager.controllers.webhooks import WebhookEndpoint, default_job, webhook_configurations
 from manager.engine.integrations.plan import CreateWorkload, DeleteJob, DeleteWorkload, PatchJob, PatchWorkload
-from manager.engine.integrations.pod import MANAGED_LABEL, SCHEDULING_GATE, TERMINATION_TARGET
+from manager.engine.integrations.pod import (
+    GROUP_KEY_PREFIX,
+    IS_GROUP_WORKLOAD_ANNOTATION,
+    MANAGED_LABEL,
+    POD_GROUP_NAME_LABEL,
+    POD_GROUP_TOTAL_COUNT_ANNOTATION,
+    RETRIABLE_IN_GROUP_ANNOTATION,
+    ROLE_HASH_ANNOTATION,
+    SCHEDULING_GATE,
+    TERMINATION_TARGET,
+    PodGroup,
+    compose_group,
+    role_hash,
+)
 from manager.engine.integrations.registry import BY_FRAMEWORK, enabled
 from manager.engine.jobs import admitted_pod_sets, workload_name
 from tests.unit.test_job_plan import NOW, POD, cond, kinds, plan, status_of, workload
@@ -256,3 +269,112 @@ def test_a_pod_of_a_finished_workload_lets_its_finalizer_go() -> None:
 def test_now_is_the_one_clock() -> None:
     mark = POD_ADAPTER.termination_status_patch(pod(gated=False), reason="R", message="m", now=NOW)
     assert mark is not None and mark["status"]["conditions"][-1]["lastTransitionTime"] == "2026-11-21T12:00:00Z"
+
+
+# --- pod groups ------------------------------------------------------------------------------------
+WORKER = {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]}
+LEADER = {"containers": [{"name": "c", "resources": {"requests": {"cpu": "2"}}}]}
+
+
+def member(name: str, spec: dict[str, Any], *, total: int = 3, gated: bool = True, phase: str | None = None, **meta: Any) -> Pod:
+    labels = {c.QUEUE_NAME_LABEL: "q", MANAGED_LABEL: "true", POD_GROUP_NAME_LABEL: "g"}
+    annotations = {POD_GROUP_TOTAL_COUNT_ANNOTATION: str(total), **meta.pop("annotations", {})}
+    metadata = {"name": name, "namespace": "ns", "uid": f"uid-{name}", "resourceVersion": "1", "labels": labels}
+    metadata |= {"annotations": annotations, "finalizers": [MANAGED_LABEL], **meta}
+    body = {**spec, **({"schedulingGates": [GATE]} if gated else {}), **({"nodeName": "n"} if not gated else {})}
+    return Pod.model_validate({"metadata": metadata, "spec": body, "status": {"phase": phase} if phase else {}})
+
+
+def group(*pods: Pod) -> PodGroup:
+    composed = compose_group("ns", "g", pods)
+    assert composed is not None
+    return composed
+
+
+def test_a_grouped_pod_gets_its_role_hash_at_creation_and_belongs_to_its_group() -> None:
+    obj = {"metadata": {"name": "a", "labels": {c.QUEUE_NAME_LABEL: "q", POD_GROUP_NAME_LABEL: "g"}}, "spec": WORKER}
+    ops = {op["path"]: op["value"] for op in patch_of(default_job(review(obj), uses_multikueue=lambda ns, q: False, adapter=POD_ADAPTER))}
+    assert ops["/metadata/annotations"] == {ROLE_HASH_ANNOTATION: role_hash(WORKER)}
+    assert role_hash(WORKER) != role_hash(LEADER) and len(role_hash(WORKER)) == 8
+    assert POD_ADAPTER.job_key(member("a", WORKER)) == f"ns/{GROUP_KEY_PREFIX}g"
+    assert POD_ADAPTER.workload_key_for(f"ns/{GROUP_KEY_PREFIX}g") == "ns/g"
+    assert not POD_ADAPTER.manages(member("a", WORKER)), "a grouped Pod is handled as its group"
+
+
+def test_a_group_waits_without_a_workload_until_all_its_pods_are_there() -> None:
+    incomplete = group(member("a", LEADER), member("b", WORKER))
+    assert POD_ADAPTER.incomplete(incomplete)
+    assert kinds(plan(POD_ADAPTER, incomplete, None)) == []
+    whole = group(member("a", LEADER), member("b", WORKER), member("c", WORKER))
+    result = plan(POD_ADAPTER, whole, None)
+    [create] = result.actions
+    assert isinstance(create, CreateWorkload)
+    wl = create.workload
+    assert wl.name == "g" and (wl.metadata.annotations or {})[IS_GROUP_WORKLOAD_ANNOTATION] == "true"
+    assert [ref.name for ref in wl.metadata.owner_references or []] == ["a", "b", "c"]
+    assert not any(ref.controller for ref in wl.metadata.owner_references or [])
+    assert sorted((ps.name, ps.count) for ps in wl.spec.pod_sets) == sorted([(role_hash(LEADER), 1), (role_hash(WORKER), 2)])
+    assert POD_ADAPTER.job_keys(wl) == [f"ns/{GROUP_KEY_PREFIX}g"]
+
+
+def test_an_admitted_group_ungates_each_pod_with_its_roles_pod_set_and_no_more_than_its_count() -> None:
+    pods = group(member("a", LEADER), member("b", WORKER), member("c", WORKER), member("d", WORKER))  # d: one too many
+    wl = kueue.Workload.model_validate(
+        {
+            "metadata": {"name": "g", "namespace": "ns", "resourceVersion": "3"},
+            "spec": {"queueName": "q", "podSets": [ps.to_dict() for ps in POD_ADAPTER.pod_sets(pods)]},
+            "status": {
+                "admission": {
+                    "clusterQueue": "cq",
+                    "podSetAssignments": [
+                        {"name": ps.name, "flavors": {"cpu": "default"}, "count": ps.count} for ps in POD_ADAPTER.pod_sets(pods)
+                    ],
+                },
+                "conditions": [cond(c.QUOTA_RESERVED), cond(c.ADMITTED)],
+            },
+        }
+    )
+    result = plan(POD_ADAPTER, pods, wl, flavors={"default": GPU_A})
+    started = [action for action in result.actions if isinstance(action, PatchJob)]
+    assert [action.name for action in started] == ["a", "b", "c"]
+    assert all(action.patch["spec"]["nodeSelector"] == {"pool": "a"} for action in started)
+
+
+def test_an_evicted_group_deletes_its_running_pods_and_leaves_its_gated_ones_gated() -> None:
+    pods = group(member("a", LEADER, gated=False, phase="Running"), member("b", WORKER), member("c", WORKER, gated=False, phase="Running"))
+    evicted = cond(c.EVICTED, reason="Preempted")
+    wl = kueue.Workload.model_validate(
+        {
+            "metadata": {"name": "g", "namespace": "ns", "resourceVersion": "3"},
+            "spec": {"queueName": "q", "podSets": [ps.to_dict() for ps in POD_ADAPTER.pod_sets(pods)]},
+            "status": {"admission": {"clusterQueue": "cq", "podSetAssignments": []}, "conditions": [cond(c.QUOTA_RESERVED), evicted]},
+        }
+    )
+    result = plan(POD_ADAPTER, pods, wl)
+    deleted = [action.name for action in result.actions if isinstance(action, DeleteJob)]
+    assert deleted == ["a", "c"]
+
+
+@pytest.mark.parametrize(
+    ("phases", "annotations", "expected"),
+    [
+        (["Succeeded", "Succeeded", "Succeeded"], {}, (True, "Pods succeeded: 3/3.")),
+        (["Succeeded", "Failed", "Running"], {}, None),
+        (["Succeeded", "Failed", "Failed"], {}, None),  # retriable: waits for replacement Pods
+        (["Succeeded", "Failed", "Failed"], {RETRIABLE_IN_GROUP_ANNOTATION: "false"}, (False, "Pods succeeded: 1/3.")),
+    ],
+)
+def test_a_group_finishes_when_its_total_succeeded_or_an_unretriable_one_stopped(
+    phases: list[str], annotations: dict[str, str], expected: tuple[bool, str] | None
+) -> None:
+    pods = group(
+        *(member(name, WORKER, gated=False, phase=phase, annotations=annotations) for name, phase in zip("abc", phases, strict=True))
+    )
+    finished = POD_ADAPTER.finished(pods)
+    assert (None if finished is None else (finished.succeeded, finished.message)) == expected
+
+
+def test_a_deleted_pod_of_a_group_lets_its_finalizer_go_and_a_finished_group_lets_all_go() -> None:
+    pods = group(member("a", WORKER, gated=False, phase="Running", deletionTimestamp="2026-11-21T11:00:00Z"), member("b", WORKER))
+    assert [(name) for name, _ in POD_ADAPTER.finalize_patches(pods, deleting_only=True)] == ["a"]
+    assert [(name) for name, _ in POD_ADAPTER.finalize_patches(pods)] == ["a", "b"]

@@ -11,7 +11,7 @@ so adding a kind is one adapter module and its entry in the registry.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, ClassVar, Generic, TypeVar
@@ -126,6 +126,64 @@ class JobAdapter(ABC, Generic[J]):
         if not self.multikueue:
             return []
         return [{"apiGroups": [self.model.GROUP], "resources": [self.model.PLURAL], "verbs": ["create", "delete", "get", "list", "watch"]}]
+
+    # --- a job of several objects (Kueue's ComposableJob: a pod group) ----------------------------
+    # A job is one object by default. A kind whose job may be several objects (a pod group) maps
+    # each object to its job's key, composes the job from its informer, and names each object a
+    # step writes (`Target`); the shell and `plan_job` ask these and nothing else.
+    def job_key(self, obj: J) -> str:
+        """The key of the job an object belongs to (`namespace/name`)."""
+        return obj.key
+
+    def load(self, key: str, *, get: Callable[[str], J | None], by_index: Callable[[str, str], list[J]]) -> J | None:
+        """The job `key` names, from the kind's informer; None when it is gone."""
+        return get(key)
+
+    def indexes(self) -> dict[str, Callable[[Any], list[str]]]:
+        """Indexes the kind's informer keeps for `load`."""
+        return {}
+
+    def workload_key_for(self, key: str) -> str | None:
+        """The Workload of the job `key`, when the kind names it by the job (a pod group's is
+        the group's name); None: found by its controller owner."""
+        return None
+
+    def job_keys(self, wl: Workload) -> list[str]:
+        """The jobs of this kind a Workload belongs to (to reconcile them when it changes)."""
+        return [f"{wl.namespace}/{ref.name}" for ref in wl.metadata.owner_references or [] if ref.controller and self.owns(ref)]
+
+    def incomplete(self, job: J) -> bool:
+        """Whether the job is not whole yet (a pod group with fewer pods than its total): it
+        waits, without a Workload, for the rest."""
+        return False
+
+    def workload_metadata(self, job: J) -> ObjectMeta:
+        """The new Workload's name, labels and owners (Kueue's ConstructWorkload: named after
+        the job and its UID, owned by it as controller, with its UID as a label)."""
+        uid = job.metadata.uid or ""
+        return ObjectMeta(
+            name=workload_name(job.name, uid, kind=self.kind, group=self.model.GROUP),
+            namespace=job.namespace,
+            labels={c.JOB_UID_LABEL: uid},
+            creation_timestamp=job.metadata.creation_timestamp,
+            owner_references=[self.owner_reference(job)],
+        )
+
+    def start_patches(self, job: J, wl: Workload, pod_sets: Sequence[PodSetInfo]) -> list[tuple[str | None, dict[str, Any]]]:
+        """(object name, or None for the job itself; merge patch) for each object to start."""
+        return [(None, self.start_patch(job, wl, pod_sets))]
+
+    def stop_targets(self, job: J) -> list[J]:
+        """A kind stopped by deletion: the objects to mark and delete (not yet suspended ones)."""
+        return [] if self.is_suspended(job) else [job]
+
+    def finalize_patches(self, job: J, *, deleting_only: bool = False) -> list[tuple[str | None, dict[str, Any]]]:
+        """(object name, or None for the job itself; merge patch) removing the kind's
+        finalizer: from every object, or (`deleting_only`) from those being deleted."""
+        if deleting_only and job.metadata.deletion_timestamp is None:
+            return []
+        patch = self.finalize_patch(job)
+        return [(None, patch)] if patch is not None else []
 
     # --- what it handles ------------------------------------------------------------------------
     def manages(self, job: J) -> bool:
@@ -242,7 +300,6 @@ def construct_workload(
     queue_name = job_queue_name(job)
     if not queue_name:
         raise JobConversionError(f"metadata.labels[{c.QUEUE_NAME_LABEL}]", f"Required value: the {adapter.kind} is not queued")
-    uid = job.metadata.uid or ""
     pod_sets = adapter.pod_sets(job)
     priority, ref = resolve_priority(
         job.metadata.labels,
@@ -251,11 +308,5 @@ def construct_workload(
         workload_priority_classes=workload_priority_classes,
         priority_classes=priority_classes,
     )
-    meta = ObjectMeta(
-        name=workload_name(job.name, uid, kind=adapter.kind, group=adapter.model.GROUP),
-        namespace=job.namespace,
-        labels={c.JOB_UID_LABEL: uid},
-        creation_timestamp=job.metadata.creation_timestamp,
-        owner_references=[adapter.owner_reference(job)],
-    )
+    meta = adapter.workload_metadata(job)
     return Workload(metadata=meta, spec=WorkloadSpec(pod_sets=pod_sets, queue_name=queue_name, priority=priority, priority_class_ref=ref))

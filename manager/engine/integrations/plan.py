@@ -71,18 +71,23 @@ class CreateWorkload:
 
 @dataclass(frozen=True)
 class PatchJob:
-    """A merge patch on the job (or its status); the event follows the write."""
+    """A merge patch on the job (or its status); the event follows the write. `name` names
+    one object of a job of several (a pod in a group); None is the job itself."""
 
     patch: dict[str, Any]
     subresource: str | None = None
     event: Event | None = None
+    name: str | None = None
 
 
 @dataclass(frozen=True)
 class DeleteJob:
-    """Delete the job (a kind stopped by deletion); the event follows the delete."""
+    """Delete the job, or the object `name` of it (a kind stopped by deletion), if it is still
+    the one of `uid`; the event follows the delete."""
 
     event: Event
+    name: str | None = None
+    uid: str | None = None
 
 
 @dataclass(frozen=True)
@@ -161,10 +166,10 @@ def _ensure_suspended(adapter: JobAdapter[Any], job: Resource, now: datetime) ->
     return [PatchJob(adapter.suspend_patch(job))]
 
 
-def _finalize(adapter: JobAdapter[Any], job: Resource) -> list[Action]:
-    """Kueue's finalizeJob: the kind's finalizer goes (kinds without one: nothing)."""
-    patch = adapter.finalize_patch(job)
-    return [PatchJob(patch)] if patch is not None else []
+def _finalize(adapter: JobAdapter[Any], job: Resource, *, deleting_only: bool = False) -> list[Action]:
+    """Kueue's finalizeJob: the kind's finalizer goes (kinds without one: nothing); with
+    `deleting_only`, only from the objects being deleted."""
+    return [PatchJob(patch, name=name) for name, patch in adapter.finalize_patches(job, deleting_only=deleting_only)]
 
 
 def _stop(adapter: JobAdapter[Any], job: Resource, event: Event, *, reason: str, now: datetime) -> list[Action]:
@@ -172,8 +177,14 @@ def _stop(adapter: JobAdapter[Any], job: Resource, event: Event, *, reason: str,
     StopReason), then deleted (Kueue's Stop of a pod: TerminationTarget, then delete)."""
     if not adapter.stopped_by_deletion:
         return [PatchJob(adapter.suspend_patch(job), event=event)]
-    why = adapter.termination_status_patch(job, reason=reason, message=event.message, now=now)
-    return [*([PatchJob(why, subresource="status")] if why is not None else []), DeleteJob(event)]
+    actions: list[Action] = []
+    for target in adapter.stop_targets(job):
+        name = None if target is job else target.name
+        why = adapter.termination_status_patch(target, reason=reason, message=event.message, now=now)
+        if why is not None:
+            actions.append(PatchJob(why, subresource="status", name=name))
+        actions.append(DeleteJob(event, name=name, uid=target.metadata.uid))
+    return actions
 
 
 def _adopt(adapter: JobAdapter[Any], job: Resource, wl: Workload) -> PatchWorkload:
@@ -217,33 +228,37 @@ def plan_job(inputs: JobInputs) -> JobPlan:
     if inputs.creating:
         return JobPlan(requeue_after=WAIT_FOR_CREATED_WORKLOAD)
     finished = adapter.finished(job)
+    # Of a job of several objects, those being deleted let their finalizer go at once.
+    gone = _finalize(adapter, job, deleting_only=True)
 
     if wl is None:
         if finished is not None:
             return JobPlan(_finalize(adapter, job))
+        if adapter.incomplete(job):
+            return JobPlan(gone)  # a pod group waits for the rest of its pods; their events wake us
         if prebuilt:
             # Same as Kueue: a job pointing at a Workload that is not there yet waits, suspended.
-            return JobPlan(_ensure_suspended(adapter, job, now), requeue_after=WAIT_FOR_PREBUILT_WORKLOAD)
+            return JobPlan([*gone, *_ensure_suspended(adapter, job, now)], requeue_after=WAIT_FOR_PREBUILT_WORKLOAD)
         try:
             new = construct_workload(
                 adapter, job, workload_priority_classes=inputs.workload_priority_classes, priority_classes=inputs.priority_classes
             )
         except JobConversionError as err:
-            return JobPlan(
-                [Warn(Event("Warning", "FailedCreateWorkload", str(err))), *_ensure_suspended(adapter, job, now)], retry_with_backoff=True
-            )
+            warn = Warn(Event("Warning", "FailedCreateWorkload", str(err)))
+            return JobPlan([*gone, warn, *_ensure_suspended(adapter, job, now)], retry_with_backoff=True)
         new.metadata.creation_timestamp = None
         created = Event("Normal", "CreatedWorkload", f"Created Workload: {new.key}")
-        return JobPlan([CreateWorkload(new, created), *_ensure_suspended(adapter, job, now)])
+        return JobPlan([*gone, CreateWorkload(new, created), *_ensure_suspended(adapter, job, now)])
 
-    actions: list[Action] = []
+    actions: list[Action] = list(gone)
     if prebuilt and not any(ref.uid == job.metadata.uid for ref in wl.metadata.owner_references or []):
         actions.append(_adopt(adapter, job, wl))
+    rest = [action for action in _finalize(adapter, job) if action not in gone]
     if is_finished(wl):
-        return JobPlan([*actions, *_finalize(adapter, job)])
+        return JobPlan([*actions, *rest])
     if finished is not None:
         actions.append(_status_write(wl, finish_patch(wl, reason=_finished_reason(finished), message=finished.message, now=now)))
-        return JobPlan([*actions, *_finalize(adapter, job)])
+        return JobPlan([*actions, *rest])
 
     if inputs.wait_for_pods_ready:
         # Kueue's job reconciler with waitForPodsReady: the PodsReady condition follows the
@@ -272,13 +287,17 @@ def plan_job(inputs: JobInputs) -> JobPlan:
         if suspended:
             cluster_queue = wl.status.admission.cluster_queue if wl.status and wl.status.admission else ""
             try:
-                start = adapter.start_patch(job, wl, admitted_pod_sets(wl, inputs.flavors))
+                starts = adapter.start_patches(job, wl, admitted_pod_sets(wl, inputs.flavors))
             except JobConversionError as err:
                 actions.append(_status_write(wl, finish_patch(wl, reason=REASON_FAILED_TO_START, message=str(err), now=now)))
                 return JobPlan(actions)
-            actions.append(PatchJob(start, event=Event("Normal", "Started", f"Admitted by clusterQueue {cluster_queue}")))
+            started = Event("Normal", "Started", f"Admitted by clusterQueue {cluster_queue}")
+            actions += [PatchJob(start, event=started, name=name) for name, start in starts]
         return JobPlan(actions)
-    if not suspended:
+    # A kind stopped by deletion stops each object still running (a pod group's running pods,
+    # while its gated ones stay gated); any other kind is suspended once.
+    must_stop = bool(adapter.stop_targets(job)) if adapter.stopped_by_deletion else not suspended
+    if must_stop:
         if evicted:
             cond = find_condition(conditions_of(wl), c.EVICTED)
             event = Event("Normal", "Stopped", cond.message if cond is not None and cond.message else "Evicted")
