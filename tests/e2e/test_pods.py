@@ -22,7 +22,7 @@ from manager.kube.client import KubeClient
 from tests.e2e.federation import RUNS, Clients, Federation, running
 from tests.e2e.test_multikueue import make_priority_classes
 from tests.harness import Provider, eventually
-from tests.integration.test_pod_integration import gates, pod_manifest, workload_of
+from tests.integration.test_pod_integration import gates, group_member, group_workload, pod_manifest, workload_of
 
 
 @pytest.fixture(scope="module")
@@ -148,3 +148,40 @@ async def test_a_pod_preempted_by_a_higher_priority_pod_leaves_its_worker_and_wa
 
 async def _finalized(client: KubeClient, ns: str, name: str) -> bool:
     return MANAGED_LABEL not in ((await client.get(Pod, name, namespace=ns)).metadata.finalizers or [])
+
+
+async def test_a_pod_group_submitted_to_the_manager_runs_whole_on_one_worker_and_its_statuses_come_back(kube: Clients) -> None:
+    ns = f"pg{uuid.uuid4().hex[:6]}"
+    await namespace_with_queues(kube, ns, manager_cpu=4)
+    members = ("leader", "worker-0", "worker-1")
+    for name in members:
+        await kube.manager.create(Pod, group_member(name, ns, group="train", total=3, cpu="2" if name == "leader" else "1", run_time="3s"))
+
+    wl = await eventually(lambda: group_workload(kube.manager, ns, "train"), timeout=30, what="the group's Workload on the manager")
+    assert sorted(ps.count for ps in wl.spec.pod_sets) == [1, 2]
+
+    async def where() -> dict[str, list[str]]:
+        found = {worker: [pod.name for pod in (await client.list(Pod, namespace=ns)).items] for worker, client in kube.workers.items()}
+        return {worker: sorted(names) for worker, names in found.items() if names}
+
+    async def whole_on_a_worker() -> dict[str, list[str]] | None:
+        found = await where()
+        return found if sum(len(names) for names in found.values()) == len(members) else None
+
+    placed = await eventually(whole_on_a_worker, timeout=90, what="every Pod of the group created on a worker")
+    assert list(placed.values()) == [sorted(members)], f"the group is split or misplaced: {placed}"
+
+    async def all_succeeded_on_the_manager() -> list[Pod] | None:
+        pods = [await manager_pod(kube, ns, name) for name in members]
+        return pods if all(phase(pod) == "Succeeded" for pod in pods) else None
+
+    pods = await eventually(all_succeeded_on_the_manager, timeout=120, what="every manager Pod Succeeded, from its worker's status")
+    assert all(gates(pod) == [SCHEDULING_GATE] for pod in pods), "the manager's Pods stay gated"
+
+    async def finished_and_nothing_left() -> bool:
+        current = await group_workload(kube.manager, ns, "train")
+        done = current is not None and is_condition_true(current.status.conditions if current.status else None, c.FINISHED)
+        copies = [wl for items in (await kube.remote_workloads(ns)).values() for wl in items]
+        return done and not await where() and not copies
+
+    await eventually(finished_and_nothing_left, timeout=90, what="the group's Workload Finished and nothing left on the workers")

@@ -152,6 +152,18 @@ class JobAdapter(ABC, Generic[J]):
         """The jobs of this kind a Workload belongs to (to reconcile them when it changes)."""
         return [f"{wl.namespace}/{ref.name}" for ref in wl.metadata.owner_references or [] if ref.controller and self.owns(ref)]
 
+    def parts(self, job: J) -> list[J]:
+        """The objects the job is made of (MultiKueue copies each to the worker)."""
+        return [job]
+
+    def compose(self, parts: Sequence[J]) -> J | None:
+        """The job from its objects as found on a worker (`parts` of one Workload); None for none."""
+        return parts[0] if parts else None
+
+    def adoption_references(self, job: J) -> list[OwnerReference]:
+        """The owners a prebuilt Workload gets from the job that adopts it: the job, as controller."""
+        return [self.owner_reference(job)]
+
     def incomplete(self, job: J) -> bool:
         """Whether the job is not whole yet (a pod group with fewer pods than its total): it
         waits, without a Workload, for the rest."""

@@ -187,17 +187,25 @@ def _stop(adapter: JobAdapter[Any], job: Resource, event: Event, *, reason: str,
     return actions
 
 
+def _adopted(adapter: JobAdapter[Any], job: Resource, wl: Workload) -> bool:
+    have = {ref.uid for ref in wl.metadata.owner_references or []}
+    return all(ref.uid in have for ref in adapter.adoption_references(job))
+
+
 def _adopt(adapter: JobAdapter[Any], job: Resource, wl: Workload) -> PatchWorkload:
-    """A prebuilt Workload becomes the job's: owned by it, so it goes when the job goes."""
+    """A prebuilt Workload becomes the job's: owned by it (a pod group's: by each of its Pods,
+    as Kueue's EnsureWorkloadOwnedByAllMembers), so it goes when the job goes."""
     refs = wl.metadata.owner_references or []
-    owner = adapter.owner_reference(job)
+    owners = adapter.adoption_references(job)
+    uids = {owner.uid for owner in owners}
+    kept = [ref.to_dict() for ref in refs if not ref.controller and ref.uid not in uids]
     return PatchWorkload(
         wl.name,
         wl.namespace,
         {
             "metadata": {
                 "resourceVersion": wl.metadata.resource_version,
-                "ownerReferences": [ref.to_dict() for ref in refs if not ref.controller] + [owner.to_dict()],
+                "ownerReferences": kept + [owner.to_dict() for owner in owners],
                 "labels": {c.JOB_UID_LABEL: job.metadata.uid},
             }
         },
@@ -251,7 +259,7 @@ def plan_job(inputs: JobInputs) -> JobPlan:
         return JobPlan([*gone, CreateWorkload(new, created), *_ensure_suspended(adapter, job, now)])
 
     actions: list[Action] = list(gone)
-    if prebuilt and not any(ref.uid == job.metadata.uid for ref in wl.metadata.owner_references or []):
+    if prebuilt and not _adopted(adapter, job, wl):
         actions.append(_adopt(adapter, job, wl))
     rest = [action for action in _finalize(adapter, job) if action not in gone]
     if is_finished(wl):

@@ -38,8 +38,12 @@ standing for it):
   annotated `kueue.x-k8s.io/retriable-in-group: "false"` (then failed unless all succeeded:
   Kueue reports that case as succeeded).
 
-Not yet for groups: MultiKueue (a group's Workload is rejected by the MultiKueue check),
-fast admission, serving groups, and the validating webhook's checks.
+Through MultiKueue a group's Pods stay gated on the manager; each is created on the winning
+worker with the group's Workload name as its prebuilt Workload (which its Pods adopt there),
+and each Pod's status comes back to its manager Pod.
+
+Not yet for groups: fast admission, serving groups, deleting excess Pods, and the validating
+webhook's checks.
 """
 
 from __future__ import annotations
@@ -249,6 +253,23 @@ class PodAdapter(JobAdapter[Pod]):
             return [group_key(wl.namespace, wl.name)]
         return super().job_keys(wl)
 
+    def parts(self, job: Pod) -> list[Pod]:
+        return list(job.members) if isinstance(job, PodGroup) else [job]
+
+    def compose(self, parts: Sequence[Pod]) -> Pod | None:
+        """A worker's Pods of one Workload: a group when they are grouped."""
+        if not parts:
+            return None
+        group = group_name(parts[0].metadata.labels)
+        return compose_group(parts[0].namespace, group, parts) if group else parts[0]
+
+    def adoption_references(self, job: Pod) -> list[OwnerReference]:
+        """A group's prebuilt Workload is owned by each of its Pods (Kueue's
+        EnsureWorkloadOwnedByAllMembers); a single Pod's by the Pod, as controller."""
+        if not isinstance(job, PodGroup):
+            return super().adoption_references(job)
+        return list(self.workload_metadata(job).owner_references or [])
+
     def incomplete(self, job: Pod) -> bool:
         if not isinstance(job, PodGroup):
             return False
@@ -435,9 +456,8 @@ class PodAdapter(JobAdapter[Pod]):
         return ready is not None and ready.get("status") == "True"
 
     def managed_by(self, job: Pod) -> str | None:
-        """Kueue's IsJobManagedByKueue for Pods: always MultiKueue's to hand over (pod groups:
-        not yet, so MultiKueue rejects their Workloads)."""
-        return None if group_name(job.metadata.labels) else c.MULTIKUEUE_MANAGED_BY
+        """Kueue's IsJobManagedByKueue for Pods: always MultiKueue's to hand over."""
+        return c.MULTIKUEUE_MANAGED_BY
 
     # --- MultiKueue ------------------------------------------------------------------------------
     def remote_object(self, job: Pod, *, workload_name: str, origin: str) -> dict[str, Any]:
