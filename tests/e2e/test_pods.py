@@ -185,3 +185,40 @@ async def test_a_pod_group_submitted_to_the_manager_runs_whole_on_one_worker_and
         return done and not await where() and not copies
 
     await eventually(finished_and_nothing_left, timeout=90, what="the group's Workload Finished and nothing left on the workers")
+
+
+async def test_a_preempted_pod_group_leaves_its_worker_whole_and_waits_gated_on_the_manager(kube: Clients) -> None:
+    ns = f"pq{uuid.uuid4().hex[:6]}"
+    await namespace_with_queues(kube, ns, manager_cpu=2)
+    await make_priority_classes(kube, ns)
+    low = {c.PRIORITY_CLASS_LABEL: f"{ns}-low"}
+    for name in ("a", "b"):
+        await kube.manager.create(Pod, group_member(name, ns, group="victims", total=2, run_time="10m", **low))
+
+    async def group_running() -> bool:
+        return [phase(await manager_pod(kube, ns, name)) for name in ("a", "b")] == ["Running", "Running"]
+
+    await eventually(group_running, timeout=90, what="the low-priority group running on a worker, as the manager sees it")
+    urgent = pod_manifest("urgent", ns, run_time="10m", priority_class=f"{ns}-high")
+    urgent["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "2"
+    await kube.manager.create(Pod, urgent)
+
+    async def group_gone_from_the_workers() -> bool:
+        left = [await remote_pods(kube, ns, name) for name in ("a", "b")]
+        return not any(items for where in left for items in where.values())
+
+    await eventually(group_gone_from_the_workers, timeout=90, what="the preempted group's Pods gone from their worker")
+    wl = await group_workload(kube.manager, ns, "victims")
+    assert wl is not None
+    evicted = find_condition(wl.status.conditions if wl.status else None, c.EVICTED)
+    assert evicted is not None and evicted.reason == "Preempted"
+    for name in ("a", "b"):
+        waiting = await manager_pod(kube, ns, name)
+        assert gates(waiting) == [SCHEDULING_GATE] and waiting.metadata.deletion_timestamp is None, f"{name} waits, gated"
+    placed = await eventually(lambda: _running_somewhere(kube, ns, "urgent"), timeout=90, what="the preemptor running on a worker")
+    assert placed
+
+
+async def _running_somewhere(kube: Clients, ns: str, name: str) -> bool:
+    where = await remote_pods(kube, ns, name)
+    return sum(len(items) for items in where.values()) == 1 and phase(await manager_pod(kube, ns, name)) == "Running"
