@@ -182,7 +182,10 @@ class JobController:
                 self.adapter.model, action.name or job.name, action.patch, namespace=job.namespace, subresource=action.subresource
             )
             planned_from = job.metadata.resource_version
-            if planned_from and written.metadata.resource_version != planned_from:  # a no-op write brings no event
+            # A no-op write brings no event. A write to one object of a job of several is not
+            # remembered: the job's version is not that object's (each such write carries its
+            # object's resourceVersion or UID, so a plan made again from a stale view conflicts).
+            if planned_from and action.name is None and written.metadata.resource_version != planned_from:
                 self.written_from[key] = planned_from
             if action.event is not None:
                 self._event(job, action.event, action.name, written.metadata.uid)

@@ -204,13 +204,6 @@ def _start_one(pod: Pod, info: PodSetInfo) -> dict[str, Any]:
     return {"metadata": new_meta, "spec": new_spec}
 
 
-def _finalize_one(pod: Pod) -> dict[str, Any] | None:
-    if MANAGED_LABEL not in (pod.metadata.finalizers or []):
-        return None
-    kept = [name for name in pod.metadata.finalizers or [] if name != MANAGED_LABEL]
-    return {"metadata": {"resourceVersion": pod.metadata.resource_version, "finalizers": kept or None}}
-
-
 def _running_here(pod: Pod) -> bool:
     """Ungated, not terminated and not being deleted: a Pod a stop must delete."""
     return not is_gated(pod) and not is_terminated(pod) and pod.metadata.deletion_timestamp is None
@@ -419,7 +412,7 @@ class PodAdapter(JobAdapter[Pod]):
             return super().finalize_patches(job, deleting_only=deleting_only)
         out: list[tuple[str | None, dict[str, Any]]] = []
         for pod in job.members:
-            patch = _finalize_one(pod)
+            patch = self.finalize_patch(pod)
             if patch is not None and (not deleting_only or pod.metadata.deletion_timestamp is not None):
                 out.append((pod.name, patch))
         return out
