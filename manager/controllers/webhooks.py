@@ -101,6 +101,10 @@ def default_job(
     refs = [OwnerReference.model_validate(ref) for ref in meta.get("ownerReferences") or []]
     if part_of_managed_job(refs):
         return _review(request, allowed=True)
+    problems = adapter.creation_problems(job)
+    if problems:
+        name = meta.get("name") or meta.get("generateName") or ""
+        return _review(request, allowed=False, message=f'{adapter.kind} "{name}" is invalid: {"; ".join(problems)}')
     patch: list[dict[str, Any]] = adapter.creation_patch(job)
     if adapter.can_default_managed_by(spec.get("managedBy")) and not prebuilt_workload_name(meta) and uses_multikueue(namespace, queue):
         # "add" replaces a managedBy naming the kind's own controller (RFC 6902).

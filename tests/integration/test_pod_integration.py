@@ -23,7 +23,7 @@ from manager.engine.integrations.pod import (
     SCHEDULING_GATE,
 )
 from manager.kube.client import KubeClient
-from manager.kube.errors import NotFoundError
+from manager.kube.errors import KubeError, NotFoundError
 from tests.harness import Provider, eventually
 from tests.integration.controllers import ControllerProcess, crd_cluster, running_manager
 from tests.integration.test_controllers import condition, make_queues
@@ -186,6 +186,11 @@ async def test_a_pod_group_gets_one_workload_once_complete_runs_all_its_pods_and
     await kube.create(Pod, group_member("worker-0", ns, group="train", total=3))
     first = await kube.get(Pod, "leader", namespace=ns)
     assert gates(first) == [SCHEDULING_GATE] and ROLE_HASH_ANNOTATION in (first.metadata.annotations or {})
+    incomplete = group_member("stray", ns, group="train", total=3)
+    del incomplete["metadata"]["annotations"][POD_GROUP_TOTAL_COUNT_ANNOTATION]
+    with pytest.raises(KubeError) as refused:
+        await kube.create(Pod, incomplete)
+    assert f"metadata.annotations[{POD_GROUP_TOTAL_COUNT_ANNOTATION}]: Required value" in str(refused.value)
     # Two of three: no Workload yet (Kueue creates the group's Workload once it is complete).
     assert await group_workload(kube, ns, "train") is None
     await kube.create(Pod, group_member("worker-1", ns, group="train", total=3))

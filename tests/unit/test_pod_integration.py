@@ -292,9 +292,10 @@ def group(*pods: Pod) -> PodGroup:
 
 
 def test_a_grouped_pod_gets_its_role_hash_at_creation_and_belongs_to_its_group() -> None:
-    obj = {"metadata": {"name": "a", "labels": {c.QUEUE_NAME_LABEL: "q", POD_GROUP_NAME_LABEL: "g"}}, "spec": WORKER}
+    total = {POD_GROUP_TOTAL_COUNT_ANNOTATION: "3"}
+    obj = {"metadata": {"name": "a", "labels": {c.QUEUE_NAME_LABEL: "q", POD_GROUP_NAME_LABEL: "g"}, "annotations": total}, "spec": WORKER}
     ops = {op["path"]: op["value"] for op in patch_of(default_job(review(obj), uses_multikueue=lambda ns, q: False, adapter=POD_ADAPTER))}
-    assert ops["/metadata/annotations"] == {ROLE_HASH_ANNOTATION: role_hash(WORKER)}
+    assert ops["/metadata/annotations"] == {**total, ROLE_HASH_ANNOTATION: role_hash(WORKER)}
     assert role_hash(WORKER) != role_hash(LEADER) and len(role_hash(WORKER)) == 8
     assert POD_ADAPTER.job_key(member("a", WORKER)) == f"ns/{GROUP_KEY_PREFIX}g"
     assert POD_ADAPTER.workload_key_for(f"ns/{GROUP_KEY_PREFIX}g") == "ns/g"
@@ -378,3 +379,24 @@ def test_a_deleted_pod_of_a_group_lets_its_finalizer_go_and_a_finished_group_let
     pods = group(member("a", WORKER, gated=False, phase="Running", deletionTimestamp="2026-11-21T11:00:00Z"), member("b", WORKER))
     assert [(name) for name, _ in POD_ADAPTER.finalize_patches(pods, deleting_only=True)] == ["a"]
     assert [(name) for name, _ in POD_ADAPTER.finalize_patches(pods)] == ["a", "b"]
+
+
+@pytest.mark.parametrize(
+    ("labels", "annotations", "problem"),
+    [
+        ({MANAGED_LABEL: "false"}, {}, f"metadata.labels[{MANAGED_LABEL}]: Forbidden"),
+        ({POD_GROUP_NAME_LABEL: "g"}, {}, f"metadata.annotations[{POD_GROUP_TOTAL_COUNT_ANNOTATION}]: Required value"),
+        ({}, {POD_GROUP_TOTAL_COUNT_ANNOTATION: "2"}, f"metadata.labels[{POD_GROUP_NAME_LABEL}]: Required value"),
+        ({POD_GROUP_NAME_LABEL: "g"}, {POD_GROUP_TOTAL_COUNT_ANNOTATION: "0"}, 'Invalid value: "0"'),
+        ({POD_GROUP_NAME_LABEL: "g", c.PREBUILT_WORKLOAD_LABEL: "other"}, {POD_GROUP_TOTAL_COUNT_ANNOTATION: "2"}, "should be equal"),
+    ],
+    ids=["managed-not-true", "group-without-total", "total-without-group", "total-not-positive", "prebuilt-not-the-group"],
+)
+def test_a_pod_kueue_would_refuse_is_refused_at_creation_naming_the_field(
+    labels: dict[str, str], annotations: dict[str, str], problem: str
+) -> None:
+    obj = {"metadata": {"name": "p", "labels": {c.QUEUE_NAME_LABEL: "q", **labels}, "annotations": annotations}, "spec": WORKER}
+    answer = default_job(review(obj), uses_multikueue=lambda ns, q: False, adapter=POD_ADAPTER)
+    assert not answer["response"]["allowed"]
+    message = answer["response"]["status"]["message"]
+    assert message.startswith('Pod "p" is invalid: ') and problem in message

@@ -209,6 +209,11 @@ class JobAdapter(ABC, Generic[J]):
             return []
         return [{"op": "add", "path": "/spec/suspend", "value": True}]
 
+    def creation_problems(self, obj: dict[str, Any]) -> list[str]:
+        """Why the webhook refuses a queued object at creation (`path: reason` each, as the
+        apiserver's validation says them); none by default."""
+        return []
+
     def webhook_namespace_selector(self) -> dict[str, Any] | None:
         """The namespaceSelector of the kind's defaulting webhook; None for every namespace."""
         return None

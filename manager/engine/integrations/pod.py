@@ -42,8 +42,12 @@ Through MultiKueue a group's Pods stay gated on the manager; each is created on 
 worker with the group's Workload name as its prebuilt Workload (which its Pods adopt there),
 and each Pod's status comes back to its manager Pod.
 
-Not yet for groups: fast admission, serving groups, deleting excess Pods, and the validating
-webhook's checks.
+The webhook refuses, at creation, what Kueue's pod webhook refuses (a managed label other than
+`true`, a group name without a positive total count or the reverse, a grouped Pod whose
+prebuilt Workload is not its group's); kfed denies in its defaulting webhook.
+
+Not yet for groups: fast admission, serving groups, deleting excess Pods, and the update
+checks of Kueue's validating webhook.
 """
 
 from __future__ import annotations
@@ -62,7 +66,7 @@ from manager.api.core import POD_FAILED, POD_SUCCEEDED, Pod
 from manager.api.kueue import PodSet, Workload
 from manager.api.meta import ObjectMeta, OwnerReference
 from manager.engine.integrations.adapter import Finished, JobAdapter
-from manager.engine.jobs import JobConversionError, PodSetInfo, multikueue_remote_metadata
+from manager.engine.jobs import JobConversionError, PodSetInfo, multikueue_remote_metadata, prebuilt_workload_name
 
 # Kueue's pod integration constants (pkg/controller/jobs/pod/constants).
 SCHEDULING_GATE = "kueue.x-k8s.io/admission"
@@ -307,6 +311,31 @@ class PodAdapter(JobAdapter[Pod]):
         if group_name(labels) and ROLE_HASH_ANNOTATION not in annotations:
             ops.append({"op": "add", "path": "/metadata/annotations", "value": {**annotations, ROLE_HASH_ANNOTATION: role_hash(spec)}})
         return ops
+
+    def creation_problems(self, obj: dict[str, Any]) -> list[str]:
+        """Kueue's pod webhook ValidateCreate: the managed label is only ever `true`; a group
+        names both its name and a positive total count; a grouped Pod's prebuilt Workload is
+        its group's."""
+        meta = obj.get("metadata") or {}
+        labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
+        problems = []
+        if labels.get(MANAGED_LABEL, MANAGED_VALUE) != MANAGED_VALUE:
+            problems.append(f"metadata.labels[{MANAGED_LABEL}]: Forbidden: managed label value can only be '{MANAGED_VALUE}'")
+        group, total = group_name(labels), annotations.get(POD_GROUP_TOTAL_COUNT_ANNOTATION)
+        both = f"both the '{POD_GROUP_TOTAL_COUNT_ANNOTATION}' annotation and the '{POD_GROUP_NAME_LABEL}' label should be set"
+        if group and total is None:
+            problems.append(f"metadata.annotations[{POD_GROUP_TOTAL_COUNT_ANNOTATION}]: Required value: {both}")
+        elif total is not None and not group:
+            problems.append(f"metadata.labels[{POD_GROUP_NAME_LABEL}]: Required value: {both}")
+        elif total is not None and not (total.isdigit() and int(total) > 0):
+            problems.append(
+                f'metadata.annotations[{POD_GROUP_TOTAL_COUNT_ANNOTATION}]: Invalid value: "{total}": '
+                "group total count should be a positive integer"
+            )
+        prebuilt = prebuilt_workload_name(meta)
+        if group and prebuilt and prebuilt != group:
+            problems.append(f'{c.PREBUILT_WORKLOAD_LABEL}: Invalid value: "{prebuilt}": prebuilt workload and pod group should be equal')
+        return problems
 
     def webhook_namespace_selector(self) -> dict[str, Any] | None:
         return {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": list(SYSTEM_NAMESPACES)}]}
