@@ -400,3 +400,10 @@ def test_a_pod_kueue_would_refuse_is_refused_at_creation_naming_the_field(
     assert not answer["response"]["allowed"]
     message = answer["response"]["status"]["message"]
     assert message.startswith('Pod "p" is invalid: ') and problem in message
+
+
+def test_a_group_that_lost_its_workload_has_its_running_pods_deleted_even_when_some_are_gone() -> None:
+    pods = group(member("a", LEADER, gated=False, phase="Running"), member("b", WORKER))  # c is gone: incomplete
+    result = plan(POD_ADAPTER, pods, None)
+    assert [action.name for action in result.actions if isinstance(action, DeleteJob)] == ["a"]
+    assert not any(isinstance(action, CreateWorkload) for action in result.actions)

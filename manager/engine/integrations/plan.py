@@ -158,11 +158,13 @@ def _status_write(wl: Workload, patch: Patch) -> PatchWorkload:
 
 # --- the steps -------------------------------------------------------------------------------------
 def _ensure_suspended(adapter: JobAdapter[Any], job: Resource, now: datetime) -> list[Action]:
-    if adapter.is_suspended(job):
-        return []
+    """A job without its Workload must not run (Kueue's ensureOneWorkload: NoMatchingWorkload):
+    suspended, or, for a kind stopped by deletion, each of its objects still running deleted."""
     if adapter.stopped_by_deletion:
         event = Event("Normal", "Stopped", f"The {adapter.kind} was started without an admitted Workload")
         return _stop(adapter, job, event, reason="NoMatchingWorkload", now=now)
+    if adapter.is_suspended(job):
+        return []
     return [PatchJob(adapter.suspend_patch(job))]
 
 
@@ -243,7 +245,8 @@ def plan_job(inputs: JobInputs) -> JobPlan:
         if finished is not None:
             return JobPlan(_finalize(adapter, job))
         if adapter.incomplete(job):
-            return JobPlan(gone)  # a pod group waits for the rest of its pods; their events wake us
+            # A pod group waits for the rest of its pods (their events wake us), none running.
+            return JobPlan([*gone, *_ensure_suspended(adapter, job, now)])
         if prebuilt:
             # Same as Kueue: a job pointing at a Workload that is not there yet waits, suspended.
             return JobPlan([*gone, *_ensure_suspended(adapter, job, now)], requeue_after=WAIT_FOR_PREBUILT_WORKLOAD)
