@@ -27,12 +27,13 @@ from tests.conftest import REPO_ROOT
 from tests.harness import Provider
 
 DEPLOY = REPO_ROOT / "deploy"
-BASES = ("manager", "worker-agent", "multikueue-worker-access", "visibility-apf")
+BASES = ("manager", "worker-agent", "multikueue-worker-access", "visibility-apf", "dashboard", "overlays/dashboard")
 CHART = DEPLOY / "helm" / "kfed"
 # The chart's values for each kind of cluster, and the kustomize bases that install the same.
 CHART_INSTALLS = {
     "manager-cluster": ([], ("manager",)),
     "manager-cluster-with-visibility-apf": (["--set", "manager.visibilityAPF=true"], ("manager", "visibility-apf")),
+    "manager-cluster-with-dashboard": (["--set", "dashboard.enabled=true"], ("manager", "dashboard")),
     "worker-cluster": (
         ["--set", "manager.enabled=false", "--set", "workerAgent.enabled=true", "--set", "multikueueWorkerAccess.enabled=true"],
         ("worker-agent", "multikueue-worker-access"),
