@@ -16,9 +16,10 @@ from aiohttp.test_utils import TestClient, TestServer
 from manager.api import kueue
 from manager.api.core import Event
 from manager.cli import views
-from manager.cli.dashboard import pages
+from manager.cli.dashboard import incluster, pages
 from manager.cli.dashboard.server import CONTENT_SECURITY_POLICY, CSRF_COOKIE, Settings, create_app, environment
 from manager.cli.explain import explain
+from manager.controllers.visibility import User
 from manager.multikueue.reads import Verdict
 
 pytestmark = pytest.mark.unit
@@ -280,3 +281,65 @@ async def test_local_mode_refuses_a_host_it_does_not_serve(server: TestClient[we
     answer = await server.get("/jobs", headers={"Host": "attacker.example:80"})
     assert answer.status == 403
     assert (await answer.text()).strip() == f'host "attacker.example:80" is not served: open http://127.0.0.1:{server.port}/'
+
+
+# --- in the cluster: what each call asks of the user's rights ------------------------------------------
+@pytest.mark.parametrize(
+    ("method", "path", "expected"),
+    [
+        (
+            "GET",
+            "/apis/kueue.x-k8s.io/v1beta2/namespaces/a/workloads",
+            [{"group": "kueue.x-k8s.io", "resource": "workloads", "verb": "list", "namespace": "a"}],
+        ),
+        (
+            "GET",
+            "/apis/kueue.x-k8s.io/v1beta2/clusterqueues/cq",
+            [{"group": "kueue.x-k8s.io", "resource": "clusterqueues", "verb": "get", "name": "cq"}],
+        ),
+        (
+            "DELETE",
+            "/apis/batch/v1/namespaces/a/jobs/j",
+            [{"group": "batch", "resource": "jobs", "verb": "delete", "namespace": "a", "name": "j"}],
+        ),
+        (
+            "GET",
+            "/api/v1/namespaces/a/pods/p/log",
+            [{"group": "", "resource": "pods", "subresource": "log", "verb": "get", "namespace": "a", "name": "p"}],
+        ),
+        ("GET", "/api/v1/namespaces/a", [{"group": "", "resource": "namespaces", "verb": "get", "name": "a"}]),
+        (
+            "GET",
+            "/apis/visibility.kueue.x-k8s.io/v1beta2/namespaces/a/localqueues/q/pendingworkloads",
+            [
+                {
+                    "group": "visibility.kueue.x-k8s.io",
+                    "resource": "localqueues",
+                    "subresource": "pendingworkloads",
+                    "verb": "get",
+                    "namespace": "a",
+                    "name": "q",
+                }
+            ],
+        ),
+        (
+            "GET",
+            "/apis/reads.kfed.dev/v1alpha1/namespaces/a/workloads/w/log",
+            [
+                {"group": "reads.kfed.dev", "resource": "workloads", "subresource": "log", "verb": "get", "namespace": "a", "name": "w"},
+                {"group": "", "resource": "pods", "subresource": "log", "verb": "get", "namespace": "a"},
+            ],
+        ),
+    ],
+)
+def test_each_apiserver_path_is_reviewed_as_the_request_it_is(method: str, path: str, expected: list[dict[str, str]]) -> None:
+    found = incluster.path_attributes(method, path)
+    assert [{k: v for k, v in check.items() if k != "version"} for check in found] == expected
+
+
+def test_a_path_that_names_no_resource_is_refused_and_a_user_lands_in_their_own_namespace() -> None:
+    for path in ("/healthz", "/apis/batch", "/api/v1/namespaces/a/pods/p/log/extra"):
+        with pytest.raises(ValueError, match="not a resource path"):
+            incluster.path_attributes("GET", path)
+    assert incluster.default_namespace(User("system:serviceaccount:team-a:alice")) == "team-a"
+    assert incluster.default_namespace(User("alice@example.com")) == "default"
