@@ -239,6 +239,9 @@ async def jobs_stream(request: web.Request, session: Session) -> web.StreamRespo
     response = await sse_response(request)
     last = ""
     try:
+        # The page that opened the stream was rendered just now: the first read waits a period,
+        # so that loading a page does not read every job twice at once.
+        await request.app[SLEEP](settings.refresh)
         while True:
             try:
                 found, notes = await _jobs_page(request, session)
