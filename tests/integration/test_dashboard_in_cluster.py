@@ -10,11 +10,16 @@ from __future__ import annotations
 import contextlib
 import copy
 import html
+import selectors
+import subprocess
+import sys
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 import yaml
 from aiohttp import web
@@ -107,10 +112,11 @@ class Fleet:
     tokens: dict[str, str]  # user -> bearer token
     namespaces: dict[str, str]  # user -> their namespace
     cluster_queue: str
+    kubeconfig: Path  # the dashboard's own identity
 
 
 @pytest.fixture
-async def fleet(cluster: LocalCluster) -> AsyncIterator[Fleet]:
+async def fleet(cluster: LocalCluster, tmp_path: Path) -> AsyncIterator[Fleet]:
     tag = uuid.uuid4().hex[:5]
     admin = await KubeClient.from_kubeconfig(cluster.kubeconfig(), name="admin")
     for doc in yaml.safe_load_all(DASHBOARD.read_text()):
@@ -144,10 +150,13 @@ async def fleet(cluster: LocalCluster) -> AsyncIterator[Fleet]:
     for context in kubeconfig["contexts"]:
         context["context"]["user"] = "kfed-dashboard"
     identity = await KubeClient.from_kubeconfig(kubeconfig, name="kfed-dashboard")
+    path = tmp_path / "dashboard.kubeconfig"
+    path.write_text(yaml.safe_dump(kubeconfig))
+    path.chmod(0o600)
     access = ClusterAccess(identity, VisibilityServer(identity, lambda name: None, dict))
     app = create_app(Settings(access, extra_routes=[routes(access)]))
     async with TestClient(TestServer(app)) as client:
-        yield Fleet(admin, client, tokens, namespaces, cq)
+        yield Fleet(admin, client, tokens, namespaces, cq, path)
     await identity.close()
     await admin.close()
 
@@ -226,3 +235,27 @@ async def test_an_unknown_token_gets_nothing_and_a_browser_signs_in_once_with_a_
     assert out.status == 302
     after = await fleet.dashboard.get("/jobs", allow_redirects=False)
     assert after.status == 302 and after.headers["Location"] == "/login"
+
+
+async def test_the_in_cluster_command_serves_users_by_their_tokens(fleet: Fleet) -> None:
+    """`kfed dashboard --in-cluster` as the chart runs it (its identity from a kubeconfig here)."""
+    argv = [sys.executable, "-m", "manager.cli.main", "dashboard", "--in-cluster", "--no-browser", "--address=127.0.0.1", "--port=0"]
+    process = subprocess.Popen([*argv, f"--kubeconfig={fleet.kubeconfig}"], stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT)
+    try:
+        assert process.stdout is not None
+        with selectors.DefaultSelector() as selector:
+            selector.register(process.stdout, selectors.EVENT_READ)
+            line = process.stdout.readline() if selector.select(timeout=30) else ""
+        assert "reading as each user's bearer token, checked with SubjectAccessReview" in line, line
+        url = line.split()[2]
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"{url}healthz") as health:
+                assert health.status == 200
+            async with http.get(f"{url}jobs", headers=bearer(fleet, "bob")) as page:
+                text = await page.text()
+                assert page.status == 200 and "bob-job" in text and "alice-job" not in text, text
+            async with http.get(f"{url}jobs", allow_redirects=False) as anonymous:
+                assert anonymous.status == 302
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
