@@ -83,7 +83,7 @@ def test_job_filters_parse_the_query_string_and_refuse_a_bad_one_in_one_line() -
         ({"page": "0"}, "page: Input should be greater than or equal to 1"),
         ({"page": "two"}, "page: Input should be a valid integer"),
         ({"namespace": "Team A"}, "namespace: String should match pattern"),
-        ({"kind": "Pod"}, 'kind "Pod": expected one of Job, JobSet, Workload'),
+        ({"kind": "CronJob"}, f'kind "CronJob": expected one of {", ".join(pages.KINDS)}'),
         ({"token": "x"}, 'unknown parameter "token"'),
     ):
         with pytest.raises(pages.QueryError) as err:

@@ -17,11 +17,14 @@ from manager.api import kueue
 from manager.api.core import Event, Job
 from manager.api.meta import Condition
 from manager.cli import views
+from manager.engine.integrations.registry import ADAPTERS
 from manager.engine.units import amount, format_amount
 
 PER_PAGE = 50
 MAX_PER_PAGE = 500
-KINDS = ("Job", "JobSet", "Workload")
+# Every kind an adapter integrates (one home: a new adapter is a new kind here), and a Workload
+# that no job owns.
+KINDS = (*(adapter.kind for adapter in ADAPTERS), "Workload")
 
 
 class QueryError(ValueError):
