@@ -10,6 +10,9 @@ webhooks registered by URL.
 Kueue reads its metrics certificate from a fixed path, `/etc/kueue/metrics/certs`. The harness
 never writes there: each Kueue runs in a private mount namespace (util-linux `unshare`) whose
 `/etc` is the host's, entry by entry, plus a `kueue/` directory from the test's own directory.
+Its visibility server (`UpstreamKueue(visibility_port=...)`) reads its serving certificate from
+`/visibility`, at the root: that Kueue also gets a root of its own, the host's entries bound into
+a tmpfs, beside a `visibility/` directory from the test's own directory.
 """
 
 from __future__ import annotations
@@ -47,6 +50,21 @@ for entry in "$root"/host-etc/* "$root"/host-etc/.[!.]*; do
   if [ "$name" != kueue ] && [ -e "$entry" -o -L "$entry" ] && [ ! -e "$root/etc/$name" ]; then ln -s "$entry" "$root/etc/$name"; fi
 done
 mount --bind "$root/etc" /etc
+if [ -n "$VISIBILITY_DIR" ]; then
+  new="$root/new-root"
+  mkdir -p "$new"
+  mount -t tmpfs kfed-root "$new"
+  for entry in /* /.[!.]*; do
+    [ -e "$entry" ] || [ -L "$entry" ] || continue
+    name=${entry##*/}
+    if [ -L "$entry" ]; then ln -s "$(readlink "$entry")" "$new/$name"
+    elif [ -d "$entry" ]; then mkdir "$new/$name"; mount --rbind "$entry" "$new/$name"
+    else : > "$new/$name"; mount --bind "$entry" "$new/$name"; fi
+  done
+  mkdir -p "$new/visibility"
+  mount --bind "$VISIBILITY_DIR" "$new/visibility"
+  exec chroot "$new" "$@"
+fi
 exec "$@"
 """
 CONFIGURATION_NAMES = {
@@ -106,10 +124,11 @@ def webhook_configurations(manifests: str, url: str, ca_pem: bytes) -> list[dict
     return webhooks_by_url(manifests, url, ca_pem, names=CONFIGURATION_NAMES, adapt=adapt)
 
 
-def with_private_etc(root: Path, argv: list[str]) -> list[str]:
+def with_private_etc(root: Path, argv: list[str], *, visibility: Path | None = None) -> list[str]:
     """`argv` run with `root/etc/kueue/...` seen at `/etc/kueue/...`, in a mount namespace of its
-    own, with a metrics certificate for 127.0.0.1 issued into it. A user namespace maps the
-    caller to root there, so this needs no privilege where the kernel allows user namespaces."""
+    own, with a metrics certificate for 127.0.0.1 issued into it (and `visibility`, when given,
+    seen at `/visibility`, in a root of its own). A user namespace maps the caller to root there,
+    so this needs no privilege where the kernel allows user namespaces."""
     unshare = shutil.which("unshare")
     if unshare is None:
         missing_prerequisite("upstream Kueue runs in a private mount namespace: `unshare` (util-linux) is not installed")
@@ -119,7 +138,9 @@ def with_private_etc(root: Path, argv: list[str]) -> list[str]:
     certs = root / "etc" / METRICS_CERT_DIR.relative_to("/etc")
     ca = pki.new_ca("kfed-test-kueue-metrics-ca")
     pki.write(certs, "tls", pki.issue(ca, "kueue-metrics", server_ips=("127.0.0.1",)))
-    return [unshare, "--user", "--map-root-user", "--mount", "/bin/sh", "-c", _PRIVATE_ETC, "private-etc", str(root), *argv]
+    env = shutil.which("env") or "/usr/bin/env"
+    mounts = [unshare, "--user", "--map-root-user", "--mount", "/bin/sh", "-c", _PRIVATE_ETC, "private-etc", str(root), *argv]
+    return [env, f"VISIBILITY_DIR={visibility or ''}", *mounts]
 
 
 @dataclass
@@ -140,8 +161,17 @@ class UpstreamKueue:
     webhook_port: int = field(default_factory=free_port)
     # Kueue's feature gates beyond the defaults this module sets.
     feature_gates: dict[str, bool] = field(default_factory=dict)
+    # Serve Kueue's visibility API on 127.0.0.1:visibility_port, with a serving certificate for
+    # these names (the Service its APIServices name); None: no visibility server.
+    visibility_port: int | None = None
+    visibility_names: tuple[str, ...] = ()
     process: Component | None = None
     _ca_pem: bytes = b""
+
+    @property
+    def ca_pem(self) -> bytes:
+        """The CA of the serving certificates `prepare` issued (webhooks, visibility server)."""
+        return self._ca_pem
 
     @property
     def url(self) -> str:
@@ -185,6 +215,14 @@ class UpstreamKueue:
             client_connection=self.client_connection,
             feature_gates=self.feature_gates,
         )
+        visibility_dir = None
+        if self.visibility_port is not None:
+            visibility_dir = self.directory / "visibility"
+            pki.write(
+                visibility_dir, "tls", pki.issue(ca, "kueue-visibility", server_names=self.visibility_names, server_ips=("127.0.0.1",))
+            )
+            config["featureGates"]["VisibilityOnDemand"] = True
+            config["visibilityServer"] = {"bindAddress": "127.0.0.1", "bindPort": self.visibility_port}
         config_file.write_text(yaml.safe_dump(config))
         argv = [
             str(self.bin_dir / "kueue"),
@@ -192,7 +230,7 @@ class UpstreamKueue:
             f"--kubeconfig={self.cluster.kubeconfig_path}",
             f"--zap-log-level={self.log_level}",
         ]
-        argv = with_private_etc(self.directory / "private-etc", argv)
+        argv = with_private_etc(self.directory / "private-etc", argv, visibility=visibility_dir)
         self._ca_pem = ca.cert_pem
         return Component("kueue", argv, self.directory / "kueue.log")
 

@@ -34,6 +34,8 @@ class PodSpec(OpenModel):
     priority: int | None = None
     overhead: dict[str, Quantity] | None = None
     restart_policy: str | None = None
+    scheduling_gates: list[dict[str, Any]] | None = None
+    node_name: str | None = None
 
 
 class PodTemplateMeta(OpenModel):
@@ -81,9 +83,27 @@ class Job(Resource, OpenModel, group="batch", kind="Job", namespaced=True):
     status: JobStatus | None = None
 
 
+class PodCondition(OpenModel):
+    type: str
+    status: str
+    reason: str | None = None
+    message: str | None = None
+
+
+class PodStatus(OpenModel):
+    phase: str | None = None
+    message: str | None = None
+    conditions: list[PodCondition] | None = None
+
+
+# A Pod's terminal phases: its containers ran to the end and will not run again.
+POD_SUCCEEDED = "Succeeded"
+POD_FAILED = "Failed"
+
+
 class Pod(Resource, OpenModel, kind="Pod", namespaced=True):
     spec: PodSpec = Field(default_factory=PodSpec)
-    status: dict[str, Any] | None = None
+    status: PodStatus | None = None
 
 
 class Namespace(Resource, OpenModel, kind="Namespace"):

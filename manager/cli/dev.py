@@ -214,8 +214,8 @@ def add_commands(commands: Any) -> None:
         "--integrations",
         default=federation.JOB_INTEGRATION,
         metavar="NAME[,NAME]",
-        help=f"job kinds besides batch/v1 Job (always on): {', '.join(federation.INTEGRATIONS)}; "
-        "jobset installs JobSet's CRD everywhere and runs its controller on each worker",
+        help=f"job kinds besides batch/v1 Job (always on), by short name ({', '.join(federation.INTEGRATIONS)}) or Kueue's "
+        "framework name; jobset installs JobSet's CRD everywhere and runs its controller on each worker; pods run with --jobs",
     )
     up.add_argument("--dir", default=str(DEFAULT_DIR))
     up.set_defaults(func=cmd_up)

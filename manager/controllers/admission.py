@@ -16,7 +16,7 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -216,7 +216,7 @@ class AdmissionController:
         no worker could ever admit it)."""
         self.state.set_refusal(refuse)
 
-    def pending_in_order(self, cluster_queue: str) -> list[WorkloadInfo] | None:
+    def pending_in_order(self, cluster_queue: str) -> Sequence[WorkloadInfo] | None:
         """A ClusterQueue's pending Workloads in the scheduler's order (None: no such queue), for
         the visibility API on any replica. The state this controller owns is first brought to the
         latest configuration, as its next cycle would: a standby runs no cycle, and a ClusterQueue

@@ -69,7 +69,10 @@ class Caches:
             limit_ranges=Informer(client, LimitRange),
             admission_checks=Informer(client, kueue.AdmissionCheck),
             registry=registry,
-            jobs={adapter.gvk: Informer(client, adapter.model, indexes={"prebuilt": prebuilt_keys}) for adapter in registry.adapters},
+            jobs={
+                adapter.gvk: Informer(client, adapter.model, indexes={"prebuilt": prebuilt_keys, **adapter.indexes()})
+                for adapter in registry.adapters
+            },
         )
 
     def core(self) -> list[Informer[Any]]:

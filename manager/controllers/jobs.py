@@ -22,6 +22,7 @@ from manager.engine.integrations.adapter import JobAdapter
 from manager.engine.integrations.plan import (
     Action,
     CreateWorkload,
+    DeleteJob,
     DeleteWorkload,
     Event,
     JobInputs,
@@ -31,6 +32,7 @@ from manager.engine.integrations.plan import (
     plan_job,
 )
 from manager.engine.jobs import prebuilt_workload_name
+from manager.engine.workload import check_states, multikueue_check_name
 from manager.kube.client import KubeClient
 from manager.kube.errors import AlreadyExistsError, NotFoundError
 from manager.kube.informer import Informer
@@ -81,19 +83,17 @@ class JobController:
     def _on_job(self, kind: str, old: Resource | None, new: Resource | None) -> None:
         job = new or old
         if job is not None:
-            self.controller.enqueue(job.key)
+            self.controller.enqueue(self.adapter.job_key(job))
 
     def _on_workload(self, kind: str, old: kueue.Workload | None, new: kueue.Workload | None) -> None:
         wl = new or old
         if wl is None:
             return
-        for ref in wl.metadata.owner_references or []:
-            if ref.controller and self.adapter.owns(ref):
-                key = f"{wl.namespace}/{ref.name}"
-                self.expectations.observe(key, wl.key)
-                self.controller.enqueue(key)
+        for key in self.adapter.job_keys(wl):
+            self.expectations.observe(key, wl.key)
+            self.controller.enqueue(key)
         for job in self.informer.by_index("prebuilt", wl.key):
-            self.controller.enqueue(job.key)
+            self.controller.enqueue(self.adapter.job_key(job))
 
     def runnable(self) -> Runnable:
         """The reconciler writes, so only the lease holder runs it. A standby's queue fills
@@ -101,30 +101,40 @@ class JobController:
 
         async def run() -> None:
             for job in self.informer.items():
-                self.controller.enqueue(job.key)
+                self.controller.enqueue(self.adapter.job_key(job))
             await self.controller.run()
 
         return leader(self.controller.name, run)
 
-    def _event(self, job: Resource, event: Event) -> None:
+    def _event(self, job: Resource, event: Event, name: str | None = None, uid: str | None = None) -> None:
+        """An event on the job, or on its object `name` (a pod of a group)."""
         if self.recorder is not None:
-            involved = InvolvedObject(self.adapter.api_version, self.adapter.kind, job.namespace, job.name, job.metadata.uid or "")
+            name, uid = (name, uid) if name else (job.name, job.metadata.uid)
+            involved = InvolvedObject(self.adapter.api_version, self.adapter.kind, job.namespace, name, uid or "")
             self.recorder.emit(involved, type=event.type, reason=event.reason, message=event.message)
 
     # --- reconcile ----------------------------------------------------------------------------------
-    def _workload_of(self, job: Resource) -> kueue.Workload | None:
+    def _workload_of(self, key: str, job: Resource) -> kueue.Workload | None:
         prebuilt = prebuilt_workload_name(job.metadata)
         if prebuilt:
             return self.caches.workloads.get(f"{job.namespace}/{prebuilt}")
+        named = self.adapter.workload_key_for(key)
+        if named is not None:
+            return self.caches.workloads.get(named)
         owned = self.caches.workloads.by_index("owner", job.metadata.uid or "")
         return owned[0] if owned else None
 
     def _inputs(self, key: str, job: Resource | None) -> JobInputs:
         now = self.clock()
         if job is None:
-            owned = self.caches.workloads.by_index("ownerKey", self.adapter.owner_index_value(key))
+            named = self.adapter.workload_key_for(key)
+            if named is not None:
+                found = self.caches.workloads.get(named)
+                owned = [found] if found is not None else []
+            else:
+                owned = self.caches.workloads.by_index("ownerKey", self.adapter.owner_index_value(key))
             return JobInputs(self.adapter, None, None, now, owned=owned)
-        wl = self._workload_of(job)
+        wl = self._workload_of(key, job)
         return JobInputs(
             self.adapter,
             job,
@@ -137,10 +147,11 @@ class JobController:
             runs_elsewhere=None if self.runs_elsewhere is not None else False,
             part_of_managed_job=self.caches.registry.owns_any(job.metadata.owner_references),
             wait_for_pods_ready=self.wait_for_pods_ready,
+            multikueue=wl is not None and multikueue_check_name(check_states(wl), self.caches.admission_checks) is not None,
         )
 
     async def reconcile(self, key: str) -> Result | None:
-        job = self.informer.get(key)
+        job = self.adapter.load(key, get=self.informer.get, by_index=self.informer.by_index)
         if job is None:
             self.expectations.forget(key)
             self.written_from.pop(key, None)
@@ -168,13 +179,20 @@ class JobController:
             await self._create(key, job, action)
         elif isinstance(action, PatchJob):
             written = await self.client.patch(
-                self.adapter.model, job.name, action.patch, namespace=job.namespace, subresource=action.subresource
+                self.adapter.model, action.name or job.name, action.patch, namespace=job.namespace, subresource=action.subresource
             )
             planned_from = job.metadata.resource_version
-            if planned_from and written.metadata.resource_version != planned_from:  # a no-op write brings no event
+            # A no-op write brings no event. A write to one object of a job of several is not
+            # remembered: the job's version is not that object's (each such write carries its
+            # object's resourceVersion or UID, so a plan made again from a stale view conflicts).
+            if planned_from and action.name is None and written.metadata.resource_version != planned_from:
                 self.written_from[key] = planned_from
             if action.event is not None:
-                self._event(job, action.event)
+                self._event(job, action.event, action.name, written.metadata.uid)
+        elif isinstance(action, DeleteJob):
+            with contextlib.suppress(NotFoundError):
+                await self.client.delete(self.adapter.model, action.name or job.name, namespace=job.namespace, uid=action.uid)
+            self._event(job, action.event, action.name, action.uid)
         elif isinstance(action, PatchWorkload):
             await self.client.patch(kueue.Workload, action.name, action.patch, namespace=action.namespace, subresource=action.subresource)
         elif isinstance(action, Warn):

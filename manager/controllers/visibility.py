@@ -188,7 +188,7 @@ class VisibilityServer:
     def __init__(
         self,
         client: KubeClient,
-        pending: Callable[[str], list[WorkloadInfo] | None],
+        pending: Callable[[str], Sequence[WorkloadInfo] | None],
         local_queues: Callable[[], Mapping[str, LocalQueue]],
         groups: Sequence[ApiGroup] = (),
     ) -> None:

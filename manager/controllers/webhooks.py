@@ -27,9 +27,10 @@ from aiohttp import web
 from manager.api import constants as c
 from manager.api import conversion, kueue
 from manager.api.manifest import validate_object
+from manager.api.meta import OwnerReference
 from manager.controllers.caches import Caches
 from manager.engine.integrations.adapter import JobAdapter
-from manager.engine.integrations.registry import BATCH_JOB, DEFAULT
+from manager.engine.integrations.registry import BATCH_JOB, DEFAULT, Registry
 from manager.engine.jobs import prebuilt_workload_name, queue_name_of
 from manager.engine.workload import is_multikueue_check
 from manager.kube.client import KubeClient, R
@@ -79,10 +80,16 @@ def queued_job(review: dict[str, Any]) -> tuple[str, str] | None:
 
 
 def default_job(
-    review: dict[str, Any], *, uses_multikueue: Callable[[str, str], bool], adapter: JobAdapter[Any] = BATCH_JOB
+    review: dict[str, Any],
+    *,
+    uses_multikueue: Callable[[str, str], bool],
+    adapter: JobAdapter[Any] = BATCH_JOB,
+    part_of_managed_job: Callable[[list[OwnerReference]], bool] = lambda refs: False,
 ) -> dict[str, Any]:
-    """Suspend a queued job of the adapter's kind at creation; `uses_multikueue(namespace,
-    queue)` says whether its ClusterQueue dispatches to worker clusters."""
+    """Suspend a queued job of the adapter's kind at creation (`adapter.creation_patch`);
+    `uses_multikueue(namespace, queue)` says whether its ClusterQueue dispatches to worker
+    clusters. An object whose controller owner is a managed job kind is part of that job and
+    left alone (Kueue's FindAncestorJobManagedByKueue)."""
     request = review.get("request") or {}
     queued = queued_job(review)
     if queued is None:
@@ -91,9 +98,14 @@ def default_job(
     job = request.get("object") or {}
     meta = job.get("metadata") or {}
     spec = job.get("spec") or {}
-    patch: list[dict[str, Any]] = []
-    if spec.get("suspend") is not True:
-        patch.append({"op": "add", "path": "/spec/suspend", "value": True})
+    refs = [OwnerReference.model_validate(ref) for ref in meta.get("ownerReferences") or []]
+    if part_of_managed_job(refs):
+        return _review(request, allowed=True)
+    problems = adapter.creation_problems(job)
+    if problems:
+        name = meta.get("name") or meta.get("generateName") or ""
+        return _review(request, allowed=False, message=f'{adapter.kind} "{name}" is invalid: {"; ".join(problems)}')
+    patch: list[dict[str, Any]] = adapter.creation_patch(job)
     if adapter.can_default_managed_by(spec.get("managedBy")) and not prebuilt_workload_name(meta) and uses_multikueue(namespace, queue):
         # "add" replaces a managedBy naming the kind's own controller (RFC 6902).
         patch.append({"op": "add", "path": "/spec/managedBy", "value": c.MULTIKUEUE_MANAGED_BY})
@@ -194,7 +206,9 @@ def make_app(
         async def default(review: dict[str, Any]) -> dict[str, Any]:
             queued = queued_job(review)
             federated = await uses_multikueue(*queued) if queued else False
-            return default_job(review, uses_multikueue=lambda namespace, queue: federated, adapter=adapter)
+            return default_job(
+                review, uses_multikueue=lambda namespace, queue: federated, adapter=adapter, part_of_managed_job=registry.owns_any
+            )
 
         async def mutate(request: web.Request) -> web.Response:
             return await handle(request, default)
@@ -207,6 +221,7 @@ def make_app(
     async def convert(request: web.Request) -> web.Response:
         return await handle(request, _pure(convert_review))
 
+    registry = Registry(tuple(adapters))
     app = web.Application(client_max_size=8 * 1024 * 1024)
     for adapter in adapters:
         app.router.add_post(mutate_path(adapter), mutate_job(adapter))
@@ -260,6 +275,7 @@ def webhook_configurations(endpoint: WebhookEndpoint, adapters: Sequence[JobAdap
             ],
             # Only queued jobs reach us: a manager that is down never blocks anyone else's jobs.
             "objectSelector": {"matchExpressions": [{"key": c.QUEUE_NAME_LABEL, "operator": "Exists"}]},
+            **({"namespaceSelector": selector} if (selector := adapter.webhook_namespace_selector()) else {}),
         }
         for adapter in adapters
     ]

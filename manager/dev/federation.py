@@ -46,13 +46,18 @@ class Integration:
     shown: str  # how `kfed dev up` names it when the federation is ready
 
 
-INTEGRATIONS = {"jobset": Integration("jobset.x-k8s.io/jobset", "JobSet (its controller runs on each worker)")}
+INTEGRATIONS = {
+    "jobset": Integration("jobset.x-k8s.io/jobset", "JobSet (its controller runs on each worker)"),
+    "pod": Integration("pod", "Pods (gated until admitted; kube-scheduler binds them)"),
+}
+# Kueue's framework names, which `--integrations` takes as well as the short names.
+BY_FRAMEWORK = {JOB_FRAMEWORK: JOB_INTEGRATION, **{integration.framework: name for name, integration in INTEGRATIONS.items()}}
 
 
 def parse_integrations(text: str) -> tuple[str, ...]:
-    """The integrations a `--integrations` comma list asks for besides Job, in a stable order;
-    an unknown name is a one-line ValueError."""
-    names = [name.strip() for name in text.split(",") if name.strip()]
+    """The integrations a `--integrations` comma list asks for besides Job (by short name or
+    Kueue's framework name), in a stable order; an unknown name is a one-line ValueError."""
+    names = [BY_FRAMEWORK.get(name.strip(), name.strip()) for name in text.split(",") if name.strip()]
     unknown = [name for name in names if name != JOB_INTEGRATION and name not in INTEGRATIONS]
     if unknown:
         known = ", ".join([JOB_INTEGRATION, *INTEGRATIONS])

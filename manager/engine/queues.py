@@ -81,6 +81,10 @@ class ClusterQueueQueue:
     _version: dict[str, int] = field(default_factory=dict)
     _order: dict[str, tuple[int, float, str]] = field(default_factory=dict)
     _counter: int = 0
+    # Bumped by every call that adds or removes a member (push, hold, delete, pop, requeue):
+    # in_order's sorted answer is kept until it changes.
+    _membership: int = 0
+    _sorted: tuple[int, tuple[WorkloadInfo, ...]] | None = None
 
     @property
     def best_effort(self) -> bool:
@@ -118,15 +122,20 @@ class ClusterQueueQueue:
     def pending(self) -> int:
         return self._active_count + len(self._singles) + self._parked_count
 
-    def in_order(self) -> list[WorkloadInfo]:
+    def in_order(self) -> tuple[WorkloadInfo, ...]:
         """Every pending workload, active and inadmissible alike, in the queue's order (higher
         priority first, then the earlier queue time): Kueue's PendingWorkloadsInfo, which its
-        visibility API and `kfed jobs` number positions from."""
+        visibility API and `kfed jobs` number positions from. Sorted once per change of the
+        queue's members, not once per request (15,000 pending: 10 ms a sort)."""
+        if self._sorted is not None and self._sorted[0] == self._membership:
+            return self._sorted[1]
         members = [*self._singles.values()]
         for groups in (self._live, self._parked):
             for group in groups.values():
                 members.extend(group.members.values())
-        return sorted(members, key=self._order_key)
+        ordered = tuple(sorted(members, key=self._order_key))
+        self._sorted = (self._membership, ordered)
+        return ordered
 
     def _lq(self, wl: WorkloadInfo) -> str:
         return wl.queue_name if self.lq_usage is not None else ""
@@ -136,6 +145,7 @@ class ClusterQueueQueue:
 
     def push(self, wl: WorkloadInfo) -> None:
         """Put a workload in the heap (or straight into inadmissible if its shape already failed)."""
+        self._membership += 1
         was_active = self.is_active(wl.key)
         self._remove(wl.key)
         self._order.pop(wl.key, None)  # a new or changed workload: its order is computed afresh
@@ -151,6 +161,7 @@ class ClusterQueueQueue:
 
     def hold(self, wl: WorkloadInfo) -> None:
         """Queue it as inadmissible on its own (a requeue backoff): pending, never a head."""
+        self._membership += 1
         self._remove(wl.key)
         self._order.pop(wl.key, None)
         self._singles[wl.key] = wl
@@ -210,6 +221,7 @@ class ClusterQueueQueue:
         return found
 
     def delete(self, key: str) -> None:
+        self._membership += 1
         self._remove(key)
         self._order.pop(key, None)
         if self.sticky == key:
@@ -233,6 +245,7 @@ class ClusterQueueQueue:
 
     def pop(self, cycle: int) -> WorkloadInfo | None:
         """The head, removed from the queue ("inflight") until it is requeued or admitted."""
+        self._membership += 1
         self.pop_cycle = cycle
         if self.best_effort and self.sticky is not None and self.is_active(self.sticky):
             wl = self._group_of[self.sticky].members[self.sticky]
@@ -262,6 +275,7 @@ class ClusterQueueQueue:
         """Kueue's requeueIfNotPresent after a failed attempt; returns the workloads bulk-moved
         with it whose Pending condition may not say so yet (the caller writes it: the others
         were parked the same way before and have not changed since)."""
+        self._membership += 1
         if reason == PENDING_PREEMPTION:
             self.sticky = wl.key
         immediate = reason in _BEST_EFFORT_IMMEDIATE if self.best_effort else reason != NAMESPACE_MISMATCH

@@ -252,6 +252,7 @@ class Scheduler:
             self._not_admitted(wl, REASON_MISCONFIGURED, problem, now)
             return
         wl.cluster_queue = cq.name
+        wl.forget_unwritten_blocker()
         if self._backing_off(wl, now):
             # Same as Kueue: a workload waiting out its requeue backoff is inadmissible until
             # the backoff ends (the update that ends it queues it again).

@@ -216,6 +216,25 @@ class WorkloadInfo:
             self.checks[name] = "Pending"
         self.reset_nomination = True
 
+    def forget_unwritten_blocker(self) -> None:
+        """A `Misconfigured` QuotaReserved=False set in memory but never written (a LocalQueue,
+        ClusterQueue or namespace seen missing while the caches were still filling at start),
+        once the workload has a queue: back to what the cluster says. Kueue's workload
+        controller starts only when its caches have synced, so it never writes such a blocker."""
+        mine = self.conditions.get(c.QUOTA_RESERVED)
+        if mine is None or mine.reason != REASON_MISCONFIGURED:
+            return
+        for kind in (c.QUOTA_RESERVED, c.ADMITTED):
+            written = find_condition(conditions_of(self.obj), kind)
+            if written is None:
+                self.conditions.pop(kind, None)
+            elif (self.conditions[kind].status, self.conditions[kind].reason, self.conditions[kind].message) != (
+                written.status,
+                written.reason,
+                written.message,
+            ):
+                self.conditions[kind] = from_condition(written, default_time=self.created)
+
     def carry_foreign(self, wl: Workload) -> None:
         """Take what others own from a newer copy of the object: the admission checks' states
         and the conditions the admission side does not write."""

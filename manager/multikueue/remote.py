@@ -429,14 +429,16 @@ class RemoteCluster:
         found = informer.by_index("prebuilt", key) if informer is not None else []
         return found[0] if found else None
 
+    def parts_for(self, key: str, adapter: JobAdapter[Any]) -> list[Resource]:
+        """Every object of the adapter's kind on this worker for the Workload `key` (a pod
+        group's Pods), from the cache."""
+        informer = self.jobs.get(adapter.gvk)
+        return informer.by_index("prebuilt", key) if informer is not None else []
+
     def jobs_for(self, key: str) -> list[tuple[JobAdapter[Any], Resource]]:
-        """Our jobs of every kind on this worker for the Workload `key`, with their adapters."""
-        found = []
-        for adapter in self.adapters:
-            job = self.job_for(key, adapter)
-            if job is not None:
-                found.append((adapter, job))
-        return found
+        """Our jobs (every object of them) of every kind on this worker for the Workload `key`,
+        with their adapters."""
+        return [(adapter, job) for adapter in self.adapters for job in self.parts_for(key, adapter)]
 
     async def read_job(self, key: str, job_name: str, adapter: JobAdapter[Any] = BATCH_JOB) -> Resource | None:
         """Our job of the adapter's kind for the Workload `key`, read live from the worker (not

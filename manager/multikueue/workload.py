@@ -232,8 +232,9 @@ class WorkloadController:
         names = (self._config_clusters(check_name) if check_name else None) or []
         names += [name for name in self.clusters.remotes if name not in names]
         health = self._health(names)
-        adapter, _, owner = self._local_job(wl)
+        adapter, local_job, owner = self._local_job(wl)
         adapter = adapter or BATCH_JOB  # no adapter: the check was rejected, nothing was dispatched
+        local_names = {part.name for part in adapter.parts(local_job)} if local_job is not None else set()
         jobs: dict[str, Resource | None] = {}
         admitted_copies, never_seen = set(), set()
         for cluster in health:
@@ -245,13 +246,16 @@ class WorkloadController:
             copy = remote.last_known_workload(wl.key)
             if copy is not None and is_admitted(copy):  # only an admitted copy's Job may be started
                 admitted_copies.add(cluster.name)
-            cached = remote.job_for(wl.key, adapter)
-            job_name = cached.name if cached is not None else (owner.name if owner is not None else None)
-            if not cluster.connected or job_name is None:
+            cached_parts = remote.parts_for(wl.key, adapter)
+            cached = adapter.compose(cached_parts)
+            # Every object of the job (a pod group's Pods), by the names known here or there.
+            job_names = sorted({part.name for part in cached_parts} | local_names) or ([owner.name] if owner is not None else [])
+            if not cluster.connected or not job_names:
                 jobs[cluster.name] = cached
                 continue
             try:
-                jobs[cluster.name] = await remote.read_job(wl.key, job_name, adapter)
+                found = [await remote.read_job(wl.key, job_name, adapter) for job_name in job_names]
+                jobs[cluster.name] = adapter.compose([part for part in found if part is not None])
             except (KubeError, ConnectionFailedError) as err:
                 log.info(
                     "cannot read the job on the worker; its quota is kept",
@@ -300,7 +304,9 @@ class WorkloadController:
         adapter = self.caches.registry.by_gvk(owner_kind(owner)) if owner is not None else None
         if owner is None or adapter is None or not adapter.multikueue:
             return None, None, owner
-        return adapter, self.caches.jobs[adapter.gvk].get(f"{wl.namespace}/{owner.name}"), owner
+        informer = self.caches.jobs[adapter.gvk]
+        key = next(iter(adapter.job_keys(wl)), f"{wl.namespace}/{owner.name}")  # a pod group: its key
+        return adapter, adapter.load(key, get=informer.get, by_index=informer.by_index), owner
 
     # --- reconcile ---------------------------------------------------------------------------------
     async def reconcile(self, key: str) -> Result | None:
@@ -514,12 +520,30 @@ class WorkloadController:
         self, remote: RemoteCluster, key: str, local: kueue.Workload, adapter: JobAdapter[Any], job: Resource, *, create: bool
     ) -> bool:
         """Copy the worker's job status back, creating that job first when `create` (only the
-        winner of a running workload: a finished or evicted one is never started again).
-        Returns True when deferred."""
+        winner of a running workload: a finished or evicted one is never started again); a job
+        of several objects (a pod group), object by object. Returns True when deferred."""
+        theirs_by_name = {part.name: part for part in remote.parts_for(key, adapter)}
+        deferred = False
+        for part in adapter.parts(job):
+            if part.metadata.deletion_timestamp is not None and len(adapter.parts(job)) > 1:
+                continue  # same as Kueue: a group's Pod being deleted here is not synced
+            deferred |= await self._sync_part(remote, key, local, adapter, part, theirs_by_name.get(part.name), create=create)
+        return deferred
+
+    async def _sync_part(
+        self,
+        remote: RemoteCluster,
+        key: str,
+        local: kueue.Workload,
+        adapter: JobAdapter[Any],
+        job: Resource,
+        theirs: Resource | None,
+        *,
+        create: bool,
+    ) -> bool:
         client = remote.client
         if client is None:
             return False
-        theirs = remote.job_for(key, adapter)
         if theirs is None and not create:
             return False
         if theirs is None:

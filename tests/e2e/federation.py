@@ -113,12 +113,14 @@ def build(
     *,
     worker_config: dict[str, Any] | None = None,
     jobset_bin: Path | None = None,
+    integrations: tuple[str, ...] = (),
     multikueue: dict[str, Any] | None = None,
 ) -> Federation:
     """The federation; `worker_config` is a Kueue Configuration for the workers' agents. With
     `jobset_bin` (hack/jobset/build.sh's output) every cluster gets the JobSet CRD, each worker
     its JobSet controller, and kfed's processes integrate JobSets as well as Jobs, as
-    `kfed dev up --integrations jobset` sets them up."""
+    `kfed dev up --integrations jobset` sets them up. `integrations` names more job kinds
+    kfed's processes integrate (`kfed dev up --integrations`' short names, such as `pod`)."""
     suffix = uuid.uuid4().hex[:4]
     manager = provider.create([f"mk-manager-{suffix}"], aggregation=True)[0]
     w1, w2 = provider.create([f"mk-w1-{suffix}", f"mk-w2-{suffix}"], jobs=True)
@@ -128,26 +130,26 @@ def build(
         federation.install_crds(cluster, crds)
         ensure_namespace(cluster, SYSTEM_NAMESPACE)
     federation.create(manager, federation.visibility_service())
-    integrations: dict[str, Any] = {}
+    names = (*integrations, *(("jobset",) if jobset_bin is not None else ()))
+    more: dict[str, Any] = {"integrations": federation.kfed_configuration(names)["integrations"]} if names else {}
     if jobset_bin is not None:
-        integrations = {"integrations": federation.kfed_configuration(("jobset",))["integrations"]}
         for cluster in [manager, w1, w2]:
             jobset.install_crd(cluster, jobset_bin)
         for worker in (w1, w2):
             jobset.start_controller(worker, jobset_bin)
     for name, worker in fed.workers.items():
         extra = []
-        if worker_config is not None or integrations:
+        if worker_config is not None or more:
             (directory / name).mkdir(parents=True, exist_ok=True)
             path = directory / name / "kueue-config.yaml"
-            config = {"apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration", **integrations, **(worker_config or {})}
+            config = {"apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration", **more, **(worker_config or {})}
             path.write_text(yaml.safe_dump(config))
             extra.append(f"--config={path}")
         agent = ControllerProcess(worker, directory / name, component="worker_agent", extra=extra).start()
         agent.wait_ready()
         wait_webhooks(worker, agent)
         fed.agents[name] = agent
-    write_config(fed.config_file, origin=None, more=integrations, multikueue=multikueue)
+    write_config(fed.config_file, origin=None, more=more, multikueue=multikueue)
     join(manager, fed.workers)
     fed.start_manager()
     return fed

@@ -57,7 +57,10 @@ QUEUES = ("clusterqueues", "cohorts", "localqueues", "resourceflavors")
 QUEUE_RIGHTS = tuple(f"{verb} kueue.x-k8s.io/{plural} " for verb in ("list", "watch") for plural in QUEUES)
 # The logs of a job's pods: read only when a user asks the manager's read API for them.
 LOG_RIGHTS = ("list core/pods ", "get core/pods/log ")
-ALLOWED_UNUSED: tuple[str, ...] = JOBSET_RIGHTS + QUEUE_RIGHTS + LOG_RIGHTS
+# Plain Pods and pod groups go through the same paths as Jobs too (manager/engine/integrations/pod.py),
+# run through MultiKueue in tests/e2e/test_pods.py; this flow runs batch/v1 Jobs.
+POD_RIGHTS = tuple(f"{verb} core/pods " for verb in ("create", "delete", "get", "list", "patch", "update", "watch"))
+ALLOWED_UNUSED: tuple[str, ...] = JOBSET_RIGHTS + QUEUE_RIGHTS + LOG_RIGHTS + POD_RIGHTS
 PARKED = {"kfed-test/pool": "parked"}  # no node has it: the pod stays Pending, the Job active
 ORIGIN = c.DEFAULT_MULTIKUEUE_ORIGIN
 

@@ -59,6 +59,10 @@ COMMON = [
     ("patch", "jobs.batch", "team-a"),
     ("patch", "jobs.batch#status", "team-a"),  # startTime cleared on eviction; MultiKueue's status copy
     ("watch", "jobs.batch", ""),
+    # The Pod kind (plain Pods and pod groups), as Kueue's pod integration: stopped by deletion.
+    ("list", "pods", ""),
+    ("delete", "pods", "team-a"),
+    ("patch", "pods#status", "team-a"),
     ("create", "events", "team-a"),
     ("get", "customresourcedefinitions.apiextensions.k8s.io/workloads.kueue.x-k8s.io", ""),
     ("patch", "customresourcedefinitions.apiextensions.k8s.io/clusterqueues.kueue.x-k8s.io", ""),
@@ -88,8 +92,8 @@ NEVER = [
     ("get", "secrets", "default"),  # Secrets outside its own namespace
     ("update", "secrets/worker1-kubeconfig", "kfed-system"),  # only its certificate, by name
     ("list", "secrets", ""),
-    ("list", "pods", ""),  # pods are the Job controller's
-    ("delete", "pods", "team-a"),
+    ("create", "pods", "team-a"),  # pods are their controllers' (a Job's, a JobSet's) or the user's
+    ("create", "pods#exec", "team-a"),
     ("create", "jobs.batch", "team-a"),
     ("delete", "jobs.batch", "team-a"),
     ("patch", "customresourcedefinitions.apiextensions.k8s.io/other.example.com", ""),

@@ -585,3 +585,32 @@ def test_a_pending_condition_another_writer_left_is_not_written_over() -> None:
             cond.reason, cond.message = "Pending", "Evicted by the test runner"
     state.upsert_workload(by_runner, T0)
     assert [w.key for w in run(state)] == []
+
+
+def test_a_workload_seen_before_its_local_queue_at_start_is_not_written_as_misconfigured() -> None:
+    # The informers fill in any order at start: a Workload may arrive before its LocalQueue.
+    # Kueue's controllers start once every cache has synced, so nothing is written then; kfed
+    # wrote "LocalQueue lq doesn't exist" on every pending Workload parked with its class (never
+    # tried itself) at each start.
+    state = AdmissionState()
+    state.upsert_namespace("ns", {})
+    state.upsert_flavor(flavor())
+    for i in range(3):
+        state.upsert_workload(workload(f"waiting-{i}", cpu="2", at=i), T0)
+    state.upsert_cluster_queue(cluster_queue(cpu=1))
+    state.upsert_local_queue(local_queue())
+    state.rebuild_if_needed(T0)
+    writes = run(state)
+    assert [w.key for w in writes] == ["ns/waiting-0"]  # the head tried; its class parked with it, unwritten
+    assert all("doesn't exist" not in (c.message or "") for w in writes for c in w.status.conditions or [])
+    assert state.infos["ns/waiting-2"].conditions.get(c.QUOTA_RESERVED) is None
+
+
+def test_a_workload_whose_local_queue_is_truly_missing_is_told_so() -> None:
+    state = ready_state()
+    wl = workload("lost", cpu="1")
+    wl.spec.queue_name = "nowhere"
+    state.upsert_workload(wl, T0)
+    [write] = run(state)
+    cond = next(c for c in write.status.conditions or [] if c.type == "QuotaReserved")
+    assert (cond.reason, cond.message) == ("Misconfigured", "LocalQueue nowhere doesn't exist")

@@ -508,7 +508,8 @@ def test_an_unsupported_framework_name_is_one_line_naming_the_field() -> None:
     with pytest.raises(UnsupportedFrameworkError) as err:
         enabled(["batch/job", "kubeflow.org/mpijob"])
     assert str(err.value) == (
-        'integrations.frameworks[1]: Unsupported value: "kubeflow.org/mpijob": supported values: "batch/job", "jobset.x-k8s.io/jobset"'
+        'integrations.frameworks[1]: Unsupported value: "kubeflow.org/mpijob": '
+        'supported values: "batch/job", "jobset.x-k8s.io/jobset", "pod"'
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from manager.api.kueue import Workload
 from manager.engine import visibility
 from manager.engine.simulate import Simulation
 from manager.engine.visibility import Page, VisibilityQueryError, in_cluster_queue, in_local_queue, page_of
@@ -12,7 +13,7 @@ from manager.engine.workload import WorkloadInfo
 from tests.unit.scenario import cluster_queue, flavor, local_queue, sources, workload
 
 
-def queued() -> list[WorkloadInfo]:
+def queued() -> tuple[WorkloadInfo, ...]:
     """Five Workloads waiting in a ClusterQueue with no room, from two LocalQueues."""
     objs = [
         flavor("default-flavor"),
@@ -73,3 +74,30 @@ def test_discovery_lists_both_resources_as_kueues_server_does() -> None:
     names = [r["name"] for r in visibility.resource_list("v1beta2")["resources"]]
     assert names == ["clusterqueues", "clusterqueues/pendingworkloads", "localqueues", "localqueues/pendingworkloads"]
     assert visibility.group_document()["preferredVersion"]["version"] == "v1beta2"
+
+
+def test_the_order_follows_every_change_of_the_queue_though_it_is_sorted_once_per_change() -> None:
+    objs = [
+        flavor("default-flavor"),
+        cluster_queue("cq", {"default-flavor": {"cpu": 1}}),
+        local_queue("a", "cq"),
+        workload("running", "a", {"cpu": "1"}, admitted=("cq", {"cpu": "default-flavor"}), created=0),
+        workload("old", "a", {"cpu": "1"}, created=1),
+        workload("new", "a", {"cpu": "1"}, created=2),
+    ]
+    simulation = Simulation(sources(objs))
+    simulation.run(2)
+    queue = simulation.scheduler.queues["cq"]
+    first = queue.in_order()
+    assert [info.name for info in first] == ["old", "new"]
+    assert queue.in_order() is first  # unchanged queue: the same answer, not sorted again
+    urgent = next(s.obj for s in sources([workload("urgent", "a", {"cpu": "1"}, created=3, priority=9)]))
+    assert isinstance(urgent, Workload)
+    simulation.state.upsert_workload(urgent, simulation.start)
+    assert [info.name for info in queue.in_order()] == ["urgent", "old", "new"]
+    head = queue.pop(cycle=99)
+    assert head is not None and [info.name for info in queue.in_order()] == ["old", "new"]  # in flight
+    queue.requeue(head, "NoFit")
+    assert [info.name for info in queue.in_order()] == ["urgent", "old", "new"]
+    queue.delete("default/old")
+    assert [info.name for info in queue.in_order()] == ["urgent", "new"]

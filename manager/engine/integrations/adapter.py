@@ -11,8 +11,9 @@ so adding a kind is one adapter module and its entry in the registry.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, ClassVar, Generic, TypeVar
 
 from manager.api import constants as c
@@ -61,6 +62,16 @@ class JobAdapter(ABC, Generic[J]):
     # on each of its pods, valued the job's name (how `kfed logs` finds them).
     cli_name: ClassVar[str]
     pod_label: ClassVar[str]
+    # Kinds without a suspend field (Kueue's pod integration) set these three:
+    # a finalizer the webhook puts on each object, so its end is seen before it goes (removed
+    # once it or its Workload finished, or once it is being deleted);
+    finalizer: ClassVar[str | None] = None
+    # stopped by deleting it, after a status condition says why (Kueue's JobWithCustomStop),
+    # never by suspending it: it is never started again;
+    stopped_by_deletion: ClassVar[bool] = False
+    # never started on a cluster that dispatches its Workload through MultiKueue: it stays
+    # suspended there while a worker runs the copy (Kueue's ShouldSkipLocalExecution).
+    suspended_under_multikueue: ClassVar[bool] = False
 
     # --- naming ---------------------------------------------------------------------------------
     @property
@@ -115,6 +126,109 @@ class JobAdapter(ABC, Generic[J]):
         if not self.multikueue:
             return []
         return [{"apiGroups": [self.model.GROUP], "resources": [self.model.PLURAL], "verbs": ["create", "delete", "get", "list", "watch"]}]
+
+    # --- a job of several objects (Kueue's ComposableJob: a pod group) ----------------------------
+    # A job is one object by default. A kind whose job may be several objects (a pod group) maps
+    # each object to its job's key, composes the job from its informer, and names each object a
+    # step writes (`Target`); the shell and `plan_job` ask these and nothing else.
+    def job_key(self, obj: J) -> str:
+        """The key of the job an object belongs to (`namespace/name`)."""
+        return obj.key
+
+    def load(self, key: str, *, get: Callable[[str], J | None], by_index: Callable[[str, str], list[J]]) -> J | None:
+        """The job `key` names, from the kind's informer; None when it is gone."""
+        return get(key)
+
+    def indexes(self) -> dict[str, Callable[[Any], list[str]]]:
+        """Indexes the kind's informer keeps for `load`."""
+        return {}
+
+    def workload_key_for(self, key: str) -> str | None:
+        """The Workload of the job `key`, when the kind names it by the job (a pod group's is
+        the group's name); None: found by its controller owner."""
+        return None
+
+    def job_keys(self, wl: Workload) -> list[str]:
+        """The jobs of this kind a Workload belongs to (to reconcile them when it changes)."""
+        return [f"{wl.namespace}/{ref.name}" for ref in wl.metadata.owner_references or [] if ref.controller and self.owns(ref)]
+
+    def parts(self, job: J) -> list[J]:
+        """The objects the job is made of (MultiKueue copies each to the worker)."""
+        return [job]
+
+    def compose(self, parts: Sequence[J]) -> J | None:
+        """The job from its objects as found on a worker (`parts` of one Workload); None for none."""
+        return parts[0] if parts else None
+
+    def adoption_references(self, job: J) -> list[OwnerReference]:
+        """The owners a prebuilt Workload gets from the job that adopts it: the job, as controller."""
+        return [self.owner_reference(job)]
+
+    def incomplete(self, job: J) -> bool:
+        """Whether the job is not whole yet (a pod group with fewer pods than its total): it
+        waits, without a Workload, for the rest."""
+        return False
+
+    def workload_metadata(self, job: J) -> ObjectMeta:
+        """The new Workload's name, labels and owners (Kueue's ConstructWorkload: named after
+        the job and its UID, owned by it as controller, with its UID as a label)."""
+        uid = job.metadata.uid or ""
+        return ObjectMeta(
+            name=workload_name(job.name, uid, kind=self.kind, group=self.model.GROUP),
+            namespace=job.namespace,
+            labels={c.JOB_UID_LABEL: uid},
+            creation_timestamp=job.metadata.creation_timestamp,
+            owner_references=[self.owner_reference(job)],
+        )
+
+    def start_patches(self, job: J, wl: Workload, pod_sets: Sequence[PodSetInfo]) -> list[tuple[str | None, dict[str, Any]]]:
+        """(object name, or None for the job itself; merge patch) for each object to start."""
+        return [(None, self.start_patch(job, wl, pod_sets))]
+
+    def stop_targets(self, job: J) -> list[J]:
+        """A kind stopped by deletion: the objects to mark and delete (not yet suspended ones)."""
+        return [] if self.is_suspended(job) else [job]
+
+    def finalize_patches(self, job: J, *, deleting_only: bool = False) -> list[tuple[str | None, dict[str, Any]]]:
+        """(object name, or None for the job itself; merge patch) removing the kind's
+        finalizer: from every object, or (`deleting_only`) from those being deleted."""
+        if deleting_only and job.metadata.deletion_timestamp is None:
+            return []
+        patch = self.finalize_patch(job)
+        return [(None, patch)] if patch is not None else []
+
+    # --- what it handles ------------------------------------------------------------------------
+    def manages(self, job: J) -> bool:
+        """Whether the reconciler handles this object at all (Kueue's JobWithSkip)."""
+        return True
+
+    def creation_patch(self, obj: dict[str, Any]) -> list[dict[str, Any]]:
+        """The JSON patch the defaulting webhook gives a queued object at creation, so that it
+        waits for its Workload's admission (Kueue's job webhooks: `spec.suspend: true`)."""
+        if (obj.get("spec") or {}).get("suspend") is True:
+            return []
+        return [{"op": "add", "path": "/spec/suspend", "value": True}]
+
+    def creation_problems(self, obj: dict[str, Any]) -> list[str]:
+        """Why the webhook refuses a queued object at creation (`path: reason` each, as the
+        apiserver's validation says them); none by default."""
+        return []
+
+    def webhook_namespace_selector(self) -> dict[str, Any] | None:
+        """The namespaceSelector of the kind's defaulting webhook; None for every namespace."""
+        return None
+
+    def finalize_patch(self, job: J) -> dict[str, Any] | None:
+        """A merge patch that removes the kind's finalizer (Kueue's Finalize); None without one."""
+        if self.finalizer is None or self.finalizer not in (job.metadata.finalizers or []):
+            return None
+        kept = [name for name in job.metadata.finalizers or [] if name != self.finalizer]
+        return {"metadata": {"resourceVersion": job.metadata.resource_version, "finalizers": kept or None}}
+
+    def termination_status_patch(self, job: J, *, reason: str, message: str, now: datetime) -> dict[str, Any] | None:
+        """For a kind stopped by deletion: the status patch that says why, written before the
+        delete (Kueue's TerminationTarget condition); None for none."""
+        return None
 
     # --- the Workload ---------------------------------------------------------------------------
     @abstractmethod
@@ -203,7 +317,6 @@ def construct_workload(
     queue_name = job_queue_name(job)
     if not queue_name:
         raise JobConversionError(f"metadata.labels[{c.QUEUE_NAME_LABEL}]", f"Required value: the {adapter.kind} is not queued")
-    uid = job.metadata.uid or ""
     pod_sets = adapter.pod_sets(job)
     priority, ref = resolve_priority(
         job.metadata.labels,
@@ -212,11 +325,5 @@ def construct_workload(
         workload_priority_classes=workload_priority_classes,
         priority_classes=priority_classes,
     )
-    meta = ObjectMeta(
-        name=workload_name(job.name, uid, kind=adapter.kind, group=adapter.model.GROUP),
-        namespace=job.namespace,
-        labels={c.JOB_UID_LABEL: uid},
-        creation_timestamp=job.metadata.creation_timestamp,
-        owner_references=[adapter.owner_reference(job)],
-    )
+    meta = adapter.workload_metadata(job)
     return Workload(metadata=meta, spec=WorkloadSpec(pod_sets=pod_sets, queue_name=queue_name, priority=priority, priority_class_ref=ref))

@@ -71,11 +71,23 @@ class CreateWorkload:
 
 @dataclass(frozen=True)
 class PatchJob:
-    """A merge patch on the job (or its status); the event follows the write."""
+    """A merge patch on the job (or its status); the event follows the write. `name` names
+    one object of a job of several (a pod in a group); None is the job itself."""
 
     patch: dict[str, Any]
     subresource: str | None = None
     event: Event | None = None
+    name: str | None = None
+
+
+@dataclass(frozen=True)
+class DeleteJob:
+    """Delete the job, or the object `name` of it (a kind stopped by deletion), if it is still
+    the one of `uid`; the event follows the delete."""
+
+    event: Event
+    name: str | None = None
+    uid: str | None = None
 
 
 @dataclass(frozen=True)
@@ -102,7 +114,7 @@ class Warn:
     event: Event
 
 
-Action = CreateWorkload | PatchJob | PatchWorkload | DeleteWorkload | Warn
+Action = CreateWorkload | PatchJob | DeleteJob | PatchWorkload | DeleteWorkload | Warn
 
 
 @dataclass
@@ -135,6 +147,7 @@ class JobInputs:
     runs_elsewhere: bool | None = False
     part_of_managed_job: bool = False  # its controller owner is a job kind Kueue manages
     wait_for_pods_ready: bool = False  # the Configuration's waitForPodsReady is on
+    multikueue: bool = False  # its Workload has a MultiKueue admission check (dispatched to a worker)
 
 
 # --- Workload status writes ----------------------------------------------------------------------
@@ -144,21 +157,57 @@ def _status_write(wl: Workload, patch: Patch) -> PatchWorkload:
 
 
 # --- the steps -------------------------------------------------------------------------------------
-def _ensure_suspended(adapter: JobAdapter[Any], job: Resource) -> list[Action]:
-    return [] if adapter.is_suspended(job) else [PatchJob(adapter.suspend_patch(job))]
+def _ensure_suspended(adapter: JobAdapter[Any], job: Resource, now: datetime) -> list[Action]:
+    """A job without its Workload must not run (Kueue's ensureOneWorkload: NoMatchingWorkload):
+    suspended, or, for a kind stopped by deletion, each of its objects still running deleted."""
+    if adapter.stopped_by_deletion:
+        event = Event("Normal", "Stopped", f"The {adapter.kind} was started without an admitted Workload")
+        return _stop(adapter, job, event, reason="NoMatchingWorkload", now=now)
+    if adapter.is_suspended(job):
+        return []
+    return [PatchJob(adapter.suspend_patch(job))]
+
+
+def _finalize(adapter: JobAdapter[Any], job: Resource, *, deleting_only: bool = False) -> list[Action]:
+    """Kueue's finalizeJob: the kind's finalizer goes (kinds without one: nothing); with
+    `deleting_only`, only from the objects being deleted."""
+    return [PatchJob(patch, name=name) for name, patch in adapter.finalize_patches(job, deleting_only=deleting_only)]
+
+
+def _stop(adapter: JobAdapter[Any], job: Resource, event: Event, *, reason: str, now: datetime) -> list[Action]:
+    """Suspend the job; a kind stopped by deletion is told why in its status (`reason`: Kueue's
+    StopReason), then deleted (Kueue's Stop of a pod: TerminationTarget, then delete)."""
+    if not adapter.stopped_by_deletion:
+        return [PatchJob(adapter.suspend_patch(job), event=event)]
+    actions: list[Action] = []
+    for target in adapter.stop_targets(job):
+        name = None if target is job else target.name
+        why = adapter.termination_status_patch(target, reason=reason, message=event.message, now=now)
+        if why is not None:
+            actions.append(PatchJob(why, subresource="status", name=name))
+        actions.append(DeleteJob(event, name=name, uid=target.metadata.uid))
+    return actions
+
+
+def _adopted(adapter: JobAdapter[Any], job: Resource, wl: Workload) -> bool:
+    have = {ref.uid for ref in wl.metadata.owner_references or []}
+    return all(ref.uid in have for ref in adapter.adoption_references(job))
 
 
 def _adopt(adapter: JobAdapter[Any], job: Resource, wl: Workload) -> PatchWorkload:
-    """A prebuilt Workload becomes the job's: owned by it, so it goes when the job goes."""
+    """A prebuilt Workload becomes the job's: owned by it (a pod group's: by each of its Pods,
+    as Kueue's EnsureWorkloadOwnedByAllMembers), so it goes when the job goes."""
     refs = wl.metadata.owner_references or []
-    owner = adapter.owner_reference(job)
+    owners = adapter.adoption_references(job)
+    uids = {owner.uid for owner in owners}
+    kept = [ref.to_dict() for ref in refs if not ref.controller and ref.uid not in uids]
     return PatchWorkload(
         wl.name,
         wl.namespace,
         {
             "metadata": {
                 "resourceVersion": wl.metadata.resource_version,
-                "ownerReferences": [ref.to_dict() for ref in refs if not ref.controller] + [owner.to_dict()],
+                "ownerReferences": kept + [owner.to_dict() for owner in owners],
                 "labels": {c.JOB_UID_LABEL: job.metadata.uid},
             }
         },
@@ -179,38 +228,48 @@ def plan_job(inputs: JobInputs) -> JobPlan:
     prebuilt = prebuilt_workload_name(job.metadata)
     if not job_queue_name(job) and not prebuilt:
         return JobPlan()  # not queued: Kueue leaves it alone (manageJobsWithoutQueueName is off)
-    if inputs.part_of_managed_job or job.metadata.deletion_timestamp is not None:
+    if not adapter.manages(job):
+        return JobPlan()
+    if job.metadata.deletion_timestamp is not None:
+        # Same as Kueue: a job being deleted lets its finalizer go; its Workloads go with it.
+        return JobPlan(_finalize(adapter, job))
+    if inputs.part_of_managed_job:
         return JobPlan()
     if inputs.creating:
         return JobPlan(requeue_after=WAIT_FOR_CREATED_WORKLOAD)
     finished = adapter.finished(job)
+    # Of a job of several objects, those being deleted let their finalizer go at once.
+    gone = _finalize(adapter, job, deleting_only=True)
 
     if wl is None:
         if finished is not None:
-            return JobPlan()
+            return JobPlan(_finalize(adapter, job))
+        if adapter.incomplete(job):
+            # A pod group waits for the rest of its pods (their events wake us), none running.
+            return JobPlan([*gone, *_ensure_suspended(adapter, job, now)])
         if prebuilt:
             # Same as Kueue: a job pointing at a Workload that is not there yet waits, suspended.
-            return JobPlan(_ensure_suspended(adapter, job), requeue_after=WAIT_FOR_PREBUILT_WORKLOAD)
+            return JobPlan([*gone, *_ensure_suspended(adapter, job, now)], requeue_after=WAIT_FOR_PREBUILT_WORKLOAD)
         try:
             new = construct_workload(
                 adapter, job, workload_priority_classes=inputs.workload_priority_classes, priority_classes=inputs.priority_classes
             )
         except JobConversionError as err:
-            return JobPlan(
-                [Warn(Event("Warning", "FailedCreateWorkload", str(err))), *_ensure_suspended(adapter, job)], retry_with_backoff=True
-            )
+            warn = Warn(Event("Warning", "FailedCreateWorkload", str(err)))
+            return JobPlan([*gone, warn, *_ensure_suspended(adapter, job, now)], retry_with_backoff=True)
         new.metadata.creation_timestamp = None
         created = Event("Normal", "CreatedWorkload", f"Created Workload: {new.key}")
-        return JobPlan([CreateWorkload(new, created), *_ensure_suspended(adapter, job)])
+        return JobPlan([*gone, CreateWorkload(new, created), *_ensure_suspended(adapter, job, now)])
 
-    actions: list[Action] = []
-    if prebuilt and not any(ref.uid == job.metadata.uid for ref in wl.metadata.owner_references or []):
+    actions: list[Action] = list(gone)
+    if prebuilt and not _adopted(adapter, job, wl):
         actions.append(_adopt(adapter, job, wl))
+    rest = [action for action in _finalize(adapter, job) if action not in gone]
     if is_finished(wl):
-        return JobPlan(actions)
+        return JobPlan([*actions, *rest])
     if finished is not None:
         actions.append(_status_write(wl, finish_patch(wl, reason=_finished_reason(finished), message=finished.message, now=now)))
-        return JobPlan(actions)
+        return JobPlan([*actions, *rest])
 
     if inputs.wait_for_pods_ready:
         # Kueue's job reconciler with waitForPodsReady: the PodsReady condition follows the
@@ -234,22 +293,30 @@ def plan_job(inputs: JobInputs) -> JobPlan:
         if wait is not None:
             return JobPlan(actions, requeue_after=wait)  # back when the backoff runs out
     if admitted:
+        if suspended and inputs.multikueue and adapter.suspended_under_multikueue:
+            return JobPlan(actions)  # a worker runs it; it stays gated here
         if suspended:
             cluster_queue = wl.status.admission.cluster_queue if wl.status and wl.status.admission else ""
             try:
-                start = adapter.start_patch(job, wl, admitted_pod_sets(wl, inputs.flavors))
+                starts = adapter.start_patches(job, wl, admitted_pod_sets(wl, inputs.flavors))
             except JobConversionError as err:
                 actions.append(_status_write(wl, finish_patch(wl, reason=REASON_FAILED_TO_START, message=str(err), now=now)))
                 return JobPlan(actions)
-            actions.append(PatchJob(start, event=Event("Normal", "Started", f"Admitted by clusterQueue {cluster_queue}")))
+            started = Event("Normal", "Started", f"Admitted by clusterQueue {cluster_queue}")
+            actions += [PatchJob(start, event=started, name=name) for name, start in starts]
         return JobPlan(actions)
-    if not suspended:
+    # A kind stopped by deletion stops each object still running (a pod group's running pods,
+    # while its gated ones stay gated); any other kind is suspended once.
+    must_stop = bool(adapter.stop_targets(job)) if adapter.stopped_by_deletion else not suspended
+    if must_stop:
         if evicted:
             cond = find_condition(conditions_of(wl), c.EVICTED)
             event = Event("Normal", "Stopped", cond.message if cond is not None and cond.message else "Evicted")
+            reason = f"WorkloadEvictedDueTo{cond.reason}" if cond is not None and cond.reason else "WorkloadEvicted"
         else:
             event = Event("Normal", "Suspended", f"The {adapter.kind} was started without an admitted Workload")
-        actions.append(PatchJob(adapter.suspend_patch(job), event=event))
+            reason = "NotAdmitted"
+        actions += _stop(adapter, job, event, reason=reason, now=now)
         return JobPlan(actions)
     if evicted and reserved:
         if inputs.runs_elsewhere is None and adapter.releasable(job):
