@@ -204,6 +204,7 @@ async def test_a_user_follows_jobs_live_reads_one_and_cancels_it_in_the_browser(
         assert table(browser) == {}
         chatty = job_manifest("chatty", ns)
         chatty["spec"]["completions"] = 100000  # kwok completes each pod at once: the Job keeps running
+        chatty["metadata"]["annotations"] = {"example.com/note": MARKUP}
         submit(fed, tmp_path, "chatty", chatty)
         submit(fed, tmp_path, "too-big", job_manifest("too-big", ns, cpu="10"))
         await eventually(lambda: running_where(kube, ns, "chatty"), timeout=60, what="chatty running on worker1")
@@ -224,7 +225,7 @@ async def test_a_user_follows_jobs_live_reads_one_and_cancels_it_in_the_browser(
         wait_for(browser, lambda d: set(table(d)) == {"too-big"}, "only the Pending job")
         console.check()
 
-        # An Event whose message holds markup: the job's page shows it as text and runs nothing.
+        # An Event whose message holds markup, as its annotation does: the job's page shows both as text and runs nothing.
         job = await kube.manager.get(Job, "chatty", namespace=ns)
         event = {
             "metadata": {"name": f"chatty.{tag}", "namespace": ns},
@@ -246,6 +247,7 @@ async def test_a_user_follows_jobs_live_reads_one_and_cancels_it_in_the_browser(
         assert text_of(browser, "#next") == "Next: Nothing to do: it runs on worker1."
         timeline = text_of(browser, "#timeline")
         assert f"a note {MARKUP}" in timeline, timeline
+        assert f"annotation example.com/note {MARKUP}" in text_of(browser, "#metadata")
         assert browser.execute_script("return window.kfedInjected === undefined") is True
         worker = fed.workers["worker1"].name
         log = wait_for(

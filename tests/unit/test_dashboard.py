@@ -215,6 +215,7 @@ def test_what_a_user_wrote_stays_text_on_every_page() -> None:
         namespace="ns",
         base="/jobs/ns/job/train",
         moments=pages.timeline(workload=wl, job=None, events=[event("Created", f"made {SCRIPT}", "2026-11-28T11:57:30Z")]),
+        metadata=pages.metadata_items({"app": "x"}, wl.metadata.annotations),
         where="worker worker1",
         pods=["p"],
         containers=[SCRIPT],
@@ -229,6 +230,17 @@ def test_what_a_user_wrote_stays_text_on_every_page() -> None:
         assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
         assert [src for src in re.findall(r"<script[^>]*>", html)] == ['<script src="/static/dashboard.js" defer>']
     assert html.count("&lt;script&gt;") >= 2
+    assert job_page.count("&lt;script&gt;alert(1)&lt;/script&gt;") >= 5  # reason, verdict, Event, annotation, container
+
+
+def test_a_long_annotation_is_cut_and_labels_come_first() -> None:
+    items = pages.metadata_items({"b": "2", "a": "1"}, {"kubectl.kubernetes.io/last-applied-configuration": "x" * 1000})
+    assert [(what, key) for what, key, _ in items] == [
+        ("label", "a"),
+        ("label", "b"),
+        ("annotation", "kubectl.kubernetes.io/last-applied-configuration"),
+    ]
+    assert items[-1][2] == "x" * pages.ANNOTATION_SHOWN + "…"
 
 
 # --- the server's defences -----------------------------------------------------------------------------

@@ -403,3 +403,16 @@ def _micro_time(text: str | None) -> datetime | None:
         return datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         return None
+
+
+ANNOTATION_SHOWN = 300  # characters of a value shown; a longer one (last-applied-configuration) is cut
+
+
+def metadata_items(labels: Mapping[str, str] | None, annotations: Mapping[str, str] | None) -> list[tuple[str, str, str]]:
+    """(label or annotation, key, value) of a job, sorted, each long value cut with an ellipsis."""
+    found = []
+    for what, items in (("label", labels or {}), ("annotation", annotations or {})):
+        for key, value in sorted(items.items()):
+            shown = value if len(value) <= ANNOTATION_SHOWN else value[:ANNOTATION_SHOWN] + "…"
+            found.append((what, key, shown))
+    return found

@@ -287,6 +287,8 @@ async def job(request: web.Request, session: Session) -> web.StreamResponse:
     if container and container not in found.containers:
         raise CommandError(f'no container "{container}" in the pods of {target}: choose one of {", ".join(found.containers)}')
     moments = pages.timeline(workload=found.workload, job=found.job, events=found.events, created=found.found.view.created)
+    owner = found.job.metadata if found.job is not None else found.workload.metadata
+    metadata = pages.metadata_items(owner.labels, owner.annotations)
     base = pages.job_path(namespace, target.kind, target.name)
     stream = f"{base}/logs" + (f"?{urllib.parse.urlencode({'container': container})}" if container else "")
     return render(
@@ -299,6 +301,7 @@ async def job(request: web.Request, session: Session) -> web.StreamResponse:
         namespace=namespace,
         base=base,
         moments=moments,
+        metadata=metadata,
         where=found.logs.where if found.logs else "",
         pods=[pod.name for pod in found.logs.pods] if found.logs else [],
         containers=found.containers,
