@@ -355,3 +355,13 @@ def test_a_path_that_names_no_resource_is_refused_and_a_user_lands_in_their_own_
             incluster.path_attributes("GET", path)
     assert incluster.default_namespace(User("system:serviceaccount:team-a:alice")) == "team-a"
     assert incluster.default_namespace(User("alice@example.com")) == "default"
+
+
+def test_local_mode_refuses_to_serve_the_users_credentials_beyond_loopback_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    from manager.cli.main import main
+
+    assert main(["dashboard", "--address", "0.0.0.0", "--no-browser", "--kubeconfig", "/nonexistent"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: --address 0.0.0.0: kfed dashboard serves your own credentials"), err
+    assert main(["dashboard", "--port", "70000", "--no-browser"]) == 1
+    assert capsys.readouterr().err == "error: --port 70000: expected a port number from 0 to 65535\n"

@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import contextlib
 import errno
+import ipaddress
 import signal
 import socket
 import ssl
@@ -46,6 +47,11 @@ async def cmd_dashboard(args: argparse.Namespace) -> int:
     from manager.cli.dashboard.reading import Session
     from manager.cli.dashboard.server import LocalAccess, Settings, create_app
 
+    if not args.in_cluster and args.address and not _loopback(args.address):
+        raise CommandError(
+            f"--address {args.address}: kfed dashboard serves your own credentials, so only on a loopback address "
+            "(127.0.0.1); to serve others, run it in the cluster (--in-cluster), where each user signs in"
+        )
     if bool(args.tls_cert_file) != bool(args.tls_key_file):
         raise CommandError("--tls-cert-file and --tls-key-file go together")
     if args.in_cluster:
@@ -100,6 +106,15 @@ async def cmd_dashboard(args: argparse.Namespace) -> int:
         await runner.cleanup()
         await client.close()
         sock.close()
+
+
+def _loopback(address: str) -> bool:
+    if address == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
 
 
 def _open(url: str) -> None:
