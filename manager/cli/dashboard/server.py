@@ -149,17 +149,14 @@ def render(request: web.Request, template: str, *, status: int = 200, notes: lis
 
 def failure(request: web.Request, err: Exception) -> web.Response:
     """The apiserver's own words for a refusal, on a page."""
-    code = (
-        403
-        if isinstance(err, ForbiddenError)
-        else 404
-        if isinstance(err, NotFoundError)
-        else 401
-        if isinstance(err, UnauthorizedError)
-        else 400
-        if isinstance(err, CommandError | pages.QueryError)
-        else 502
+    codes: tuple[tuple[type[Exception], int], ...] = (
+        (ForbiddenError, 403),
+        (NotFoundError, 404),
+        (UnauthorizedError, 401),
+        (CommandError, 400),
+        (pages.QueryError, 400),
     )
+    code = next((status for kind, status in codes if isinstance(err, kind)), 502)
     return render(request, "error.html", status=code, message=str(err), code=code)
 
 
