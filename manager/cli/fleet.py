@@ -154,7 +154,11 @@ def note(args: argparse.Namespace, line: str) -> None:
     said: set[str] = vars(args).setdefault("notes_said", set())
     if line not in said:
         said.add(line)
-        print(f"kfed: {line}", file=sys.stderr, flush=True)
+        sink: list[str] | None = vars(args).get("note_sink")  # the dashboard shows them on the page
+        if sink is not None:
+            sink.append(line)
+        else:
+            print(f"kfed: {line}", file=sys.stderr, flush=True)
 
 
 async def optional_list(client: KubeClient, model: type[Any], args: argparse.Namespace, *, leaves_out: str) -> list[Any] | None:

@@ -7,7 +7,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from manager.api import kueue
@@ -108,45 +109,62 @@ async def _print(lines: AsyncIterator[str], *, prefix: str) -> bool:
         return False
 
 
+@dataclass
+class LogSource:
+    """Where a job's pods run, the pods there, and how to read one container's log."""
+
+    where: str  # "worker NAME" or "the manager"
+    pods: list[Pod]
+    read: Callable[[Pod, str, bool], AsyncIterator[str]]  # (pod, container, follow) -> lines
+
+
+async def log_source(manager: KubeClient, target: ObjectName, namespace: str, args: argparse.Namespace) -> LogSource:
+    """The job's pods, on the worker MultiKueue admitted it on (read by the manager for the
+    user, through kfed's read API) or on the manager itself. The CLI and the dashboard both ask."""
+    name, shown = target.name, str(target)
+    wl = await _find(manager, target, namespace)
+    checks = await optional_list(manager, kueue.AdmissionCheck, args, leaves_out="the state of a job not running is told less exactly")
+    cluster = where_it_runs(wl, {c.name: c for c in checks} if checks is not None else None, name, namespace, kind=target.kind)
+    if cluster:
+        # On a worker: the manager reads it there for us (kfed's read API).
+        path = f"{READS}/namespaces/{namespace}/workloads/{wl.name}"
+        try:
+            answer = await manager.request("GET", f"{path}/pods", what=f"the pods of {shown} on worker {cluster}")
+        except KubeError as err:
+            raise CommandError(f"{shown} runs on worker {cluster}, but the manager cannot read its pods there: {err}") from None
+        where = f"worker {cluster}"
+
+        def remote(pod: Pod, container: str, follow: bool) -> AsyncIterator[str]:
+            query = [("pod", pod.name), ("container", container)]
+            return manager.stream_lines(f"{path}/log", query=query, follow=follow, what=f"logs of pod {pod.name} on {where}")
+
+        return LogSource(where, [_pod(item, namespace) for item in answer.get("pods") or []], remote)
+    selector = JOB_KINDS[target.kind].pod_selector(name)
+    pods = sorted((await manager.list(Pod, namespace=namespace, label_selector=selector)).items, key=lambda p: p.name)
+
+    def local(pod: Pod, container: str, follow: bool) -> AsyncIterator[str]:
+        return manager.pod_logs(pod.name, namespace=namespace, container=container, follow=follow)
+
+    return LogSource("the manager", pods, local)
+
+
 @run_async
 async def cmd_logs(args: argparse.Namespace) -> int:
     target = parse_object_name(args.name, "job", allowed=tuple(JOB_KINDS))
-    name, shown = target.name, str(target)
+    shown = str(target)
     namespace = args.namespace or "default"
     manager = await manager_client(args)
     try:
-        wl = await _find(manager, target, namespace)
-        checks = await optional_list(manager, kueue.AdmissionCheck, args, leaves_out="the state of a job not running is told less exactly")
-        cluster = where_it_runs(wl, {c.name: c for c in checks} if checks is not None else None, name, namespace, kind=target.kind)
-        if cluster:
-            # On a worker: the manager reads it there for us (kfed's read API).
-            path = f"{READS}/namespaces/{namespace}/workloads/{wl.name}"
-            try:
-                answer = await manager.request("GET", f"{path}/pods", what=f"the pods of {shown} on worker {cluster}")
-            except KubeError as err:
-                raise CommandError(f"{shown} runs on worker {cluster}, but the manager cannot read its pods there: {err}") from None
-            pods = [_pod(item, namespace) for item in answer.get("pods") or []]
-            where = f"worker {cluster}"
-
-            def read(pod: Pod, container: str) -> AsyncIterator[str]:
-                query = [("pod", pod.name), ("container", container)]
-                return manager.stream_lines(f"{path}/log", query=query, follow=args.follow, what=f"logs of pod {pod.name} on {where}")
-
-        else:
-            selector = JOB_KINDS[target.kind].pod_selector(name)
-            pods = sorted((await manager.list(Pod, namespace=namespace, label_selector=selector)).items, key=lambda p: p.name)
-            where = "the manager"
-
-            def read(pod: Pod, container: str) -> AsyncIterator[str]:
-                return manager.pod_logs(pod.name, namespace=namespace, container=container, follow=args.follow)
-
+        source = await log_source(manager, target, namespace, args)
+        pods, where = source.pods, source.where
         if not pods:
             raise CommandError(f"{shown} runs on {where} but has no pods there yet: try again in a moment")
         chosen = [(pod, pick_container(pod, args.container)) for pod in pods]
         print(f"==> {shown}: {len(pods)} pod(s) on {where}", file=sys.stderr, flush=True)
         several = len(pods) > 1
         calls: list[Any] = [
-            _print(read(pod, container), prefix=f"[pod/{pod.name}/{container}] " if several else "") for pod, container in chosen
+            _print(source.read(pod, container, args.follow), prefix=f"[pod/{pod.name}/{container}] " if several else "")
+            for pod, container in chosen
         ]
         if args.follow:
             results = await asyncio.gather(*calls)  # every pod at once, lines as they come
