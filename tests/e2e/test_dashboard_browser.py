@@ -4,7 +4,9 @@ with its reason and its place in the queue, one Running on worker1; its page exp
 an Event that holds markup as text, and streams its logs; it is cancelled and disappears from
 the worker; a ClusterQueue is held and released. A namespace reader sees nothing of another
 namespace and cannot cancel there, even with a hand-made POST. Each test fails on any error in
-the browser's console, and saves a screenshot of each view into docs/images/ for the README."""
+the browser's console, and saves a screenshot of each view: into `KFED_SCREENSHOTS` when set
+(`KFED_SCREENSHOTS=docs/images` refreshes the README's), else into a temporary directory, so
+that a test run leaves the checkout as it was."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import selectors
 import shutil
 import subprocess
 import sys
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,7 +39,7 @@ from tests.prerequisites import missing_prerequisite
 
 pytestmark = pytest.mark.e2e
 
-IMAGES = REPO_ROOT / "docs" / "images"
+IMAGES = Path(os.environ.get("KFED_SCREENSHOTS") or Path(tempfile.gettempdir()) / "kfed-dashboard-screenshots")
 WAIT = 60  # seconds the browser waits for what a page should show
 MARKUP = "<script>window.kfedInjected = 1</script>"
 
@@ -174,7 +177,7 @@ def text_of(driver: WebDriver, selector: str) -> str:
 
 
 def screenshot(driver: WebDriver, name: str) -> None:
-    """Into docs/images/ (the README shows them), from the federation the test runs against."""
+    """Into IMAGES (docs/images/ for the README), from the federation the test runs against."""
     IMAGES.mkdir(parents=True, exist_ok=True)
     size = driver.get_window_size()
     height = int(driver.execute_script("return document.documentElement.scrollHeight"))
