@@ -534,7 +534,8 @@ def group_manifests(job: MixJob, namespace: str) -> list[dict[str, Any]]:
                 "name": f"{job.name}-{index}",
                 "namespace": namespace,
                 "labels": {c.QUEUE_NAME_LABEL: "user-queue", c.PRIORITY_CLASS_LABEL: job.priority, POD_GROUP_NAME_LABEL: job.name},
-                "annotations": {POD_GROUP_TOTAL_COUNT_ANNOTATION: str(GROUP_SIZE)},
+                # A bare Pod on a kwok node runs for this, then Succeeds (without it, until deleted).
+                "annotations": {POD_GROUP_TOTAL_COUNT_ANNOTATION: str(GROUP_SIZE), LONG_POD_ANNOTATION: "1s"},
             },
             "spec": {
                 "restartPolicy": "Never",
