@@ -326,7 +326,7 @@ async def find_workload(client: KubeClient, target: ObjectName, namespace: str, 
             return wl or f'no Workload "{target.name}" in namespace {namespace} (see `kfed jobs -n {namespace} -o wide`)'
     kind = JOB_KINDS.get(target.kind)
     if kind is not None and kind.model is not Job:  # a Job is also found by its bare name, below
-        owned = [w for w in workloads if any(r.kind == kind.kind and r.name == target.name for r in w.metadata.owner_references or [])]
+        owned = [w for w in workloads if kind.adapter.names(w, target.name)]
         return owned[0] if owned else f"no Workload for {target} in namespace {namespace}"
     try:
         job = await client.get(Job, target.name, namespace=namespace)

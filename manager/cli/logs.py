@@ -1,6 +1,7 @@
 """`kfed logs JOB`: the pod logs of a Job, read from whichever cluster runs it: the worker
 MultiKueue admitted it on (through the manager's read API, which reads them from the worker for
-a user who may read pods' logs in the namespace), or the manager itself when it runs there."""
+a user who may read pods' logs in the namespace), or the manager itself when it runs there.
+`pod/NAME` is a plain Pod, or a pod group by its name or any of its Pods' names (all its Pods)."""
 
 from __future__ import annotations
 
@@ -66,14 +67,7 @@ def where_it_runs(
 async def _find(manager: KubeClient, target: ObjectName, namespace: str) -> kueue.Workload:
     kind, shown = JOB_KINDS[target.kind], str(target)
     workloads = (await manager.list(kueue.Workload, namespace=namespace)).items
-    wl = next(
-        (
-            w
-            for w in workloads
-            if any(r.controller and r.kind == kind.kind and r.name == target.name for r in w.metadata.owner_references or [])
-        ),
-        None,
-    )
+    wl = next((w for w in workloads if kind.adapter.names(w, target.name)), None)
     if wl is not None:
         return wl
     try:
@@ -139,8 +133,13 @@ async def log_source(manager: KubeClient, target: ObjectName, namespace: str, ar
             return manager.stream_lines(f"{path}/log", query=query, follow=follow, what=f"logs of pod {pod.name} on {where}")
 
         return LogSource(where, [_pod(item, namespace) for item in answer.get("pods") or []], remote)
-    selector = JOB_KINDS[target.kind].pod_selector(name)
-    pods = sorted((await manager.list(Pod, namespace=namespace, label_selector=selector)).items, key=lambda p: p.name)
+    query = JOB_KINDS[target.kind].adapter.pod_query(wl)
+    listed = (
+        await manager.list(Pod, namespace=namespace, label_selector=query.label_selector, field_selector=query.field_selector)
+        if query is not None
+        else None
+    )
+    pods = sorted(listed.items if listed is not None else [], key=lambda p: p.name)
 
     def local(pod: Pod, container: str, follow: bool) -> AsyncIterator[str]:
         return manager.pod_logs(pod.name, namespace=namespace, container=container, follow=follow)
@@ -176,7 +175,7 @@ async def cmd_logs(args: argparse.Namespace) -> int:
 
 
 def add_command(commands: Any) -> None:
-    parser = commands.add_parser("logs", help="the pod logs of a Job or JobSet, from whichever worker runs it")
+    parser = commands.add_parser("logs", help="the pod logs of a job (a Job, a JobSet, a Pod or pod group), from whichever worker runs it")
     parser.add_argument("name", help=job_names_help())
     parser.add_argument("-f", "--follow", action="store_true", help="keep streaming new lines")
     parser.add_argument("-c", "--container", help="the container (default: the pod's default container, else its first)")
