@@ -255,7 +255,8 @@ async def read_workers(client: KubeClient, args: argparse.Namespace) -> list[vie
     found = []
     for cluster in clusters:
         view = views.worker_view(cluster)
-        view.error = unread
+        if view.active == "True":
+            view.error = unread  # an inactive worker's own condition says why, and stays shown
         found.append(view)
     return found
 

@@ -272,7 +272,9 @@ async def test_a_user_follows_jobs_live_reads_one_and_cancels_it_in_the_browser(
         # Fleet: both workers connected, worker1's quota as a bar.
         browser.get(f"{url}fleet")
         card = wait_for(browser, lambda d: text_of(d, "#worker-worker1"), "worker1's card")
-        assert "Active" in card and "cpu" in card and "running\n1" in card, card
+        # Other tests of the session may run jobs there too: at least this one runs.
+        running = re.search(r"running\n(\d+)", card)
+        assert "Active" in card and "cpu" in card and running is not None and int(running.group(1)) >= 1, card
         assert "Active" in text_of(browser, "#worker-worker2")
         screenshot(browser, "fleet")
         console.check()
