@@ -42,6 +42,19 @@ def owner_index_values(wl: Workload) -> list[str]:
     ]
 
 
+# Kueue's annotations naming the job of a Workload that is one of several (a LeaderWorkerSet's
+# groups): they outlive the owner references.
+JOB_OWNER_GVK_ANNOTATION = "kueue.x-k8s.io/job-owner-gvk"
+JOB_OWNER_NAME_ANNOTATION = "kueue.x-k8s.io/job-owner-name"
+
+
+def component_owner_values(wl: Workload) -> list[str]:
+    """`GVK|namespace/name` of the job a component Workload belongs to (its owner annotations)."""
+    annotations = wl.metadata.annotations or {}
+    gvk, name = annotations.get(JOB_OWNER_GVK_ANNOTATION), annotations.get(JOB_OWNER_NAME_ANNOTATION)
+    return [f"{gvk}|{wl.namespace}/{name}"] if gvk and name else []
+
+
 @dataclass(frozen=True)
 class PodQuery:
     """How to list the pods of one job in its namespace: a label selector, a field selector or both."""
@@ -145,6 +158,29 @@ class JobAdapter(ABC, Generic[J]):
         if not self.multikueue:
             return []
         return [{"apiGroups": [self.model.GROUP], "resources": [self.model.PLURAL], "verbs": ["create", "delete", "get", "list", "watch"]}]
+
+    # --- a job run as pod groups (Kueue's LeaderWorkerSet) -----------------------------------------
+    # Such a job is never suspended: its controller keeps one Workload per group of its pods
+    # (`component_workloads`) and makes each of its pods a member of its group's pod group
+    # (`member_patch`); the pod integration starts and stops the pods with their group's
+    # Workload. Its pods carry `pod_label` valued with the job's name.
+    runs_as_pod_groups: ClassVar[bool] = False
+
+    def component_workloads(self, job: J, existing: Sequence[str]) -> tuple[list[tuple[str, int]], list[str]]:
+        """(the Workloads to create, as (name, group index); the names of those to delete)."""
+        raise NotImplementedError(f"{self.kind} does not run as pod groups")
+
+    def component_workload_metadata(self, job: J, name: str, index: int) -> ObjectMeta:
+        """The metadata of the job's Workload for group `index`."""
+        raise NotImplementedError(f"{self.kind} does not run as pod groups")
+
+    def member_patch(self, job: J, pod: Any) -> dict[str, Any] | None:
+        """The merge patch making one of its pods a member of its group's pod group; None for none."""
+        raise NotImplementedError(f"{self.kind} does not run as pod groups")
+
+    def member_of(self, pod: Any) -> str | None:
+        """The key of the job of this kind a pod belongs to (its events wake the job); None: none."""
+        return None
 
     # --- a job of several objects (Kueue's ComposableJob: a pod group) ----------------------------
     # A job is one object by default. A kind whose job may be several objects (a pod group) maps
