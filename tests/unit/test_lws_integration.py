@@ -13,6 +13,7 @@ from manager.api import kueue
 from manager.api.core import Pod, PodStatus
 from manager.api.lws import GROUP_INDEX_LABEL, LEADER_NAME_ANNOTATION, SET_NAME_LABEL, LeaderWorkerSet
 from manager.engine.integrations import lws
+from manager.engine.integrations.adapter import component_index
 from manager.engine.integrations.plan import CreateWorkload, DeleteWorkload, JobInputs, PatchMember, Warn, plan_job
 from manager.engine.integrations.pod import (
     GROUP_SERVING_ANNOTATION,
@@ -242,8 +243,11 @@ def test_a_groups_workload_is_a_group_workload_owned_by_the_set_not_as_controlle
     }
     [owner] = meta.owner_references or []
     assert (owner.kind, owner.name, owner.uid, owner.controller) == ("LeaderWorkerSet", "serve", "uid-lws", None)
-    assert lws.workload_index(meta.annotations) == 1
-    assert lws.workload_index({}) == -1
+    wl = kueue.Workload.model_validate(
+        {"metadata": meta.to_dict(), "spec": {"queueName": "q", "podSets": [{"name": "main", "count": 1, "template": {}}]}}
+    )
+    assert component_index(wl) == 1
+    assert component_index(wl.model_copy(update={"metadata": wl.metadata.model_copy(update={"annotations": {}})})) is None
 
 
 # --- its pods ------------------------------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from manager.api import constants as c
 from manager.api.core import PriorityClass
 from manager.api.kueue import PodSet, Workload, WorkloadPriorityClass, WorkloadSpec
 from manager.api.meta import ObjectMeta, OwnerReference, Resource
-from manager.engine.jobs import JobConversionError, PodSetInfo, job_queue_name, resolve_priority, workload_name
+from manager.engine.jobs import JobConversionError, PodSetInfo, job_queue_name, prebuilt_keys, resolve_priority, workload_name
 
 J = TypeVar("J", bound=Resource)
 
@@ -46,6 +46,16 @@ def owner_index_values(wl: Workload) -> list[str]:
 # groups): they outlive the owner references.
 JOB_OWNER_GVK_ANNOTATION = "kueue.x-k8s.io/job-owner-gvk"
 JOB_OWNER_NAME_ANNOTATION = "kueue.x-k8s.io/job-owner-name"
+
+
+COMPONENT_WORKLOAD_INDEX_ANNOTATION = "kueue.x-k8s.io/component-workload-index"
+
+
+def component_index(wl: Workload) -> int | None:
+    """Kueue's GetWorkloadIndex: the index of a component Workload among its job's; None when
+    it is no component (or the index is not a number)."""
+    raw = (wl.metadata.annotations or {}).get(COMPONENT_WORKLOAD_INDEX_ANNOTATION, "")
+    return int(raw) if raw.isdigit() and component_owner_values(wl) else None
 
 
 def component_owner_values(wl: Workload) -> list[str]:
@@ -342,6 +352,11 @@ class JobAdapter(ABC, Generic[J]):
         return not managed_by or managed_by == self.default_managed_by
 
     # --- MultiKueue ------------------------------------------------------------------------------
+    def remote_workload_keys(self, job: J) -> list[str]:
+        """The manager Workloads (`namespace/name`) a job found on a worker was created for: the
+        prebuilt Workload it names (Kueue's WorkloadKeysFor); a kind run as pod groups, one per group."""
+        return prebuilt_keys(job)
+
     @abstractmethod
     def remote_object(self, job: J, *, workload_name: str, origin: str) -> dict[str, Any]:
         """The job to create on the worker that admitted its Workload (Kueue's SyncJob, create)."""

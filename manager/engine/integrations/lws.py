@@ -22,8 +22,10 @@ groups, one Workload per group, and runs the group's pods as a serving pod group
 - a serving pod group never finishes by its pods: the StatefulSets replace them.
 
 Through MultiKueue the manager's LeaderWorkerSet is copied once to a worker (with the origin's
-UID annotated) and its status is not copied back (LWS has no managedBy: the manager's own LWS
-controller writes it); all its Workloads go to the worker the first (lowest index) one went to.
+UID annotated, so the worker's pods join pod groups named after the manager's Workloads, whose
+copies are dispatched there), and all its Workloads go to the worker the first (lowest index)
+one went to (`worker_for`). Unlike Kueue, the worker's status is copied back: Kueue leaves it to
+the manager's own LWS controller, but kfed's manager runs none (as for JobSet).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from manager.api.kueue import PodSet, Workload
 from manager.api.lws import LeaderWorkerSet
 from manager.api.meta import ObjectMeta, OwnerReference
 from manager.engine.integrations.adapter import (
+    COMPONENT_WORKLOAD_INDEX_ANNOTATION,
     JOB_OWNER_GVK_ANNOTATION,
     JOB_OWNER_NAME_ANNOTATION,
     Finished,
@@ -67,8 +70,6 @@ GVK = gvk_of(API_VERSION, KIND)
 SUSPENDED_BY_PARENT_ANNOTATION = "kueue.x-k8s.io/pod-suspending-parent"
 GROUP_SERVING_ANNOTATION = "kueue.x-k8s.io/pod-group-serving"
 GROUP_SERVING_VALUE = "true"
-# Kueue's Workload annotation with the group a component Workload is for.
-COMPONENT_WORKLOAD_INDEX_ANNOTATION = "kueue.x-k8s.io/component-workload-index"
 MULTIKUEUE_ORIGIN_UID_ANNOTATION = "kueue.x-k8s.io/multikueue-origin-uid"
 LEADER = "leader"
 WORKER = "worker"
@@ -247,12 +248,6 @@ def workload_metadata(lws: LeaderWorkerSet, name: str, index: int) -> ObjectMeta
     )
 
 
-def workload_index(annotations: Mapping[str, str] | None) -> int:
-    """Kueue's GetWorkloadIndex: the group index a component Workload is annotated with; -1 for none."""
-    raw = (annotations or {}).get(COMPONENT_WORKLOAD_INDEX_ANNOTATION, "")
-    return int(raw) if raw.isdigit() else -1
-
-
 # --- its pods ------------------------------------------------------------------------------------------
 def suspended_by_lws(pod: Pod) -> bool:
     return (pod.metadata.annotations or {}).get(SUSPENDED_BY_PARENT_ANNOTATION) == FRAMEWORK
@@ -301,24 +296,6 @@ def remote_object(lws: LeaderWorkerSet, *, origin: str) -> dict[str, Any]:
     return {"apiVersion": API_VERSION, "kind": KIND, "metadata": metadata, "spec": copy.deepcopy(raw.get("spec") or {})}
 
 
-def worker_for(own_index: int, members: Mapping[str, tuple[int, str]]) -> tuple[bool, str]:
-    """Kueue's component Workloads under MultiKueue: (whether this Workload may pick a worker
-    itself, the worker its siblings already went to, "" for none). `members` maps each sibling
-    Workload's name to (its group index, the cluster it was dispatched to, "" for none). Only
-    the lowest index picks; a sibling's cluster binds every other."""
-    clusters = {cluster for _, cluster in members.values() if cluster}
-    if len(clusters) > 1:
-        raise JobConversionError(
-            f"metadata.annotations[{COMPONENT_WORKLOAD_INDEX_ANNOTATION}]",
-            f"the Workloads of one {KIND} went to different clusters: {', '.join(sorted(clusters))}",
-        )
-    assigned = next(iter(clusters), "")
-    if own_index < 0:
-        return False, assigned
-    primary = all(index < 0 or index >= own_index for index, _ in members.values())
-    return primary, assigned
-
-
 # --- the adapter ---------------------------------------------------------------------------------------
 class LeaderWorkerSetAdapter(JobAdapter[LeaderWorkerSet]):
     """A LeaderWorkerSet runs as pod groups (see the module's docstring): never suspended, never
@@ -329,7 +306,6 @@ class LeaderWorkerSetAdapter(JobAdapter[LeaderWorkerSet]):
     cli_name = "lws"
     pod_label = api.SET_NAME_LABEL
     runs_as_pod_groups = True
-    multikueue = False
 
     # --- its groups --------------------------------------------------------------------------------
     def component_workloads(self, job: LeaderWorkerSet, existing: Sequence[str]) -> tuple[list[tuple[str, int]], list[str]]:
@@ -366,10 +342,11 @@ class LeaderWorkerSetAdapter(JobAdapter[LeaderWorkerSet]):
         return creation_problems(obj)
 
     def controller_rules(self) -> list[dict[str, list[str]]]:
-        """Watch it (it is never written: not suspended, and its status is its controller's), and
+        """Watch it (never suspended), write its status (MultiKueue copies a worker's back), and
         label its pods (the pod integration, implicitly enabled, starts and stops them)."""
         return [
             {"apiGroups": [api.GROUP], "resources": ["leaderworkersets"], "verbs": ["list", "watch"]},
+            {"apiGroups": [api.GROUP], "resources": ["leaderworkersets/status"], "verbs": ["patch"]},
             {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch", "patch"]},
         ]
 
@@ -400,14 +377,29 @@ class LeaderWorkerSetAdapter(JobAdapter[LeaderWorkerSet]):
         return job.status is not None and (job.status.ready_replicas or 0) >= job.spec.effective_replicas
 
     def managed_by(self, job: LeaderWorkerSet) -> str | None:
-        return None  # LWS has no managedBy: Kueue's IsJobManagedByKueue is always true
+        """Kueue's IsJobManagedByKueue for LWS: always MultiKueue's to hand over (it has no managedBy)."""
+        return c.MULTIKUEUE_MANAGED_BY
+
+    def can_default_managed_by(self, managed_by: str | None) -> bool:
+        return False  # no managedBy field to set
 
     # --- MultiKueue ------------------------------------------------------------------------------------
+    def remote_workload_keys(self, job: LeaderWorkerSet) -> list[str]:
+        """Kueue's WorkloadKeysFor: a worker's copy was created for each group's Workload,
+        named after the origin's UID."""
+        origin_uid = (job.metadata.annotations or {}).get(MULTIKUEUE_ORIGIN_UID_ANNOTATION)
+        if not origin_uid or replicas_problem(job.spec.effective_replicas) is not None:
+            return []
+        return [f"{job.namespace}/{workload_name_for(job.name, origin_uid, i)}" for i in range(job.spec.effective_replicas)]
+
     def remote_object(self, job: LeaderWorkerSet, *, workload_name: str, origin: str) -> dict[str, Any]:
         return remote_object(job, origin=origin)
 
     def status_update(self, local: LeaderWorkerSet, remote: LeaderWorkerSet) -> tuple[dict[str, Any] | None, bool]:
-        return None, False  # the manager's own LWS controller writes its status
+        """The worker's status, whole. Kueue copies none back, as the manager's own LWS
+        controller writes it there; kfed's manager runs no LWS controller (as for JobSet), so
+        the worker's is the only status there is."""
+        return (remote.status.to_dict() if remote.status else {}), False
 
     def lost_pods_status(self, job: LeaderWorkerSet) -> dict[str, Any]:
-        return {"status": {}}
+        return {"status": {"readyReplicas": 0}}
