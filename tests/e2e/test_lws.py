@@ -120,11 +120,13 @@ async def test_a_set_submitted_to_the_manager_runs_all_its_groups_on_one_worker_
     await eventually(status_back, timeout=90, what="the worker's status (2 ready groups) on the manager's LeaderWorkerSet")
 
     listed = kfed(fed.manager, "jobs", "-n", ns)
-    assert listed.returncode == 0 and "lws/serve" in listed.stdout, listed.stdout + listed.stderr
+    rows = [line.split() for line in listed.stdout.splitlines()[1:]]
+    assert listed.returncode == 0 and [row[0] for row in rows] == ["serve", "serve"], listed.stdout + listed.stderr  # one per group
+    assert all(worker in row for row in rows), listed.stdout
     explained = kfed(fed.manager, "explain", "lws/serve", "-n", ns)
     assert explained.returncode == 0 and worker in explained.stdout, explained.stdout + explained.stderr
     logs = kfed(fed.manager, "logs", "lws/serve", "-n", ns)
-    assert logs.returncode == 0 and f"on worker {worker}" in logs.stderr, logs.stdout + logs.stderr
+    assert logs.returncode == 0 and f"4 pod(s) on worker {worker}" in logs.stderr, logs.stdout + logs.stderr  # every group's
     cancelled = kfed(fed.manager, "cancel", "lws/serve", "-n", ns)
     assert cancelled.returncode == 0 and cancelled.stdout.strip() == "lws/serve deleted", cancelled.stdout + cancelled.stderr
 

@@ -12,8 +12,9 @@ from manager.api import constants as c
 from manager.api import kueue
 from manager.api.core import Pod, PodStatus
 from manager.api.lws import GROUP_INDEX_LABEL, LEADER_NAME_ANNOTATION, SET_NAME_LABEL, LeaderWorkerSet
+from manager.cli.views import owner_kind_name
 from manager.engine.integrations import lws
-from manager.engine.integrations.adapter import component_index
+from manager.engine.integrations.adapter import PodQuery, component_index
 from manager.engine.integrations.plan import CreateWorkload, DeleteWorkload, JobInputs, PatchMember, Warn, plan_job
 from manager.engine.integrations.pod import (
     GROUP_SERVING_ANNOTATION,
@@ -29,6 +30,7 @@ from manager.engine.integrations.pod import (
 )
 from manager.engine.integrations.registry import BY_FRAMEWORK, enabled
 from manager.engine.jobs import JobConversionError, workload_name
+from manager.engine.workload import owner_name
 from tests.unit.test_job_plan import NOW
 
 ADAPTER = BY_FRAMEWORK[lws.FRAMEWORK]
@@ -350,6 +352,13 @@ def test_its_workloads_wake_it_by_their_owner_annotations() -> None:
     wl = group_workload(1)
     assert ADAPTER.job_keys(wl) == ["ns/serve"]
     assert ADAPTER.names(wl, "serve") and not ADAPTER.names(wl, "other")
+    assert ADAPTER.pod_query(wl) == PodQuery(label_selector=f"{SET_NAME_LABEL}=serve")  # every group's pods
     assert ADAPTER.member_of(lws_pod("serve-0")) == "ns/serve"
     plain = Pod.model_validate({"metadata": {"name": "p", "namespace": "ns", "labels": {SET_NAME_LABEL: "serve"}}, "spec": {}})
     assert ADAPTER.member_of(plain) is None
+
+
+def test_kfed_jobs_names_a_groups_workload_after_its_set() -> None:
+    wl = group_workload(1)
+    assert owner_name(wl) == "serve"
+    assert owner_kind_name(wl) == "LeaderWorkerSet"

@@ -44,8 +44,8 @@ def owner_index_values(wl: Workload) -> list[str]:
 
 # Kueue's annotations naming the job of a Workload that is one of several (a LeaderWorkerSet's
 # groups): they outlive the owner references.
-JOB_OWNER_GVK_ANNOTATION = "kueue.x-k8s.io/job-owner-gvk"
-JOB_OWNER_NAME_ANNOTATION = "kueue.x-k8s.io/job-owner-name"
+JOB_OWNER_GVK_ANNOTATION = c.JOB_OWNER_GVK_ANNOTATION
+JOB_OWNER_NAME_ANNOTATION = c.JOB_OWNER_NAME_ANNOTATION
 
 
 COMPONENT_WORKLOAD_INDEX_ANNOTATION = "kueue.x-k8s.io/component-workload-index"

@@ -332,8 +332,10 @@ class LeaderWorkerSetAdapter(JobAdapter[LeaderWorkerSet]):
         return any(value == f"{GVK}|{wl.namespace}/{name}" for value in component_owner_values(wl))
 
     def pod_query(self, wl: Workload) -> PodQuery | None:
-        """The pods of the Workload's group: its pod group's label is the Workload's name."""
-        return PodQuery(label_selector=f"{POD_GROUP_NAME_LABEL}={wl.name}") if self.job_keys(wl) else None
+        """Every pod of the set the Workload is a group of (`kfed logs lws/NAME`): the LWS
+        controller labels each with the set's name."""
+        keys = self.job_keys(wl)
+        return PodQuery(label_selector=f"{api.SET_NAME_LABEL}={keys[0].partition('/')[2]}") if keys else None
 
     def creation_patch(self, obj: dict[str, Any]) -> list[dict[str, Any]]:
         return creation_patch(obj)
