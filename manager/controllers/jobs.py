@@ -34,7 +34,7 @@ from manager.engine.integrations.plan import (
     plan_job,
 )
 from manager.engine.jobs import prebuilt_workload_name
-from manager.engine.workload import check_states, multikueue_check_name
+from manager.engine.workload import check_states, has_quota_reservation, is_evicted, multikueue_check_name
 from manager.kube.client import KubeClient
 from manager.kube.errors import AlreadyExistsError, NotFoundError
 from manager.kube.informer import Informer
@@ -190,6 +190,9 @@ class JobController:
         else:
             self.written_from.pop(key, None)
         inputs = self._inputs(key, job)
+        if self.adapter.runs_as_pod_groups and self.runs_elsewhere is not None:
+            evicted = [wl for wl in inputs.owned if is_evicted(wl) and has_quota_reservation(wl)]
+            inputs = replace(inputs, runs_elsewhere_by_name={wl.name: await self.runs_elsewhere(wl) for wl in evicted})
         plan = plan_job(inputs)
         if plan.ask_runs_elsewhere and inputs.workload is not None and self.runs_elsewhere is not None:
             plan = plan_job(replace(inputs, runs_elsewhere=await self.runs_elsewhere(inputs.workload)))

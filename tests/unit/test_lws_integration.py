@@ -15,7 +15,7 @@ from manager.api.lws import GROUP_INDEX_LABEL, LEADER_NAME_ANNOTATION, SET_NAME_
 from manager.cli.views import owner_kind_name
 from manager.engine.integrations import lws
 from manager.engine.integrations.adapter import PodQuery, component_index
-from manager.engine.integrations.plan import CreateWorkload, DeleteWorkload, JobInputs, PatchMember, Warn, plan_job
+from manager.engine.integrations.plan import CreateWorkload, DeleteWorkload, JobInputs, PatchMember, PatchWorkload, Warn, plan_job
 from manager.engine.integrations.pod import (
     GROUP_SERVING_ANNOTATION,
     IS_GROUP_WORKLOAD_ANNOTATION,
@@ -31,7 +31,7 @@ from manager.engine.integrations.pod import (
 from manager.engine.integrations.registry import BY_FRAMEWORK, enabled
 from manager.engine.jobs import JobConversionError, workload_name
 from manager.engine.workload import owner_name
-from tests.unit.test_job_plan import NOW
+from tests.unit.test_job_plan import NOW, cond
 
 ADAPTER = BY_FRAMEWORK[lws.FRAMEWORK]
 CONTAINER = {"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "1"}}}
@@ -362,3 +362,27 @@ def test_kfed_jobs_names_a_groups_workload_after_its_set() -> None:
     wl = group_workload(1)
     assert owner_name(wl) == "serve"
     assert owner_kind_name(wl) == "LeaderWorkerSet"
+
+
+def evicted_group(index: int) -> kueue.Workload:
+    wl = group_workload(index).to_dict()
+    wl["metadata"]["resourceVersion"] = "3"
+    pod_sets = [{"name": ps["name"], "flavors": {"cpu": "default"}, "count": ps["count"]} for ps in wl["spec"]["podSets"]]
+    wl["status"] = {
+        "admission": {"clusterQueue": "cq", "podSetAssignments": pod_sets},
+        "conditions": [cond(c.QUOTA_RESERVED), cond(c.ADMITTED), cond(c.EVICTED, reason="Preempted", message="Preempted")],
+    }
+    return kueue.Workload.model_validate(wl)
+
+
+def test_an_evicted_group_without_pods_here_gives_its_quota_back_once_no_worker_may_run_it() -> None:
+    job, wl = leader_worker_set(replicas=1), evicted_group(0)
+    released = plan_job(inputs(job, [wl], []))
+    [write] = [a for a in released.actions if isinstance(a, PatchWorkload)]
+    assert write.name == wl.name and write.subresource == "status"
+    assert c.QUOTA_RESERVED in {cd["type"] for cd in write.patch["status"]["conditions"] if cd["status"] == "False"}
+    kept = plan_job(inputs(job, [wl], [], runs_elsewhere_by_name={wl.name: True}))
+    assert kept.actions == [] and kept.requeue_after is not None
+    member = lws_pod("serve-0", managed=True)
+    member.metadata.annotations = {**(member.metadata.annotations or {}), c.PREBUILT_WORKLOAD_ANNOTATION: wl.name}
+    assert plan_job(inputs(job, [wl], [member])).actions == []  # its pod group's to stop and release

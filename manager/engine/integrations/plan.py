@@ -157,6 +157,9 @@ class JobInputs:
     wait_for_pods_ready: bool = False  # the Configuration's waitForPodsReady is on
     multikueue: bool = False  # its Workload has a MultiKueue admission check (dispatched to a worker)
     members: Sequence[Resource] = ()  # a job run as pod groups: its pods
+    # A job run as pod groups, under MultiKueue: its evicted Workloads (by name) whose group may
+    # still run on a worker (their quota is kept until it cannot).
+    runs_elsewhere_by_name: Mapping[str, bool] = field(default_factory=dict)
 
 
 # --- Workload status writes ----------------------------------------------------------------------
@@ -258,7 +261,18 @@ def plan_pod_group_parent(inputs: JobInputs) -> JobPlan:
         patch = adapter.member_patch(job, pod)
         if patch is not None:
             actions.append(PatchMember(pod.name, patch))
-    return JobPlan(actions)
+    # An evicted group with no pod here (a MultiKueue manager runs none): its quota goes back
+    # once no worker may still run it; a group with pods is its pod group's to stop and release.
+    requeue = None
+    grouped = {prebuilt_workload_name(pod.metadata) for pod in inputs.members}
+    for wl in inputs.owned:
+        if wl.name in delete or wl.name in grouped or not (is_evicted(wl) and has_quota_reservation(wl)):
+            continue
+        if inputs.runs_elsewhere_by_name.get(wl.name, False):
+            requeue = WAIT_FOR_PODS
+            continue
+        actions.append(_status_write(wl, release_patch(wl, now=inputs.now)))
+    return JobPlan(actions, requeue_after=requeue)
 
 
 def plan_job(inputs: JobInputs) -> JobPlan:
