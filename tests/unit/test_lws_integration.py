@@ -4,6 +4,7 @@ group, and the job controller's steps for a kind run as pod groups (`plan_job`).
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -31,6 +32,7 @@ from manager.engine.integrations.pod import (
 from manager.engine.integrations.registry import BY_FRAMEWORK, enabled
 from manager.engine.jobs import JobConversionError, workload_name
 from manager.engine.workload import owner_name
+from manager.multikueue.plan import ClusterHealth, may_still_run_on
 from tests.unit.test_job_plan import NOW, cond
 
 ADAPTER = BY_FRAMEWORK[lws.FRAMEWORK]
@@ -386,3 +388,17 @@ def test_an_evicted_group_without_pods_here_gives_its_quota_back_once_no_worker_
     member = lws_pod("serve-0", managed=True)
     member.metadata.annotations = {**(member.metadata.annotations or {}), c.PREBUILT_WORKLOAD_ANNOTATION: wl.name}
     assert plan_job(inputs(job, [wl], [member])).actions == []  # its pod group's to stop and release
+
+
+def test_on_a_worker_a_group_runs_while_its_copy_is_admitted_not_while_the_set_exists() -> None:
+    up = [ClusterHealth("w1", True)]
+    remote = leader_worker_set()
+    kw: dict[str, Any] = {
+        "admitted_on": None,
+        "clusters": up,
+        "jobs": {"w1": remote},
+        "now": NOW,
+        "worker_lost_timeout": timedelta(minutes=5),
+    }
+    assert may_still_run_on(**kw, adapter=ADAPTER) is None
+    assert may_still_run_on(**kw, admitted_copies=frozenset({"w1"}), adapter=ADAPTER) == "w1"

@@ -403,5 +403,11 @@ class LeaderWorkerSetAdapter(JobAdapter[LeaderWorkerSet]):
         the worker's is the only status there is."""
         return (remote.status.to_dict() if remote.status else {}), False
 
+    def stopped(self, job: LeaderWorkerSet) -> bool:
+        """The set itself never says whether a group runs (it is never suspended): a group runs
+        on a worker while its Workload's copy is admitted there (`may_still_run_on` counts such
+        copies), and the worker releases that copy only once its pod group's pods are gone."""
+        return True
+
     def lost_pods_status(self, job: LeaderWorkerSet) -> dict[str, Any]:
         return {"status": {"readyReplicas": 0}}
