@@ -358,7 +358,9 @@ class Preemptor:
         # rejects in a run that allows borrowing: such a run need not read them at all.
         barred = priority if forbidden else None
         for allow_borrowing in runs:
-            targets = self._classical_run(cq, frs, requests, allow_borrowing, (hierarchy, priority, same), barred if allow_borrowing else None)
+            targets = self._classical_run(
+                cq, frs, requests, allow_borrowing, (hierarchy, priority, same), barred if allow_borrowing else None
+            )
             if targets:
                 return targets
         return []
