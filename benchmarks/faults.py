@@ -12,9 +12,12 @@ webhook address (the harness's stand-in for a Service), as in deploy/.
 The mix (per fault, in its own namespace): short Jobs (one pod that completes at once), long
 Jobs (three completions one after another, each pod annotated
 `pod-complete.stage.kwok.x-k8s.io/delay: 20s`, which kwok honours when its pod stages are
-installed), and high-priority Jobs that preempt the low-priority ones on the manager, whose
-ClusterQueue has less quota than the mix asks for. Half the mix is submitted before the fault,
-the other half as it starts (mid-burst).
+installed), a JobSet (a leader Job and a Job of two workers, run by the JobSet controller on
+each worker), a pod group of two plain Pods (`kueue.x-k8s.io/pod-group-name` and
+`pod-group-total-count`, gated on the manager, created on one worker), and high-priority Jobs
+that preempt the low-priority ones on the manager, whose ClusterQueue has less quota than the
+mix asks for. Half the mix is submitted before the fault, the other half as it starts
+(mid-burst), with one JobSet and one pod group in each half.
 
 The faults (`--faults` takes these names; `--short` runs the quick ones with a small mix):
 
@@ -40,19 +43,29 @@ The faults (`--faults` takes these names; `--short` runs the quick ones with a s
 
 How the table counts (`judge`, a pure function; tests/unit/test_fault_counting.py):
 
-- Runs are read from the workers' own Pod records: a watch on each worker's pods of Jobs
-  (label `batch.kubernetes.io/job-name`) records every pod that reached Running or Succeeded,
-  with its cluster, when it was first seen running and when it ended (a terminal phase or its
-  deletion).
-- Each dispatch of a Job is one copy of it on a worker (one worker Job, told apart by its uid,
-  which its pods carry in `batch.kubernetes.io/controller-uid`). A Job "ran twice" if one copy
-  had more pods Succeed than its completions, if more than one copy completed (each had as
-  many Succeeded pods as the completions), or if pods of it ran on two clusters at
-  overlapping times. A copy stopped by a legitimate preemption did not complete (the pods it
-  had finished are lost with it, as in Kueue: the Job starts over) and its pods ended before
-  the next copy's began, so the restart is not "twice".
-- A Job is "lost" if the manager's Job is gone, if it is unfinished and its Workload is gone,
-  or if it ended (Complete or Failed) without any pod of it ever running, or Failed.
+- Runs are read from the workers' own Pod records: a watch on each worker's pods records
+  every pod of the mix that reached Running or Succeeded, with its cluster, when it was first
+  seen running and when it ended (a terminal phase or its deletion). A pod belongs to a pod
+  group by its label `kueue.x-k8s.io/pod-group-name`, else to a JobSet by
+  `jobset.sigs.k8s.io/jobset-name`, else to a Job by `batch.kubernetes.io/job-name`.
+- A job is counted in parts, each run exactly once: a Job is one part; a JobSet's parts are
+  its child Jobs (by name, `batch.kubernetes.io/job-name`); a pod group's parts are its Pods
+  (by name: one index of the group each).
+- Each dispatch of a part is one copy of it on a worker: for a Job or a JobSet's child Job,
+  one worker Job, told apart by its uid, which its pods carry in
+  `batch.kubernetes.io/controller-uid`; for a Pod of a group, the Pod itself (its uid). A job
+  "ran twice" if one copy of a part had more pods Succeed than its completions, if more than
+  one copy of a part completed (each had as many Succeeded pods as the completions: a group's
+  Pod created twice for the same index and Succeeded twice, or a JobSet's child Job completed
+  on two workers), or if pods of it ran on two clusters at overlapping times (a JobSet's
+  child Jobs' pods or a group's Pods on both workers at once). A copy stopped by a
+  legitimate preemption did not complete (the pods it had finished are lost with it, as in
+  Kueue: the job starts over) and its pods ended before the next copy's began, so the
+  restart is not "twice".
+- A job is "lost" if the manager's job is gone (for a pod group: any of its Pods), if it is
+  unfinished and its Workload is gone, or if it ended without any pod of it ever running, or
+  Failed. A Job ends Complete or Failed, a JobSet Completed or Failed, a pod group when every
+  Pod on the manager has Succeeded or Failed (Failed if one has).
 - A Job is "stuck" if it is not lost and not finished by the deadline (fault end + 300 s;
   180 s with `--short`).
 - Recovery: from the end of the fault until a probe Job, submitted right after the fault
@@ -82,9 +95,12 @@ import yaml
 from manager.api import constants as c
 from manager.api import kueue
 from manager.api.core import Job, Lease, Secret
+from manager.api.core import Pod as CorePod
+from manager.api.jobset import JOBSET_NAME_LABEL, JobSet
 from manager.api.meta import OpenModel, Resource
-from manager.dev import federation
+from manager.dev import binaries, federation, jobset
 from manager.dev.local import LocalCluster, LocalProvider
+from manager.engine.integrations.pod import POD_GROUP_NAME_LABEL, POD_GROUP_TOTAL_COUNT_ANNOTATION
 from manager.engine.workload import has_quota_reservation
 from manager.kube.client import KubeClient
 from manager.kube.errors import AlreadyExistsError, KubeError, NotFoundError, TransientError
@@ -104,6 +120,8 @@ ADMISSION_TIMEOUT = 3  # seconds; the capacity-aware dispatcher's: short, so tha
 # The manager's dispatcher (Configuration multiKueue.dispatcherName), by the name --dispatcher takes.
 DISPATCHERS = c.DISPATCHERS_BY_SHORT_NAME
 LOW, HIGH = "fault-low", "fault-high"
+# The job kinds kfed's processes integrate besides Job (`kfed dev up --integrations`' names).
+INTEGRATIONS = ("jobset", "pod")
 
 
 # --- the counting rules (pure) -------------------------------------------------------------------------------
@@ -117,6 +135,7 @@ class PodRun:
     started: float
     ended: float | None  # None: still running when the records were read
     succeeded: bool
+    part: str = ""  # what runs once: the Job itself (""), a JobSet's child Job, a pod group's Pod
 
 
 @dataclass(frozen=True)
@@ -124,7 +143,7 @@ class JobRecord:
     """What the manager and the workers recorded about one Job of the mix."""
 
     name: str
-    completions: int
+    completions: int  # of each part
     finished: bool  # Complete or Failed on the manager
     failed: bool
     vanished: bool  # the manager's Job is gone, or it is unfinished and its Workload is gone
@@ -158,12 +177,19 @@ def succeeded_by_copy(runs: Sequence[PodRun]) -> dict[tuple[str, str], int]:
     return counts
 
 
+def part_ran_twice(runs: Sequence[PodRun], completions: int) -> bool:
+    """One part's copies: one had more pods Succeed than its completions, or more than one completed."""
+    by_copy = succeeded_by_copy(runs)
+    completed_copies = sum(1 for count in by_copy.values() if count >= completions)
+    return completed_copies > 1 or any(count > completions for count in by_copy.values())
+
+
 def judge(job: JobRecord) -> Verdict:
-    """The rules in the module docstring, for one Job."""
-    by_copy = succeeded_by_copy(job.runs)
-    completed_copies = sum(1 for count in by_copy.values() if count >= job.completions)
-    over_completed = any(count > job.completions for count in by_copy.values())
-    twice = over_completed or completed_copies > 1 or ran_on_two_clusters_at_once(job.runs)
+    """The rules in the module docstring, for one job (a Job, a JobSet or a pod group)."""
+    parts: dict[str, list[PodRun]] = {}
+    for run in job.runs:
+        parts.setdefault(run.part, []).append(run)
+    twice = any(part_ran_twice(runs, job.completions) for runs in parts.values()) or ran_on_two_clusters_at_once(job.runs)
     lost = job.vanished or job.failed or (job.finished and not job.runs)
     stuck = not lost and not job.finished
     return Verdict(lost=lost, twice=twice, stuck=stuck)
@@ -245,14 +271,31 @@ class _Seen:
     started: float
     ended: float | None = None
     succeeded: bool = False
+    part: str = ""
+
+
+def job_of_pod(name: str, uid: str, labels: dict[str, str]) -> tuple[str, str, str] | None:
+    """The job a worker's pod runs for, the part of it and the copy (the module docstring's
+    rules): a pod group's Pod is a part of its own, a JobSet's pod belongs to a child Job, a
+    Job's pod to the Job. None: a pod of none of them."""
+    group = labels.get(POD_GROUP_NAME_LABEL)
+    if group:
+        return group, name, uid
+    job = next((labels[key] for key in JOB_NAME_LABELS if key in labels), None)
+    if job is None:
+        return None
+    copy = next((labels[key] for key in CONTROLLER_UID_LABELS if key in labels), "")
+    jobset = labels.get(JOBSET_NAME_LABEL)
+    return (jobset, job, copy) if jobset else (job, "", copy)
 
 
 class PodRecorder:
-    """Watches one worker's pods of Jobs and remembers every one that ran."""
+    """Watches one worker's pods and remembers every one of a job that ran."""
 
     def __init__(self, cluster: str, client: KubeClient) -> None:
         self.cluster = cluster
-        self.informer: Informer[Pod] = Informer(client, Pod, label_selector=JOB_NAME_LABELS[0])
+        # Every pod: a pod group's have no label in common with Jobs' (job_of_pod tells them apart).
+        self.informer: Informer[Pod] = Informer(client, Pod)
         self.seen: dict[str, _Seen] = {}
         self.informer.add_handler(self._on_pod)
         self.task: asyncio.Task[None] | None = None
@@ -268,17 +311,16 @@ class PodRecorder:
             if record is not None and record.ended is None:
                 record.ended = now
             return
-        labels = pod.metadata.labels or {}
-        job = next((labels[key] for key in JOB_NAME_LABELS if key in labels), None)
+        owner = job_of_pod(pod.name, uid, pod.metadata.labels or {})
         phase = (pod.model_extra or {}).get("status", {}).get("phase")
-        if job is None or phase not in ("Running", "Succeeded", "Failed"):
+        if owner is None or phase not in ("Running", "Succeeded", "Failed"):
             return
         record = self.seen.get(uid)
         if record is None:
             if phase == "Failed":
                 return  # failed before it ever ran
-            copy = next((labels[key] for key in CONTROLLER_UID_LABELS if key in labels), "")
-            record = self.seen[uid] = _Seen(self.cluster, pod.namespace or "", job, copy, pod.name, started=now)
+            job, part, copy = owner
+            record = self.seen[uid] = _Seen(self.cluster, pod.namespace or "", job, copy, pod.name, started=now, part=part)
         if phase in ("Succeeded", "Failed") and record.ended is None:
             record.ended = now
             record.succeeded = phase == "Succeeded"
@@ -295,7 +337,7 @@ class PodRecorder:
         out: dict[str, list[PodRun]] = {}
         for s in self.seen.values():
             if s.namespace == namespace:
-                out.setdefault(s.job, []).append(PodRun(s.cluster, s.copy, s.pod, s.started, s.ended, s.succeeded))
+                out.setdefault(s.job, []).append(PodRun(s.cluster, s.copy, s.pod, s.started, s.ended, s.succeeded, part=s.part))
         return out
 
 
@@ -363,17 +405,25 @@ def build(provider: Any, directory: Path, *, dispatcher: str = c.DISPATCHER_ALL_
     w1, w2 = provider.create([f"faults-w1-{suffix}", f"faults-w2-{suffix}"], jobs=True)
     workers = {"worker1": w1, "worker2": w2}
     crds = federation.crd_manifests(REPO / "crds")
+    jobset_bin = binaries.jobset_dir()
     for cluster in [manager, w1, w2]:
         federation.install_crds(cluster, crds)
         ensure_namespace(cluster, SYSTEM_NAMESPACE)
+        jobset.install_crd(cluster, jobset_bin)
+    for worker in (w1, w2):
+        jobset.start_controller(worker, jobset_bin)  # supervised: it comes back as its Deployment would
+    integrations = federation.kfed_configuration(INTEGRATIONS)["integrations"]
     agents: dict[str, Supervised] = {}
     for name, worker in workers.items():
-        agent = Supervised(worker, directory / name, component="worker_agent")
+        agent_config = directory / name / "kueue-config.yaml"
+        agent_config.parent.mkdir(parents=True, exist_ok=True)
+        agent_config.write_text(yaml.safe_dump(federation.kfed_configuration(INTEGRATIONS)))
+        agent = Supervised(worker, directory / name, component="worker_agent", extra=[f"--config={agent_config}"])
         agent.start().wait_ready()
         wait_webhooks(worker, agent)
         agents[name] = agent
     config = directory / "kueue-config.yaml"
-    write_config(config, origin=None)
+    write_config(config, origin=None, more={"integrations": integrations})
     settings = yaml.safe_load(config.read_text())
     settings["multiKueue"]["workerLostTimeout"] = f"{WORKER_LOST_TIMEOUT}s"
     settings["multiKueue"]["dispatcherName"] = dispatcher
@@ -402,21 +452,34 @@ def teardown(suite: Suite) -> None:
 
 
 # --- the mix ------------------------------------------------------------------------------------------------------
+JOB, JOBSET, POD_GROUP = "Job", "JobSet", "PodGroup"
+GROUP_SIZE = 2  # Pods in each pod group of the mix
+
+
 @dataclass(frozen=True)
 class MixJob:
     name: str
-    completions: int = 1
+    completions: int = 1  # of each part (a JobSet's child Job, a group's Pod: 1)
     cpu: str = "1"
     priority: str = LOW
     long: bool = False
+    kind: str = JOB
 
 
 def mix(short: bool) -> tuple[list[MixJob], list[MixJob]]:
-    """The Jobs before the fault, and those submitted as it starts."""
+    """The jobs before the fault, and those submitted as it starts."""
     shorts, longs, highs = (4, 2, 1) if short else (8, 4, 3)
-    before = [MixJob(f"short-{i}") for i in range(shorts // 2)] + [MixJob(f"long-{i}", completions=3, long=True) for i in range(longs)]
-    during = [MixJob(f"short-{i}") for i in range(shorts // 2, shorts)] + [
-        MixJob(f"high-{i}", cpu="2", priority=HIGH) for i in range(highs)
+    before = [
+        *(MixJob(f"short-{i}") for i in range(shorts // 2)),
+        *(MixJob(f"long-{i}", completions=3, long=True) for i in range(longs)),
+        MixJob("jobset-0", cpu="500m", kind=JOBSET),
+        MixJob("group-0", cpu="500m", kind=POD_GROUP),
+    ]
+    during = [
+        *(MixJob(f"short-{i}") for i in range(shorts // 2, shorts)),
+        MixJob("jobset-1", cpu="500m", kind=JOBSET),
+        MixJob("group-1", cpu="500m", kind=POD_GROUP),
+        *(MixJob(f"high-{i}", cpu="2", priority=HIGH) for i in range(highs)),
     ]
     return before, during
 
@@ -442,14 +505,64 @@ def job_manifest(job: MixJob, namespace: str) -> dict[str, Any]:
     }
 
 
+def jobset_manifest(job: MixJob, namespace: str) -> dict[str, Any]:
+    """A JobSet of a leader Job and two worker Jobs, one pod each (every child Job one part)."""
+
+    def replicated_job(name: str, replicas: int) -> dict[str, Any]:
+        pod = {"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox", "resources": {"requests": {"cpu": job.cpu}}}]}
+        return {"name": name, "replicas": replicas, "template": {"spec": {"parallelism": 1, "completions": 1, "template": {"spec": pod}}}}
+
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {
+            "name": job.name,
+            "namespace": namespace,
+            "labels": {c.QUEUE_NAME_LABEL: "user-queue", c.PRIORITY_CLASS_LABEL: job.priority},
+        },
+        "spec": {"replicatedJobs": [replicated_job("leader", 1), replicated_job("workers", 2)]},
+    }
+
+
+def group_manifests(job: MixJob, namespace: str) -> list[dict[str, Any]]:
+    """The plain Pods of a pod group (Kueue's pod-group-name and pod-group-total-count)."""
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": f"{job.name}-{index}",
+                "namespace": namespace,
+                "labels": {c.QUEUE_NAME_LABEL: "user-queue", c.PRIORITY_CLASS_LABEL: job.priority, POD_GROUP_NAME_LABEL: job.name},
+                # A bare Pod on a kwok node runs for this, then Succeeds (without it, until deleted).
+                "annotations": {POD_GROUP_TOTAL_COUNT_ANNOTATION: str(GROUP_SIZE), LONG_POD_ANNOTATION: "1s"},
+            },
+            "spec": {
+                "restartPolicy": "Never",
+                "containers": [{"name": "main", "image": "busybox", "resources": {"requests": {"cpu": job.cpu}}}],
+            },
+        }
+        for index in range(GROUP_SIZE)
+    ]
+
+
+def manifests(job: MixJob, namespace: str) -> list[tuple[type[Resource], dict[str, Any]]]:
+    """What a user creates on the manager for one job of the mix."""
+    if job.kind == JOBSET:
+        return [(JobSet, jobset_manifest(job, namespace))]
+    if job.kind == POD_GROUP:
+        return [(CorePod, manifest) for manifest in group_manifests(job, namespace)]
+    return [(Job, job_manifest(job, namespace))]
+
+
 async def submit(suite: Suite, jobs: Sequence[MixJob], namespace: str, *, timeout: float = 180.0) -> None:
-    """Create the Jobs on the manager, as a user's script would through a fault: a create the
+    """Create the jobs on the manager, as a user's script would through a fault: a create the
     apiserver never answered is sent again, and one that exists already was stored before."""
-    for job in jobs:
+    for model, manifest in [item for job in jobs for item in manifests(job, namespace)]:
         deadline = time.monotonic() + timeout
         while True:
             try:
-                await suite.clients.manager.create(Job, job_manifest(job, namespace), namespace=namespace, retry_unreachable_webhook=True)
+                await suite.clients.manager.create(model, manifest, namespace=namespace, retry_unreachable_webhook=True)
                 break
             except AlreadyExistsError:
                 break
@@ -470,9 +583,28 @@ async def poll(condition: Callable[[], Awaitable[bool]], *, timeout: float, inte
     return False
 
 
-async def job_finished(suite: Suite, namespace: str, name: str) -> bool:
-    job = await suite.clients.manager.get(Job, name, namespace=namespace)
-    return job_condition(job, "Complete") or job_condition(job, "Failed")
+async def job_finished(suite: Suite, namespace: str, name: str, kind: str = JOB) -> bool:
+    finished, _failed = await job_state(suite.clients.manager, namespace, MixJob(name, kind=kind))
+    return finished
+
+
+async def job_state(manager: KubeClient, namespace: str, job: MixJob) -> tuple[bool, bool]:
+    """Whether the manager's job has ended, and whether it Failed (the module docstring's
+    rules); NotFoundError when it is gone (for a pod group: any of its Pods)."""
+    if job.kind == JOBSET:
+        jobset = await manager.get(JobSet, job.name, namespace=namespace)
+        conditions = (jobset.to_dict().get("status") or {}).get("conditions") or []
+        failed = any(cond.get("type") == "Failed" and cond.get("status") == "True" for cond in conditions)
+        return failed or any(cond.get("type") == "Completed" and cond.get("status") == "True" for cond in conditions), failed
+    if job.kind == POD_GROUP:
+        phases = []
+        for manifest in group_manifests(job, namespace):
+            pod = await manager.get(CorePod, manifest["metadata"]["name"], namespace=namespace)
+            phases.append(pod.status.phase if pod.status else None)
+        return all(phase in ("Succeeded", "Failed") for phase in phases), "Failed" in phases
+    current = await manager.get(Job, job.name, namespace=namespace)
+    failed = job_condition(current, "Failed")
+    return failed or job_condition(current, "Complete"), failed
 
 
 def job_condition(job: Job, kind: str) -> bool:
@@ -613,6 +745,9 @@ async def run_fault(suite: Suite, fault: str, *, short: bool) -> FaultResult:
     worker_cpu = WORKER_CPU.get(fault, {"worker1": 4, "worker2": 4})
     await suite.clients.queues(namespace, manager_cpu=4, worker_cpu=worker_cpu, labels=RUNS, tag=tag)
     await suite.clients.queues(probe_ns, manager_cpu=1, worker_cpu={"worker1": 1, "worker2": 1}, labels=RUNS, tag=f"{tag}p")
+    # The manager runs no kube-controller-manager, whose ServiceAccount controller would make the
+    # namespace's default ServiceAccount (every real cluster has it; the groups' Pods need it).
+    await suite.clients.manager.request("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts", body={"metadata": {"name": "default"}})
     submitted: list[MixJob] = []
     if race:
         submitted = await preemption_race(suite, namespace, 3 if short else 6)
@@ -637,7 +772,7 @@ async def run_fault(suite: Suite, fault: str, *, short: bool) -> FaultResult:
 
     async def all_finished() -> bool:
         for job in submitted:
-            if not await job_finished(suite, namespace, job.name):
+            if not await job_finished(suite, namespace, job.name, job.kind):
                 return False
         return True
 
@@ -651,17 +786,21 @@ async def records(suite: Suite, namespace: str, submitted: Sequence[MixJob]) -> 
     for recorder in suite.recorders.values():
         for name, items in recorder.runs(namespace).items():
             runs.setdefault(name, []).extend(items)
-    workloads = (await suite.clients.manager.list(kueue.Workload, namespace=namespace)).items
+    manager = suite.clients.manager
+    workloads = (await manager.list(kueue.Workload, namespace=namespace)).items
     out = []
     for job in submitted:
         try:
-            current = await suite.clients.manager.get(Job, job.name, namespace=namespace)
+            finished, failed = await job_state(manager, namespace, job)
         except NotFoundError:
             out.append(JobRecord(job.name, job.completions, False, False, True, tuple(runs.get(job.name, ()))))
             continue
-        failed = job_condition(current, "Failed")
-        finished = failed or job_condition(current, "Complete")
-        has_workload = any(ref.uid == current.metadata.uid for wl in workloads for ref in wl.metadata.owner_references or [])
+        if job.kind == POD_GROUP:
+            has_workload = any(wl.name == job.name for wl in workloads)  # a group's Workload is named after it
+        else:
+            model: type[Resource] = JobSet if job.kind == JOBSET else Job
+            uid = (await manager.get(model, job.name, namespace=namespace)).metadata.uid
+            has_workload = any(ref.uid == uid for wl in workloads for ref in wl.metadata.owner_references or [])
         out.append(JobRecord(job.name, job.completions, finished, failed, not finished and not has_workload, tuple(runs.get(job.name, ()))))
     return out
 

@@ -61,6 +61,7 @@ class JobCondition(OpenModel):
     status: str
     reason: str | None = None
     message: str | None = None
+    last_transition_time: Time | None = None
 
 
 class JobStatus(OpenModel):
@@ -147,3 +148,23 @@ class LimitRangeSpec(OpenModel):
 
 class LimitRange(Resource, OpenModel, kind="LimitRange", namespaced=True):
     spec: LimitRangeSpec = Field(default_factory=LimitRangeSpec)
+
+
+class ObjectReference(OpenModel):
+    kind: str | None = None
+    name: str | None = None
+    namespace: str | None = None
+    uid: str | None = None
+
+
+class Event(Resource, OpenModel, kind="Event", namespaced=True):
+    """A core/v1 Event, as `kubectl describe` shows it: what happened to `involvedObject`."""
+
+    involved_object: ObjectReference = Field(default_factory=ObjectReference)
+    type: str | None = None
+    reason: str | None = None
+    message: str | None = None
+    count: int | None = None
+    first_timestamp: Time | None = None
+    last_timestamp: Time | None = None
+    event_time: str | None = None  # MicroTime, kept as written

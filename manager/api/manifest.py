@@ -396,7 +396,8 @@ def _path(loc: tuple[int | str, ...]) -> str:
     return "".join(parts)
 
 
-def _pydantic_errors(err: ValidationError) -> list[FieldError]:
+def pydantic_field_errors(err: ValidationError) -> list[FieldError]:
+    """A pydantic error as one FieldError per field path (`spec.resourceGroups[0]...`)."""
     result: list[FieldError] = []
     seen: set[str] = set()
     for detail in err.errors(include_url=False):
@@ -504,7 +505,7 @@ def load_document(document: Document) -> Loaded:
     try:
         obj = model.model_validate(data)
     except ValidationError as err:
-        errors += _pydantic_errors(err)
+        errors += pydantic_field_errors(err)
     if errors or obj is None:
         return fail(errors)
     if data["apiVersion"] in KUEUE_VERSIONS and data["apiVersion"] != HUB_API_VERSION:
@@ -540,7 +541,7 @@ def validate_object(data: dict[str, Any]) -> tuple[BaseModel | None, list[FieldE
     try:
         model.model_validate(data)
     except ValidationError as err:
-        return None, _pydantic_errors(err)
+        return None, pydantic_field_errors(err)
     hub_data = conversion.convert(data, "v1beta2") if data.get("apiVersion") in KUEUE_VERSIONS else data
     hub_model = model_for(hub_data)
     assert hub_model is not None

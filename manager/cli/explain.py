@@ -326,7 +326,7 @@ async def find_workload(client: KubeClient, target: ObjectName, namespace: str, 
             return wl or f'no Workload "{target.name}" in namespace {namespace} (see `kfed jobs -n {namespace} -o wide`)'
     kind = JOB_KINDS.get(target.kind)
     if kind is not None and kind.model is not Job:  # a Job is also found by its bare name, below
-        owned = [w for w in workloads if any(r.kind == kind.kind and r.name == target.name for r in w.metadata.owner_references or [])]
+        owned = [w for w in workloads if kind.adapter.names(w, target.name)]
         return owned[0] if owned else f"no Workload for {target} in namespace {namespace}"
     try:
         job = await client.get(Job, target.name, namespace=namespace)
@@ -345,43 +345,52 @@ async def find_workload(client: KubeClient, target: ObjectName, namespace: str, 
     )
 
 
+async def gather(
+    client: KubeClient, args: argparse.Namespace, namespace: str, target: ObjectName
+) -> tuple[Explanation, kueue.Workload] | str:
+    """Everything `explain` reads of a job, as the user, and its findings; or a line saying why
+    there is nothing to explain. The CLI prints it; the dashboard's job page shows it."""
+    workloads = (await client.list(kueue.Workload, namespace=namespace)).items
+    wl = await find_workload(client, target, namespace, workloads)
+    if isinstance(wl, str):
+        return wl
+    listed = await optional_list(client, kueue.AdmissionCheck, args, leaves_out="the admission checks are not named")
+    checks = {ac.name: ac for ac in listed} if listed is not None else None
+    lqs = {lq.key: lq for lq in (await client.list(kueue.LocalQueue, namespace=namespace)).items}
+    preempted = is_preempted(wl)
+    everyone: list[kueue.Workload] = []
+    if preempted or not wl.status or not wl.status.admission:
+        leaves_out = "a preemptor or a preemption candidate in another namespace is not named"
+        everyone = await optional_list(client, kueue.Workload, args, leaves_out=leaves_out) or workloads
+    positions = await read_positions(client, [wl])
+    view = views.job_views([wl], checks=checks, local_queues=lqs, known=everyone, positions=positions)[0]
+    cq = None
+    if view.cluster_queue:
+        try:
+            cq = await client.get(kueue.ClusterQueue, view.cluster_queue)
+        except NotFoundError:
+            cq = None
+        except ForbiddenError:
+            note(args, f"ClusterQueue {view.cluster_queue} not shown: cannot get clusterqueues (forbidden)")
+    verdicts = await worker_verdicts(client, wl, args)
+    cohort_queues: dict[str, kueue.ClusterQueue] = {}
+    if view.state == "Pending" and cq and cq.spec.cohort_name:
+        cohort_queues = {q.name: q for q in await optional_list(client, kueue.ClusterQueue, args, leaves_out="the cohort not shown") or []}
+    candidates = preemption_candidates(wl, cq, everyone, cohort_queues) if view.state == "Pending" else []
+    return explain(view=view, wl=wl, cq=cq, verdicts=verdicts, candidates=candidates), wl
+
+
 @run_async
 async def cmd_explain(args: argparse.Namespace) -> int:
     namespace = args.namespace or "default"
     target = parse_object_name(args.name)
     client = await manager_client(args)
     try:
-        workloads = (await client.list(kueue.Workload, namespace=namespace)).items
-        wl = await find_workload(client, target, namespace, workloads)
-        if isinstance(wl, str):
-            print(wl)
+        found = await gather(client, args, namespace, target)
+        if isinstance(found, str):
+            print(found)
             return 0
-        listed = await optional_list(client, kueue.AdmissionCheck, args, leaves_out="the admission checks are not named")
-        checks = {ac.name: ac for ac in listed} if listed is not None else None
-        lqs = {lq.key: lq for lq in (await client.list(kueue.LocalQueue, namespace=namespace)).items}
-        preempted = is_preempted(wl)
-        everyone: list[kueue.Workload] = []
-        if preempted or not wl.status or not wl.status.admission:
-            leaves_out = "a preemptor or a preemption candidate in another namespace is not named"
-            everyone = await optional_list(client, kueue.Workload, args, leaves_out=leaves_out) or workloads
-        positions = await read_positions(client, [wl])
-        view = views.job_views([wl], checks=checks, local_queues=lqs, known=everyone, positions=positions)[0]
-        cq = None
-        if view.cluster_queue:
-            try:
-                cq = await client.get(kueue.ClusterQueue, view.cluster_queue)
-            except NotFoundError:
-                cq = None
-            except ForbiddenError:
-                note(args, f"ClusterQueue {view.cluster_queue} not shown: cannot get clusterqueues (forbidden)")
-        verdicts = await worker_verdicts(client, wl, args)
-        cohort_queues: dict[str, kueue.ClusterQueue] = {}
-        if view.state == "Pending" and cq and cq.spec.cohort_name:
-            cohort_queues = {
-                q.name: q for q in await optional_list(client, kueue.ClusterQueue, args, leaves_out="the cohort not shown") or []
-            }
-        candidates = preemption_candidates(wl, cq, everyone, cohort_queues) if view.state == "Pending" else []
-        found_out = explain(view=view, wl=wl, cq=cq, verdicts=verdicts, candidates=candidates)
+        found_out = found[0]
         if args.output in ("json", "yaml"):
             sys.stdout.write(views.dump(explanation_record(found_out), output=args.output))
         else:

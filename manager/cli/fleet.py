@@ -24,6 +24,7 @@ from manager.api.core import Job, Namespace
 from manager.api.manifest import ManifestError, object_documents, queue_label_errors
 from manager.api.meta import Resource, utcnow
 from manager.cli import views
+from manager.engine.integrations.adapter import JobAdapter
 from manager.engine.integrations.registry import ADAPTERS
 from manager.engine.jobs import job_queue_name
 from manager.engine.selectors import selector_matches
@@ -154,7 +155,11 @@ def note(args: argparse.Namespace, line: str) -> None:
     said: set[str] = vars(args).setdefault("notes_said", set())
     if line not in said:
         said.add(line)
-        print(f"kfed: {line}", file=sys.stderr, flush=True)
+        sink: list[str] | None = vars(args).get("note_sink")  # the dashboard shows them on the page
+        if sink is not None:
+            sink.append(line)
+        else:
+            print(f"kfed: {line}", file=sys.stderr, flush=True)
 
 
 async def optional_list(client: KubeClient, model: type[Any], args: argparse.Namespace, *, leaves_out: str) -> list[Any] | None:
@@ -250,7 +255,8 @@ async def read_workers(client: KubeClient, args: argparse.Namespace) -> list[vie
     found = []
     for cluster in clusters:
         view = views.worker_view(cluster)
-        view.error = unread
+        if view.active == "True":
+            view.error = unread  # an inactive worker's own condition says why, and stays shown
         found.append(view)
     return found
 
@@ -624,20 +630,17 @@ class ObjectName:
 
 @dataclass(frozen=True)
 class JobKind:
-    """A kind of job the CLI acts on: its Kubernetes kind, model, and the label its pods carry."""
+    """A kind of job the CLI acts on: its Kubernetes kind, model, and its adapter (which says
+    which Workload `kind/NAME` names and where that job's pods are)."""
 
     kind: str
     model: type[Resource]
-    pod_label: str
-
-    def pod_selector(self, name: str) -> str:
-        """The pods of the job called `name`: the label its controller puts on each."""
-        return f"{self.pod_label}={name}"
+    adapter: JobAdapter[Any]
 
 
 # The job kinds of the CLI's `job/` and `jobset/` names, as their adapters declare them: one
 # home for what each command needs, and a new adapter is a new CLI kind.
-JOB_KINDS = {adapter.cli_name: JobKind(adapter.kind, adapter.model, adapter.pod_label) for adapter in ADAPTERS}
+JOB_KINDS = {adapter.cli_name: JobKind(adapter.kind, adapter.model, adapter) for adapter in ADAPTERS}
 WORKLOAD_NAMES = ("workload", "workloads", "wl", "workload.kueue.x-k8s.io", "workloads.kueue.x-k8s.io")
 OBJECT_KINDS = {
     **{name: adapter.cli_name for adapter in ADAPTERS for name in adapter.cli_names()},

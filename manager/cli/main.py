@@ -143,6 +143,7 @@ EXAMPLES = {
     "jobs": "kfed jobs -n team-a --state pending -l app=train",
     "workloads": "kfed workloads -A -o yaml",
     "logs": "kfed logs job/train -n team-a -f",
+    "dashboard": "kfed dashboard --port 8765",
     "submit": "kfed submit -f job.yaml --queue user-queue -n team-a --wait",
     "cancel": "kfed cancel job/train -n team-a --dry-run",
     "explain": "kfed explain job/train -n team-a",
@@ -257,6 +258,10 @@ def build_parser() -> argparse.ArgumentParser:
     from manager.cli import logs
 
     logs.add_command(commands)
+
+    from manager.cli.dashboard import command as dashboard
+
+    dashboard.add_command(commands)
 
     from manager.cli import dev  # imported here: it pulls in the cluster harness
 

@@ -53,10 +53,11 @@ log = logging.getLogger("kfed.admission")
 
 TICK = 1.0  # the longest the loop waits without an event (time-based requeues)
 CYCLES_PER_ROUND = 200
-# Kueue's scheduler loop (pkg/util/wait.UntilWithBackoff) waits 1 ms after a cycle that admits
-# nothing, doubling up to 10 ms while none does, and goes on at once after one that admits. The
-# same pause here keeps a stream of watch events (a preemptor waiting for its victims to stop,
-# say) from running a full round for each of them.
+# Kueue's scheduler loop (pkg/util/wait.UntilWithBackoff) runs cycles as long as any heap has a
+# head, waiting 1 ms after a cycle that admits nothing, doubling up to 10 ms while none does, and
+# going on at once after one that admits. kfed's loop does the same while heads wait, and waits
+# for an event otherwise; the pause also keeps a stream of watch events from running a full
+# round for each of them.
 FRUITLESS_PAUSE_FIRST, FRUITLESS_PAUSE_MAX = 0.001, 0.010
 
 
@@ -272,10 +273,14 @@ class AdmissionController:
     async def _loop(self) -> None:
         fruitless = 0
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=self._wait_time())
             if fruitless:
                 await asyncio.sleep(fruitless_round_pause(fruitless))  # pacing, as Kueue's scheduler loop
+            if not self.state.scheduler.has_heads():
+                # Nothing to try until something changes (an event) or a timer falls due. While
+                # a head waits in a heap (a preemptor for its victims, one that lost its place
+                # in a cycle), the loop goes on after the pause, as Kueue's scheduler does.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), timeout=self._wait_time())
             self._wake.clear()
             try:
                 admitted = await self._round()

@@ -18,8 +18,10 @@ from typing import Any, Protocol
 
 import yaml
 from aiohttp import web
+from pydantic import ValidationError
 
 from manager.api.config import Configuration, ControllerMetrics, parse_duration
+from manager.api.manifest import pydantic_field_errors
 from manager.controllers.admission import AdmissionController
 from manager.controllers.caches import Caches
 from manager.controllers.events import EventRecorder
@@ -56,7 +58,10 @@ def load_configuration(path: str | None) -> Configuration:
     if not path:
         return Configuration()
     data = yaml.safe_load(Path(path).read_text())
-    return Configuration.model_validate(data or {})
+    try:
+        return Configuration.model_validate(data or {})
+    except ValidationError as err:  # one line naming each field, as for a manifest
+        raise ValueError(f"{path}: " + "; ".join(str(e) for e in pydantic_field_errors(err))) from None
 
 
 def job_integrations(config: Configuration) -> Registry:

@@ -235,11 +235,18 @@ class VisibilityServer:
         token = request.headers.get("Authorization", "")
         if not token.startswith("Bearer "):
             return None
-        key = hashlib.sha256(token.encode()).hexdigest()  # the token itself is never kept
+        return await self.review_token(token[len("Bearer ") :])
+
+    async def review_token(self, token: str) -> User | None:
+        """The user a bearer token names (TokenReview), or None; answers are kept for a while by
+        the token's hash, never the token itself. The dashboard's in-cluster mode asks it too."""
+        if not token:
+            return None
+        key = hashlib.sha256(f"Bearer {token}".encode()).hexdigest()  # the token itself is never kept
         cached = self._authenticated.get(key)
         if cached is not None:
             return cached if isinstance(cached, User) else None
-        review = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token[len("Bearer ") :]}}
+        review = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token}}
         async with self._reviews:
             answer = await self.client.request("POST", "/apis/authentication.k8s.io/v1/tokenreviews", body=review, what="TokenReview")
         result = answer.get("status") or {}

@@ -122,6 +122,11 @@ class ClusterQueueQueue:
     def pending(self) -> int:
         return self._active_count + len(self._singles) + self._parked_count
 
+    @property
+    def has_head(self) -> bool:
+        """Whether a workload waits in the heap (not parked): the next cycle would try one."""
+        return self._active_count > 0
+
     def in_order(self) -> tuple[WorkloadInfo, ...]:
         """Every pending workload, active and inadmissible alike, in the queue's order (higher
         priority first, then the earlier queue time): Kueue's PendingWorkloadsInfo, which its

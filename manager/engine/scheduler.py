@@ -706,6 +706,11 @@ class Scheduler:
             self._not_admitted(other, reason, BYPASSED, now)
             result.touched.append(other.key)
 
+    def has_heads(self) -> bool:
+        """Whether a cycle now would try a workload: one waits in the heap of an active
+        ClusterQueue (Kueue's queue manager hands out heads until every heap is empty)."""
+        return any(queue.has_head and self.cache.cluster_queues[name].active for name, queue in self.queues.items())
+
     def bypassed(self, wl: WorkloadInfo) -> tuple[str, str] | None:
         """The Pending condition (reason, message) that the UnadmittedWorkloadsObservability gate
         would write on a workload parked with its failed equivalence class, whether or not the

@@ -30,7 +30,7 @@ from manager.api.meta import find_condition
 from manager.controllers.caches import Caches
 from manager.controllers.visibility import ApiGroup, VisibilityServer, status
 from manager.engine.integrations.adapter import JobAdapter
-from manager.engine.workload import check_states, controller_owner, multikueue_check_name
+from manager.engine.workload import check_states, multikueue_check_name
 from manager.kube.errors import KubeError
 from manager.kube.informer import Informer
 from manager.multikueue import reads
@@ -202,12 +202,15 @@ class ReadApi:
         if remote is None or remote.client is None or not remote.connected:
             why = (remote.last_error if remote is not None else "") or "not connected"
             return status(503, "ServiceUnavailable", f"worker {cluster} cannot be reached: {why}")
-        owner = controller_owner(wl)
-        adapter = next((a for a in self.adapters if owner is not None and (a.api_version, a.kind) == (owner.api_version, owner.kind)), None)
-        if owner is None or adapter is None:
+        # Its adapter says where its pods are: a Job's by its name label, a single Pod by its own
+        # name, a pod group's by the group's label (a group's Workload has no controller owner).
+        query = next((q for a in self.adapters if (q := a.pod_query(wl)) is not None), None)
+        if query is None:
             return status(404, "NotFound", f"workload {namespace}/{name} has no job of a kind MultiKueue runs")
         try:
-            listed = await remote.client.list(Pod, namespace=namespace, label_selector=f"{adapter.pod_label}={owner.name}")
+            listed = await remote.client.list(
+                Pod, namespace=namespace, label_selector=query.label_selector, field_selector=query.field_selector
+            )
         except KubeError as err:
             return status(503, "ServiceUnavailable", f"worker {cluster}: {err}")
         return wl, remote, listed.items

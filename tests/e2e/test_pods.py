@@ -2,7 +2,8 @@
 submitted to the manager stays gated there, runs on exactly one worker (where the real
 kube-scheduler binds it to a kwok node), its status comes back, and nothing is left on the
 workers. A Pod preempted by a higher-priority Pod is removed from its worker and waits, gated,
-on the manager."""
+on the manager. `kfed logs pod/NAME` reads a Pod's log, or every Pod's of a group, from its worker
+through the manager's read API."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from manager.api.meta import find_condition, is_condition_true
 from manager.engine.integrations.pod import MANAGED_LABEL, SCHEDULING_GATE
 from manager.kube.client import KubeClient
 from tests.e2e.federation import RUNS, Clients, Federation, running
+from tests.e2e.test_cli import kfed
 from tests.e2e.test_multikueue import make_priority_classes
 from tests.harness import Provider, eventually
 from tests.integration.test_pod_integration import gates, group_member, group_workload, pod_manifest, workload_of
@@ -222,3 +224,40 @@ async def test_a_preempted_pod_group_leaves_its_worker_whole_and_waits_gated_on_
 async def _running_somewhere(kube: Clients, ns: str, name: str) -> bool:
     where = await remote_pods(kube, ns, name)
     return sum(len(items) for items in where.values()) == 1 and phase(await manager_pod(kube, ns, name)) == "Running"
+
+
+async def test_kfed_logs_reads_a_pod_and_a_pod_groups_pods_from_the_worker_that_runs_them(fed: Federation, kube: Clients) -> None:
+    ns = f"pl{uuid.uuid4().hex[:6]}"
+    await namespace_with_queues(kube, ns, manager_cpu=4)
+    await kube.manager.create(Pod, pod_manifest("lone", ns, run_time="10m"))
+    for name in ("g-0", "g-1"):
+        await kube.manager.create(Pod, group_member(name, ns, group="pair", total=2, run_time="10m"))
+
+    async def running_on(names: tuple[str, ...]) -> str | None:
+        pods = [await manager_pod(kube, ns, name) for name in names]
+        where = {worker for name in names for worker, items in (await remote_pods(kube, ns, name)).items() if items}
+        return next(iter(where)) if len(where) == 1 and all(phase(pod) == "Running" for pod in pods) else None
+
+    lone_on = await eventually(lambda: running_on(("lone",)), timeout=90, what="Pod lone running on a worker")
+    pair_on = await eventually(lambda: running_on(("g-0", "g-1")), timeout=90, what="the group's Pods running on one worker")
+
+    def read(target: str) -> Any:
+        async def logged() -> Any:
+            result = kfed(fed.manager, "logs", target, "-n", ns)
+            return result if result.returncode == 0 else None
+
+        return eventually(logged, timeout=60, what=f"`kfed logs {target}` reading from its worker")
+
+    lone = await read("pod/lone")
+    assert lone.stderr.startswith(f"==> pod/lone: 1 pod(s) on worker {lone_on}"), lone.stderr
+    assert lone.stdout.splitlines() == [f"simulated container log on cluster {fed.workers[lone_on].name}", "done"], lone.stdout
+    for target in ("pod/pair", "pod/g-1"):  # a group by its name, or by any of its Pods' names
+        pair = await read(target)
+        assert pair.stderr.startswith(f"==> {target}: 2 pod(s) on worker {pair_on}"), pair.stderr
+        prefixes = sorted({line.split(" ", 1)[0] for line in pair.stdout.splitlines()})
+        assert prefixes == ["[pod/g-0/main]", "[pod/g-1/main]"], pair.stdout
+        assert f"[pod/g-0/main] simulated container log on cluster {fed.workers[pair_on].name}" in pair.stdout.splitlines()
+    missing = kfed(fed.manager, "logs", "pod/nothing-here", "-n", ns)
+    assert missing.returncode == 1 and missing.stderr.strip() == f'error: no Pod "nothing-here" in namespace {ns} (see `kfed jobs -n {ns}`)'
+    for name in ("lone", "g-0", "g-1"):
+        await kube.manager.delete(Pod, name, namespace=ns)

@@ -27,12 +27,13 @@ from tests.conftest import REPO_ROOT
 from tests.harness import Provider
 
 DEPLOY = REPO_ROOT / "deploy"
-BASES = ("manager", "worker-agent", "multikueue-worker-access", "visibility-apf")
+BASES = ("manager", "worker-agent", "multikueue-worker-access", "visibility-apf", "dashboard", "overlays/dashboard")
 CHART = DEPLOY / "helm" / "kfed"
 # The chart's values for each kind of cluster, and the kustomize bases that install the same.
 CHART_INSTALLS = {
     "manager-cluster": ([], ("manager",)),
     "manager-cluster-with-visibility-apf": (["--set", "manager.visibilityAPF=true"], ("manager", "visibility-apf")),
+    "manager-cluster-with-dashboard": (["--set", "dashboard.enabled=true"], ("manager", "dashboard")),
     "worker-cluster": (
         ["--set", "manager.enabled=false", "--set", "workerAgent.enabled=true", "--set", "multikueueWorkerAccess.enabled=true"],
         ("worker-agent", "multikueue-worker-access"),
@@ -323,3 +324,39 @@ def test_the_manifests_have_no_built_binaries_or_secrets_in_them() -> None:
     for path in Path(DEPLOY).rglob("*"):
         if path.is_file():
             assert "BEGIN" not in path.read_text(errors="replace"), path  # no keys or certificates
+
+
+# (verb, resource, namespace or "") the in-cluster dashboard makes with its own identity, each
+# only after a SubjectAccessReview for the user allowed it (manager/cli/dashboard/incluster.py).
+# The aggregated groups (visibility.kueue.x-k8s.io, reads.kfed.dev) are not served on this
+# apiserver, so `kubectl auth can-i` cannot name them; the browser tests use them.
+DASHBOARD = [
+    ("create", "tokenreviews.authentication.k8s.io", ""),
+    ("create", "subjectaccessreviews.authorization.k8s.io", ""),
+    ("list", "workloads.kueue.x-k8s.io", ""),
+    ("list", "clusterqueues.kueue.x-k8s.io", ""),
+    ("list", "cohorts.kueue.x-k8s.io", ""),
+    ("get", "jobs.batch", "team-a"),
+    ("list", "events", "team-a"),
+    ("get", "pods#log", "team-a"),
+    ("delete", "jobs.batch", "team-a"),
+    ("patch", "clusterqueues.kueue.x-k8s.io", ""),
+]
+DASHBOARD_NEVER = [
+    ("get", "secrets", "kfed-system"),
+    ("list", "secrets", ""),
+    ("create", "jobs.batch", "team-a"),
+    ("delete", "clusterqueues.kueue.x-k8s.io", ""),
+    ("create", "pods", "team-a"),
+    ("update", "workloads.kueue.x-k8s.io#status", "team-a"),
+    ("impersonate", "users", ""),
+    ("patch", "multikueueclusters.kueue.x-k8s.io", ""),
+]
+
+
+def test_the_dashboards_role_holds_what_it_does_for_users_and_no_credential(cluster: LocalCluster) -> None:
+    assert kubectl(cluster, "apply", "--server-side", "--force-conflicts", "-f", "-", stdin=build("overlays/dashboard")).returncode == 0
+    missing = [entry for entry in DASHBOARD if not _can(cluster, "kfed-dashboard", *entry)]
+    assert missing == [], f"kfed-dashboard lacks {missing}"
+    granted = [entry for entry in DASHBOARD_NEVER if _can(cluster, "kfed-dashboard", *entry)]
+    assert granted == [], f"kfed-dashboard may {granted}"

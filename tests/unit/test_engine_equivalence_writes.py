@@ -102,3 +102,14 @@ def test_the_unadmitted_workloads_observability_gate_writes_bypassed_on_the_clas
     else:
         assert written == {"ns/waiting-0"}
         assert quota_reserved(state, "waiting-2") is None
+
+
+def test_a_head_left_in_the_heap_is_seen_by_the_loop_and_a_parked_class_is_not() -> None:
+    # The admission loop keeps cycling (with Kueue's pause) while a head waits in a heap, and
+    # waits for an event otherwise: a parked class alone must not keep it spinning.
+    state, _ = run_full_queue(Configuration())
+    assert not state.scheduler.has_heads()  # waiting-0 failed and its class is parked
+    state.upsert_workload(workload("fresh", 1, created=99), T0 + timedelta(seconds=6))
+    assert not state.scheduler.has_heads()  # the same shape: parked with its class at once
+    state.upsert_workload(workload("other-shape", 2, created=100), T0 + timedelta(seconds=6))
+    assert state.scheduler.has_heads()

@@ -407,3 +407,27 @@ def test_a_group_that_lost_its_workload_has_its_running_pods_deleted_even_when_s
     result = plan(POD_ADAPTER, pods, None)
     assert [action.name for action in result.actions if isinstance(action, DeleteJob)] == ["a"]
     assert not any(isinstance(action, CreateWorkload) for action in result.actions)
+
+
+# --- where `kfed logs pod/NAME` finds the pods ---------------------------------------------------------
+def test_kfed_logs_finds_a_single_pod_by_its_own_name_and_a_group_by_its_label() -> None:
+    single = mk_workload(pod())
+    assert POD_ADAPTER.names(single, "p") and not POD_ADAPTER.names(single, "other")
+    query = POD_ADAPTER.pod_query(single)
+    assert query is not None and (query.label_selector, query.field_selector) == (None, "metadata.name=p")
+
+    meta = POD_ADAPTER.workload_metadata(group(member("a", LEADER), member("b", WORKER), member("c", WORKER)))
+    grouped = kueue.Workload.model_validate({"metadata": meta.model_dump(by_alias=True, exclude_none=True)})
+    assert grouped.name == "g" and not any(ref.controller for ref in grouped.metadata.owner_references or [])
+    assert [POD_ADAPTER.names(grouped, name) for name in ("g", "a", "c", "p")] == [True, True, True, False]
+    query = POD_ADAPTER.pod_query(grouped)
+    assert query is not None and (query.label_selector, query.field_selector) == (f"{POD_GROUP_NAME_LABEL}=g", None)
+
+
+def test_kfed_logs_finds_a_jobs_or_jobsets_pods_by_the_label_valued_with_its_name() -> None:
+    jobset = BY_FRAMEWORK["jobset.x-k8s.io/jobset"]
+    owner = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "name": "train", "uid": "u", "controller": True}
+    wl = kueue.Workload.model_validate({"metadata": {"name": "jobset-train-1", "namespace": "ns", "ownerReferences": [owner]}})
+    query = jobset.pod_query(wl)
+    assert query is not None and query.label_selector == "jobset.sigs.k8s.io/jobset-name=train" and jobset.names(wl, "train")
+    assert POD_ADAPTER.pod_query(wl) is None and BY_FRAMEWORK["batch/job"].pod_query(wl) is None

@@ -67,7 +67,6 @@ def test_the_cli_names_every_kind_as_kubectl_does() -> None:
     )
     assert OBJECT_KINDS["jobsets.jobset.x-k8s.io"] == "jobset"
     assert set(JOB_KINDS) == {adapter.cli_name for adapter in ADAPTERS}
-    assert JOB_KINDS["jobset"].pod_selector("train") == "jobset.sigs.k8s.io/jobset-name=train"
     assert parse_object_name("jobsets.jobset.x-k8s.io/train").kind == "jobset"
 
 

@@ -43,6 +43,14 @@ def owner_index_values(wl: Workload) -> list[str]:
 
 
 @dataclass(frozen=True)
+class PodQuery:
+    """How to list the pods of one job in its namespace: a label selector, a field selector or both."""
+
+    label_selector: str | None = None
+    field_selector: str | None = None
+
+
+@dataclass(frozen=True)
 class Finished:
     """How a job ended: Kueue's Finished condition takes its reason and message from here."""
 
@@ -59,7 +67,7 @@ class JobAdapter(ABC, Generic[J]):
     # spec.managedBy of an object the kind's own controller runs (a webhook may replace it).
     default_managed_by: ClassVar[str] = ""
     # The CLI's name for the kind (`kfed explain job/NAME`), and the label its controller puts
-    # on each of its pods, valued the job's name (how `kfed logs` finds them).
+    # on each of its pods, valued the job's name (how `kfed logs` finds them: `pod_query`).
     cli_name: ClassVar[str]
     pod_label: ClassVar[str]
     # Kinds without a suspend field (Kueue's pod integration) set these three:
@@ -103,6 +111,17 @@ class JobAdapter(ABC, Generic[J]):
             controller=True,
             block_owner_deletion=True,
         )
+
+    def names(self, wl: Workload, name: str) -> bool:
+        """Whether `KIND/NAME` in the CLI (`kfed logs`, `kfed explain`) means this Workload's job:
+        its controller owner is the job of this kind called `name`."""
+        return any(ref.controller and self.owns(ref) and ref.name == name for ref in wl.metadata.owner_references or [])
+
+    def pod_query(self, wl: Workload) -> PodQuery | None:
+        """The pods of the job a Workload belongs to, on whichever cluster runs it (`kfed logs`
+        and the read API): those labelled `pod_label` with the job's name. None: not this kind's."""
+        owner = next((ref for ref in wl.metadata.owner_references or [] if ref.controller and self.owns(ref)), None)
+        return PodQuery(label_selector=f"{self.pod_label}={owner.name}") if owner is not None else None
 
     def cli_names(self) -> tuple[str, ...]:
         """Every name kubectl accepts for the kind: `job`, `jobs`, `job.batch`, `jobs.batch`."""

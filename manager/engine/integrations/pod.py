@@ -65,7 +65,7 @@ from manager.api import constants as c
 from manager.api.core import POD_FAILED, POD_SUCCEEDED, Pod
 from manager.api.kueue import PodSet, Workload
 from manager.api.meta import ObjectMeta, OwnerReference
-from manager.engine.integrations.adapter import Finished, JobAdapter
+from manager.engine.integrations.adapter import Finished, JobAdapter, PodQuery
 from manager.engine.jobs import JobConversionError, PodSetInfo, multikueue_remote_metadata, prebuilt_workload_name
 
 # Kueue's pod integration constants (pkg/controller/jobs/pod/constants).
@@ -217,7 +217,7 @@ class PodAdapter(JobAdapter[Pod]):
     framework = "pod"
     model = Pod
     cli_name = "pod"
-    pod_label = POD_GROUP_NAME_LABEL  # `kfed logs pod/GROUP` finds a group's pods
+    pod_label = POD_GROUP_NAME_LABEL  # a group's Pods carry its name (`pod_query`)
     finalizer = MANAGED_LABEL
     stopped_by_deletion = True
     suspended_under_multikueue = True
@@ -249,6 +249,21 @@ class PodAdapter(JobAdapter[Pod]):
         if (wl.metadata.annotations or {}).get(IS_GROUP_WORKLOAD_ANNOTATION) == "true":
             return [group_key(wl.namespace, wl.name)]
         return super().job_keys(wl)
+
+    def names(self, wl: Workload, name: str) -> bool:
+        """`pod/NAME`: a single Pod's Workload (the Pod is its controller), or a group's, by any
+        of its Pods' names or by the group's name (a group's Workload is named after it)."""
+        if (wl.metadata.annotations or {}).get(IS_GROUP_WORKLOAD_ANNOTATION) == "true":
+            return wl.name == name or any(self.owns(ref) and ref.name == name for ref in wl.metadata.owner_references or [])
+        return super().names(wl, name)
+
+    def pod_query(self, wl: Workload) -> PodQuery | None:
+        """A group's Pods by its label, valued with the group's name; a single Pod by its own name
+        (a plain Pod has no label naming itself)."""
+        if (wl.metadata.annotations or {}).get(IS_GROUP_WORKLOAD_ANNOTATION) == "true":
+            return PodQuery(label_selector=f"{POD_GROUP_NAME_LABEL}={wl.name}")
+        owner = next((ref for ref in wl.metadata.owner_references or [] if ref.controller and self.owns(ref)), None)
+        return PodQuery(field_selector=f"metadata.name={owner.name}") if owner is not None else None
 
     def parts(self, job: Pod) -> list[Pod]:
         return list(job.members) if isinstance(job, PodGroup) else [job]

@@ -1,0 +1,395 @@
+"""The dashboard's web server (aiohttp): thin handlers that read as the user (`reading.py`), ask
+`pages.py` what to show, and render it with Jinja2 (autoescaped: whatever a user wrote, in an
+annotation or an Event, stays text).
+
+Safe by default: a Content-Security-Policy that allows only the package's own script and style,
+no token in any URL, CSRF protection on every action (a SameSite=Strict cookie whose value each
+form echoes, and the Origin checked), and in local mode only requests naming 127.0.0.1 or
+localhost as their Host (no DNS rebinding)."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import secrets
+import urllib.parse
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from importlib.resources import files
+from pathlib import Path
+from typing import Any, Protocol
+
+import jinja2
+from aiohttp import web
+
+from manager.api.meta import utcnow
+from manager.cli.dashboard import pages, reading
+from manager.cli.dashboard.reading import Session
+from manager.cli.fleet import JOB_KINDS, CommandError, ObjectName
+from manager.cli.logs import log_source
+from manager.kube.errors import ForbiddenError, KubeError, NotFoundError, UnauthorizedError
+
+log = logging.getLogger("kfed.dashboard")
+
+CSRF_COOKIE = "kfed_csrf"
+CSRF_FIELD = "csrf"
+REFRESH_SECONDS = 2.0  # how often a live view reads the manager again
+CONTENT_SECURITY_POLICY = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
+    "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
+SECURITY_HEADERS = {
+    "Content-Security-Policy": CONTENT_SECURITY_POLICY,
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "same-origin",  # not no-referrer: with it Chrome sends `Origin: null` on a form POST
+    "Cache-Control": "no-store",
+}
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+Sleep = Callable[[float], Awaitable[None]]
+
+
+class Access(Protocol):
+    """Who the request is from, as a Session to read with; or the response that refuses it."""
+
+    async def session(self, request: web.Request) -> Session | web.StreamResponse: ...
+
+
+@dataclass
+class LocalAccess:
+    """`kfed dashboard` on a workstation: one user, their kubeconfig's."""
+
+    session_: Session
+
+    async def session(self, request: web.Request) -> Session | web.StreamResponse:
+        return self.session_
+
+
+@dataclass
+class Settings:
+    access: Access
+    hosts: frozenset[str] = frozenset()  # the Host headers accepted (empty: any, in the cluster behind its Service)
+    secure_cookies: bool = False
+    refresh: float = REFRESH_SECONDS
+    extra_routes: list[Callable[[web.Application], None]] = field(default_factory=list)
+
+
+SETTINGS = web.AppKey("settings", Settings)
+JINJA = web.AppKey("jinja", jinja2.Environment)
+SLEEP: web.AppKey[Sleep] = web.AppKey("sleep")
+CSRF = web.RequestKey("csrf", str)
+SESSION = web.RequestKey("session", Session)
+
+
+def environment() -> jinja2.Environment:
+    templates = files("manager.cli.dashboard") / "templates"
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates)),
+        autoescape=True,  # every value is escaped; nothing is marked safe
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["query"] = lambda params: urllib.parse.urlencode(params)
+    return env
+
+
+def static_directory() -> Path:
+    return Path(str(files("manager.cli.dashboard") / "static"))
+
+
+# --- middlewares ---------------------------------------------------------------------------------------
+def one_line(code: int, text: str) -> web.Response:
+    return web.Response(status=code, text=text + "\n", content_type="text/plain")
+
+
+@web.middleware
+async def security(request: web.Request, handler: Handler) -> web.StreamResponse:
+    settings = request.app[SETTINGS]
+    if settings.hosts and request.host not in settings.hosts:
+        # Same as kubectl proxy's --accept-hosts: a page of another site that resolves its own
+        # name to 127.0.0.1 (DNS rebinding) is refused.
+        return one_line(403, f'host "{request.host}" is not served: open http://{sorted(settings.hosts)[0]}/')
+    token = request.cookies.get(CSRF_COOKIE, "")
+    if request.method not in ("GET", "HEAD", "OPTIONS"):
+        origin = request.headers.get("Origin")
+        if origin is not None and urllib.parse.urlsplit(origin).netloc != request.host:
+            return one_line(403, "refused: the request came from another site (Origin)")
+        form = await request.post()
+        sent = str(form.get(CSRF_FIELD, ""))
+        if not token or not hmac.compare_digest(sent, token):
+            return one_line(403, "refused: the form's CSRF token does not match (reload the page and try again)")
+    if not token:
+        token = secrets.token_urlsafe(32)
+    request[CSRF] = token
+    response = await handler(request)
+    if not response.prepared:
+        for key, value in SECURITY_HEADERS.items():
+            response.headers.setdefault(key, value)
+        if CSRF_COOKIE not in request.cookies:
+            response.set_cookie(CSRF_COOKIE, token, httponly=True, samesite="Strict", secure=settings.secure_cookies, path="/")
+    return response
+
+
+# --- rendering -----------------------------------------------------------------------------------------
+def render(request: web.Request, template: str, *, status: int = 200, notes: list[str] | None = None, **values: Any) -> web.Response:
+    env = request.app[JINJA]
+    session = request.get(SESSION)
+    text = env.get_template(template).render(
+        csrf=request[CSRF],
+        notes=notes or [],
+        user=session.user if session else "",
+        path=request.path,
+        **values,
+    )
+    return web.Response(text=text, status=status, content_type="text/html", charset="utf-8")
+
+
+def failure(request: web.Request, err: Exception) -> web.Response:
+    """The apiserver's own words for a refusal, on a page."""
+    codes: tuple[tuple[type[Exception], int], ...] = (
+        (ForbiddenError, 403),
+        (NotFoundError, 404),
+        (UnauthorizedError, 401),
+        (CommandError, 400),
+        (pages.QueryError, 400),
+    )
+    code = next((status for kind, status in codes if isinstance(err, kind)), 502)
+    return render(request, "error.html", status=code, message=str(err), code=code)
+
+
+def page(handler: Callable[[web.Request, Session], Awaitable[web.StreamResponse]]) -> Handler:
+    """A handler that reads as the request's user; a refusal or a bad request is one line on a page."""
+
+    async def wrapped(request: web.Request) -> web.StreamResponse:
+        settings = request.app[SETTINGS]
+        session = await settings.access.session(request)
+        if not isinstance(session, Session):
+            return session
+        request[SESSION] = session
+        try:
+            return await handler(request, session)
+        except (KubeError, CommandError, pages.QueryError) as err:
+            return failure(request, err)
+
+    return wrapped
+
+
+# --- views ---------------------------------------------------------------------------------------------
+async def index(request: web.Request) -> web.StreamResponse:
+    raise web.HTTPFound("/jobs")
+
+
+async def favicon(request: web.Request) -> web.StreamResponse:
+    raise web.HTTPMovedPermanently("/static/favicon.svg")
+
+
+async def healthz(request: web.Request) -> web.StreamResponse:
+    return web.Response(text="ok\n")
+
+
+@page
+async def fleet(request: web.Request, session: Session) -> web.StreamResponse:
+    reads = session.args()
+    workers, cqs = await reading.read_fleet(session, reads)
+    now = utcnow()
+    return render(
+        request,
+        "fleet.html",
+        notes=reads.notes,
+        workers=pages.worker_cards(workers or [], now=now) if workers is not None else None,
+        manager_queues=[pages.queue_card(cq, []) for cq in sorted(cqs, key=lambda q: q.name)] if cqs is not None else None,
+    )
+
+
+@page
+async def queues(request: web.Request, session: Session) -> web.StreamResponse:
+    reads = session.args()
+    found = await reading.read_queues(session, reads)
+    tree = pages.cohort_tree(found.cluster_queues or [], found.cohorts, found.local_queues)
+    return render(
+        request, "queues.html", notes=reads.notes, tree=tree, readable=found.cluster_queues is not None, local_queues=found.local_queues
+    )
+
+
+async def _jobs_page(request: web.Request, session: Session) -> tuple[pages.JobsPage, list[str]]:
+    query = pages.parse_job_query(request.query)
+    reads = session.args()
+    jobs = await reading.read_jobs(session, reads, query.namespace)
+    return pages.jobs_page(jobs, query, now=utcnow()), reads.notes
+
+
+@page
+async def jobs(request: web.Request, session: Session) -> web.StreamResponse:
+    found, notes = await _jobs_page(request, session)
+    return render(request, "jobs.html", notes=notes, jobs=found)
+
+
+@page
+async def jobs_stream(request: web.Request, session: Session) -> web.StreamResponse:
+    """Server-sent events: the jobs table again, rendered on the server, whenever it changes."""
+    settings = request.app[SETTINGS]
+    env = request.app[JINJA]
+    pages.parse_job_query(request.query)  # a bad filter is refused before the stream starts
+    response = await sse_response(request)
+    last = ""
+    try:
+        # The page that opened the stream was rendered just now: the first read waits a period,
+        # so that loading a page does not read every job twice at once.
+        await request.app[SLEEP](settings.refresh)
+        while True:
+            try:
+                found, notes = await _jobs_page(request, session)
+                html = env.get_template("_jobs_table.html").render(jobs=found, notes=notes)
+            except KubeError as err:
+                html = env.get_template("_notes.html").render(notes=[f"cannot read the jobs: {err}"])
+            if html != last:
+                await send_event(response, "jobs", html)
+                last = html
+            await request.app[SLEEP](settings.refresh)
+    except ConnectionResetError:  # the page was closed
+        return response
+
+
+async def sse_response(request: web.Request) -> web.StreamResponse:
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store", **_headers_only()})
+    await response.prepare(request)
+    return response
+
+
+def _headers_only() -> dict[str, str]:
+    return {k: v for k, v in SECURITY_HEADERS.items() if k != "Cache-Control"}
+
+
+async def send_event(response: web.StreamResponse, event: str, data: str) -> None:
+    lines = "".join(f"data: {line}\n" for line in data.split("\n"))
+    await response.write(f"event: {event}\n{lines}\n".encode())
+
+
+def _target(request: web.Request) -> tuple[str, ObjectName]:
+    info = request.match_info
+    return info["namespace"], reading.target_of(info["kind"], info["name"])
+
+
+@page
+async def job(request: web.Request, session: Session) -> web.StreamResponse:
+    namespace, target = _target(request)
+    reads = session.args()
+    found = await reading.read_job(session, reads, namespace, target)
+    if isinstance(found, str):
+        return render(request, "error.html", status=404, message=found, code=404, notes=reads.notes)
+    container = request.query.get("container", "")
+    if container and container not in found.containers:
+        raise CommandError(f'no container "{container}" in the pods of {target}: choose one of {", ".join(found.containers)}')
+    moments = pages.timeline(workload=found.workload, job=found.job, events=found.events, created=found.found.view.created)
+    owner = found.job.metadata if found.job is not None else found.workload.metadata
+    metadata = pages.metadata_items(owner.labels, owner.annotations)
+    base = pages.job_path(namespace, target.kind, target.name)
+    stream = f"{base}/logs" + (f"?{urllib.parse.urlencode({'container': container})}" if container else "")
+    return render(
+        request,
+        "job.html",
+        notes=reads.notes,
+        found=found.found,
+        target=str(target),
+        kind=target.kind,
+        namespace=namespace,
+        base=base,
+        moments=moments,
+        metadata=metadata,
+        where=found.logs.where if found.logs else "",
+        pods=[pod.name for pod in found.logs.pods] if found.logs else [],
+        containers=found.containers,
+        container=container,
+        logs_error=found.logs_error,
+        stream=stream if found.logs and found.logs.pods else "",
+        cancellable=target.kind in JOB_KINDS,
+    )
+
+
+@page
+async def job_logs(request: web.Request, session: Session) -> web.StreamResponse:
+    """Server-sent events: the job's log lines as they come (`kfed logs -f`), then `end`."""
+    namespace, target = _target(request)
+    source = await log_source(session.client, target, namespace, session.args().args)
+    container = request.query.get("container") or None
+    response = await sse_response(request)
+    try:
+        try:
+            async for line in reading.log_lines(source, container):
+                await send_event(response, "line", line)
+        except (KubeError, CommandError) as err:
+            await send_event(response, "line", f"error: {err}")
+        await send_event(response, "end", "")
+    except ConnectionResetError:  # the page was closed
+        pass
+    return response
+
+
+@page
+async def cancel(request: web.Request, session: Session) -> web.StreamResponse:
+    namespace, target = _target(request)
+    base = pages.job_path(namespace, target.kind, target.name)
+    if request.method == "GET":
+        return render(
+            request,
+            "confirm.html",
+            title=f"Cancel {target} in {namespace}?",
+            action=f"{base}/cancel",
+            fields={},
+            question=f"Delete {target} in namespace {namespace}? Its Workload and its copies on the workers follow.",
+            button="Cancel the job",
+            back=base,
+        )
+    said = await reading.cancel(session, namespace, target)
+    return render(request, "done.html", message=f"{said} in namespace {namespace}", back="/jobs")
+
+
+@page
+async def stop_policy(request: web.Request, session: Session) -> web.StreamResponse:
+    name = request.match_info["name"]
+    if request.method == "GET":
+        policy = request.query.get("policy", "Hold")
+        if policy not in reading.STOP_POLICIES:
+            raise CommandError(f'stopPolicy "{policy}": expected one of {", ".join(reading.STOP_POLICIES)}')
+        what = "release (admit again)" if policy == "None" else f"hold ({policy})"
+        return render(
+            request,
+            "confirm.html",
+            title=f"{what.capitalize()} ClusterQueue {name}?",
+            action=f"/queues/{name}/stop-policy",
+            fields={"policy": policy},
+            question=f"Set spec.stopPolicy of ClusterQueue {name} to {policy}?",
+            button=f"Set stopPolicy {policy}",
+            back="/queues",
+        )
+    form = await request.post()
+    policy = str(form.get("policy", ""))
+    await reading.set_stop_policy(session, name, policy)
+    return render(request, "done.html", message=f"ClusterQueue {name}: stopPolicy {policy}", back="/queues")
+
+
+def create_app(settings: Settings, *, sleep: Sleep | None = None) -> web.Application:
+
+    app = web.Application(middlewares=[security])
+    app[SETTINGS] = settings
+    app[JINJA] = environment()
+    app[SLEEP] = sleep or asyncio.sleep
+    job_base = "/jobs/{namespace}/{kind}/{name}"
+    app.router.add_get("/", index)
+    app.router.add_get("/favicon.ico", favicon)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/fleet", fleet)
+    app.router.add_get("/queues", queues)
+    app.router.add_route("*", "/queues/{name}/stop-policy", stop_policy)
+    app.router.add_get("/jobs", jobs)
+    app.router.add_get("/jobs/stream", jobs_stream)
+    app.router.add_get(job_base, job)
+    app.router.add_get(job_base + "/logs", job_logs)
+    app.router.add_route("*", job_base + "/cancel", cancel)
+    app.router.add_static("/static", static_directory(), append_version=False)
+    for extra in settings.extra_routes:
+        extra(app)
+    return app

@@ -1,0 +1,27 @@
+// kfed dashboard: live updates by server-sent events. Every fragment comes rendered and escaped
+// by the server; log lines are added as text, never as markup.
+"use strict";
+
+document.addEventListener("DOMContentLoaded", () => {
+  const live = document.getElementById("live");
+  if (live && live.dataset.stream && window.EventSource) {
+    const jobs = new EventSource(live.dataset.stream);
+    jobs.addEventListener("jobs", (event) => {
+      live.innerHTML = event.data;
+      live.dataset.updates = String(Number(live.dataset.updates || "0") + 1);
+    });
+    window.addEventListener("pagehide", () => jobs.close());
+  }
+  const log = document.getElementById("log");
+  if (log && log.dataset.stream && window.EventSource) {
+    const lines = new EventSource(log.dataset.stream);
+    lines.addEventListener("line", (event) => {
+      log.append(document.createTextNode(event.data + "\n"));
+    });
+    lines.addEventListener("end", () => {
+      lines.close();
+      log.dataset.ended = "true";
+    });
+    window.addEventListener("pagehide", () => lines.close());
+  }
+});
