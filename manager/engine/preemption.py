@@ -385,12 +385,17 @@ class Preemptor:
         targets: list[Target] = []
         for evicted in (True, False):
             for group in groups:
+                # Tested before the group's emptiness, which merges its streams to find out.
+                # Leaving out `_skip_others` here loses nothing: when it says the run fails,
+                # no removal can lift the own cap, and the run ends with no targets anyway.
+                if group is barred:
+                    continue
                 if group is not same and group:
                     skip = self._skip_others(cq, requests, allow_borrowing, same, evicted)
                     if skip is None:
                         self._restore(targets)
                         return []
-                    if skip or group is barred:
+                    if skip:
                         continue
                 for cand in group.items(evicted):
                     if not self._valid(cq, cand, frs, allow_borrowing):
