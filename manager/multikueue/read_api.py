@@ -28,7 +28,7 @@ from manager.api import kueue
 from manager.api.core import Pod
 from manager.api.meta import find_condition
 from manager.controllers.caches import Caches
-from manager.controllers.visibility import ApiGroup, VisibilityServer, status
+from manager.controllers.visibility import ApiGroup, VisibilityServer, add_discovery, status
 from manager.engine.integrations.adapter import JobAdapter
 from manager.engine.workload import check_states, multikueue_check_name
 from manager.kube.errors import KubeError
@@ -82,8 +82,7 @@ class ReadApi:
         self.server = server
         base = f"/apis/{reads.GROUP}"
         served = f"{base}/{reads.VERSION}"
-        app.router.add_get(base, self.group_discovery)
-        app.router.add_get(f"{base}/{{version}}", self.version_discovery)
+        add_discovery(app, reads.GROUP, reads.VERSIONS, reads.group_document, reads.resource_list)
         app.router.add_get(f"{served}/clusters", self.list_clusters)
         app.router.add_get(f"{served}/clusters/{{name}}", self.get_cluster)
         workload = f"{served}/namespaces/{{namespace}}/workloads/{{name}}"
@@ -94,16 +93,6 @@ class ReadApi:
     async def _guard(self, request: web.Request, *checks: dict[str, str]) -> web.Response | None:
         assert self.server is not None
         return await self.server.guard(request, *checks)
-
-    # --- discovery: public, as the apiserver's own ----------------------------------------------------
-    async def group_discovery(self, request: web.Request) -> web.Response:
-        return web.json_response(reads.group_document())
-
-    async def version_discovery(self, request: web.Request) -> web.Response:
-        version = request.match_info["version"]
-        if version not in reads.VERSIONS:
-            return status(404, "NotFound", f"the server could not find the requested resource: {reads.GROUP}/{version}")
-        return web.json_response(reads.resource_list(version))
 
     # --- workers' health and capacity ---------------------------------------------------------------
     def _cluster_item(self, cluster: kueue.MultiKueueCluster) -> dict[str, Any]:
