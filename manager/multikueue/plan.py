@@ -84,6 +84,13 @@ class ClusterHealth:
     connected: bool
     lost_since: datetime | None = None  # the first disconnect, kept across failed reconnects
     accepts_new: bool = True  # False: its admission agent is down; it keeps what it has, gets no new copy
+    # Why the job may not go there (the config's cluster selector, the job's restriction), or
+    # "": like a worker whose agent is down, it keeps what it has and gets no new copy.
+    excluded: str = ""
+
+    @property
+    def takes_new(self) -> bool:
+        return self.accepts_new and not self.excluded
 
 
 @dataclass(frozen=True)
@@ -331,7 +338,7 @@ def _dispatch_incrementally(inputs: WorkloadInputs, plan: Plan) -> bool:
         inputs.local,
         check_name=inputs.check_name,
         state=plan.dispatch,
-        config_clusters=[cl.name for cl in inputs.clusters],
+        config_clusters=[cl.name for cl in inputs.clusters if not cl.excluded],
         step=inputs.step,
         now=inputs.now,
     )
@@ -350,7 +357,7 @@ def _place(inputs: WorkloadInputs, plan: Plan) -> Choice | None:
     candidates = [
         Candidate(cl.name, inputs.remotes.get(cl.name))
         for cl in inputs.clusters
-        if cl.connected and cl.accepts_new and cl.name not in blocked
+        if cl.connected and cl.takes_new and cl.name not in blocked
     ]
     placement, plan.dispatch = place(
         inputs.local,
@@ -591,7 +598,7 @@ def _nominate_and_synchronize_workers(group: _Group, plan: Plan, *, refusal: str
     if _refuse_what_never_fits(group, plan, refusal=refusal):
         return
     current = list(local.status.nominated_cluster_names or []) if local.status else []
-    accepting = {cl.name for cl in inputs.clusters if cl.accepts_new}
+    accepting = {cl.name for cl in inputs.clusters if cl.takes_new}
     if inputs.dispatcher == c.DISPATCHER_ALL_AT_ONCE:
         nominated = sorted(name for name in group.available if name not in group.blocked and name in accepting)
         if sorted(current) != nominated:

@@ -44,6 +44,7 @@ class Remote:
     copy: kueue.Workload | None = None
     error: str = ""
     offers: Mapping[str, int] = field(default_factory=dict)  # resource -> engine units
+    excluded: str = ""  # why the job may not go there (`multikueue/selection.py`), or ""
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,8 @@ def worker_verdict(remote: Remote, *, nominated: Sequence[str], winner: str, res
         return Verdict("admitted here: the Job runs on this worker")
     if remote.error:
         return Verdict(remote.error, misconfiguration(remote.error))
+    if remote.copy is None and remote.excluded:
+        return Verdict(remote.excluded)
     if remote.copy is None:
         if not reserved:
             return Verdict("not nominated yet: the manager has not reserved quota")

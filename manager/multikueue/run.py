@@ -92,9 +92,20 @@ class MultiKueue:
                 workers=lambda: {name: remote.quotas() for name, remote in self.clusters.remotes.items()},
                 metrics=process.metrics,
             )
-        self.configs.add_handler(lambda kind, old, new: self.workloads.resync())
+        # A config's clusters or cluster selector, or a worker's labels, change which workers a
+        # Workload may go to: dispatch and the refusal look again.
+        self.configs.add_handler(lambda kind, old, new: self.on_selection_inputs(process))
+        self.cluster_objects.add_handler(
+            lambda kind, old, new: (
+                self.on_selection_inputs(process) if old is None or new is None or old.metadata.labels != new.metadata.labels else None
+            )
+        )
         for jobs in process.job_controllers:
             jobs.runs_elsewhere = self.workloads.runs_on_a_worker
+
+    def on_selection_inputs(self, process: Process) -> None:
+        self.workloads.resync()
+        process.admission.refusal_may_have_changed()
 
     def on_connection_change(self, remote: Any) -> None:
         self.workloads.on_connection_change(remote)

@@ -8,12 +8,13 @@ dispatcher, the never-fits refusal and `kfed explain`. Pure.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from manager.api import kueue
 from manager.api.meta import LabelSelector
 from manager.engine.selectors import selector_matches
-from manager.engine.worker_restriction import ALLOWED_WORKERS_ANNOTATION, Restriction, SelectionError, parse_selector
+from manager.engine.worker_restriction import ALLOWED_WORKERS_ANNOTATION, Restriction, SelectionError, job_restriction, parse_selector
 
 CLUSTER_SELECTOR_ANNOTATION = "kfed.dev/cluster-selector"  # on a MultiKueueConfig
 
@@ -64,3 +65,20 @@ def refusal(selection: Selection) -> str | None:
     if selection.allowed or not selection.excluded:
         return None
     return "no worker can ever admit it: " + "; ".join(f"{name}: {why}" for name, why in selection.excluded.items())
+
+
+def for_workload(
+    wl: kueue.Workload, config: kueue.MultiKueueConfig | None, clusters: Callable[[str], kueue.MultiKueueCluster | None]
+) -> Selection:
+    """The workers of `config` the Workload may go to: its restriction annotations against the
+    MultiKueueClusters' labels (`clusters` finds one by name) and the config's cluster selector.
+    A restriction that cannot be read (a Workload made without the webhook) excludes every
+    worker with its one-line error."""
+    names = list(config.spec.clusters) if config is not None else []
+    annotations = (config.metadata.annotations or {}) if config is not None else {}
+    labels = {name: dict(found.metadata.labels or {}) for name in names if (found := clusters(name)) is not None}
+    try:
+        restriction = job_restriction(wl.metadata.annotations, what=f"Workload {wl.key}")
+    except SelectionError as err:
+        return Selection([], {name: str(err) for name in names})
+    return select_workers(names, labels, config_selector=annotations.get(CLUSTER_SELECTOR_ANNOTATION), restriction=restriction)

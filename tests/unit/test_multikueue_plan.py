@@ -758,3 +758,24 @@ def test_an_admitted_copy_on_a_worker_whose_agent_is_down_does_not_hold_the_quot
         worker_lost_timeout=timedelta(minutes=15),
     )
     assert found is None
+
+
+# --- workers chosen by selector or by the job (multikueue/selection.py) -------------------------------------
+EXCLUDED = "excluded by the job's selector region=eu"
+
+
+@pytest.mark.parametrize("dispatcher", [c.DISPATCHER_ALL_AT_ONCE, c.DISPATCHER_INCREMENTAL, c.DISPATCHER_CAPACITY_AWARE])
+def test_an_excluded_worker_gets_no_copy_with_every_dispatcher(dispatcher: str) -> None:
+    workers = FakeWorkers(queues={"w1": quotas(8), "w2": quotas(8)})
+    clusters = [ClusterHealth("w1", True, excluded=EXCLUDED), *up("w2")]
+    plan = plan_workload(inputs(local(), clusters, dispatcher=dispatcher, workers=workers))
+    # (Incremental writes its wider nomination in a pass of its own; copies follow in the next.)
+    assert plan.nominate == ["w2"] and plan.create == ([] if dispatcher == c.DISPATCHER_INCREMENTAL else ["w2"]), plan
+
+
+def test_an_excluded_worker_keeps_the_copy_it_admitted_and_its_job_runs_on() -> None:
+    """The restriction changed (a label moved) after the worker admitted it: nothing running is stopped."""
+    wl = local(state="Ready", cluster_name="w1")
+    clusters = [ClusterHealth("w1", True, excluded=EXCLUDED), *up("w2")]
+    kept = plan_workload(inputs(wl, clusters, {"w1": remote(cond(c.QUOTA_RESERVED), cond(c.ADMITTED), round_of=wl)}))
+    assert kept.delete == [] and kept.sync_job == "w1"
