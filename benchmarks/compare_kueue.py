@@ -522,7 +522,7 @@ def burst_figures(
 async def multikueue_kfed(base: Path, args: argparse.Namespace) -> Figures:
     provider = LocalProvider(base)
     try:
-        clusters = start_clusters(provider, ["kfed-manager", "kfed-worker1", "kfed-worker2", "kfed-worker3"])
+        clusters = start_clusters(provider, ["kfed-manager", *(f"kfed-{name}" for name in multikueue.worker_names(args.workers))])
         worker_kubeconfigs = {worker.name: identity_kubeconfig(worker, REMOTE_USER) for worker in clusters[1:]}
         result = await multikueue.run_kfed(
             clusters[0],
@@ -563,7 +563,7 @@ async def multikueue_kueue(base: Path, args: argparse.Namespace, bin_dir: Path) 
     provider = LocalProvider(base)
     kueues: list[UpstreamKueue] = []
     try:
-        clusters = start_clusters(provider, ["kueue-manager", "kueue-worker1", "kueue-worker2", "kueue-worker3"])
+        clusters = start_clusters(provider, ["kueue-manager", *(f"kueue-{name}" for name in multikueue.worker_names(args.workers))])
         manager, workers = clusters[0], clusters[1:]
         connection = {"qps": args.qps, "burst": args.burst}
         for worker in workers:
@@ -586,7 +586,7 @@ async def multikueue_kueue(base: Path, args: argparse.Namespace, bin_dir: Path) 
         )
         try:
             await multikueue.setup(runner, multikueue.queue_objects("mk"))
-            names = dict(zip(multikueue.WORKERS, workers, strict=True))
+            names = dict(zip(multikueue.worker_names(len(workers)), workers, strict=True))
             for obj in kueue_manager_objects({name: identity_kubeconfig(worker, REMOTE_USER) for name, worker in names.items()}):
                 federation.create(manager, obj)
 
@@ -721,6 +721,7 @@ if __name__ == "__main__":
     )
     parser.add_argument("--baseline-burst", type=int, default=MINIMALKUEUE_KINDS * MINIMALKUEUE_BURST)
     parser.add_argument("--jobs", type=int, default=300, help="Jobs in the MultiKueue burst")
+    parser.add_argument("--workers", type=int, default=3, help="worker clusters in the MultiKueue part (Kueue caps a config at 20)")
     parser.add_argument("--qps", type=float, default=300, help="every controller's client in the MultiKueue part")
     parser.add_argument("--burst", type=int, default=500)
     parser.add_argument("--submitters", type=int, default=50, help="concurrent creates while submitting the burst")
