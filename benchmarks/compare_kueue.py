@@ -368,7 +368,7 @@ def baseline_kueue_full(base: Path, args: argparse.Namespace, perf_dir: Path, bi
             webhooks=False,
             log_level=kueue_log_level(args),
             client_connection={"qps": args.baseline_qps, "burst": args.baseline_burst},
-            feature_gates={"DisableWaitForPodsReady": True},
+            feature_gates=NO_WAIT_FOR_PODS_READY,
         )
         return kueue_process.prepare()
 
@@ -377,6 +377,11 @@ def baseline_kueue_full(base: Path, args: argparse.Namespace, perf_dir: Path, bi
         f"requests; runner {RUNNER_QPS}"
     )
     return baseline_with_kueue_runner(base, args, perf_dir, system="Kueue-full", controller=kueue_manager, limits=limits)
+
+
+# The v1beta2 Configuration turns waitForPodsReady on unless this gate is set; kfed's manager
+# and minimalkueue run without it, and in the MultiKueue burst no pod ever runs.
+NO_WAIT_FOR_PODS_READY = {"DisableWaitForPodsReady": True}
 
 
 def kueue_log_level(args: argparse.Namespace) -> str:
@@ -568,7 +573,13 @@ async def multikueue_kueue(base: Path, args: argparse.Namespace, bin_dir: Path) 
         connection = {"qps": args.qps, "burst": args.burst}
         for worker in workers:
             kueue_worker = UpstreamKueue(
-                worker, base / f"{worker.name}-kueue", bin_dir, webhooks=False, log_level="error", client_connection=connection
+                worker,
+                base / f"{worker.name}-kueue",
+                bin_dir,
+                webhooks=False,
+                log_level="error",
+                client_connection=connection,
+                feature_gates=NO_WAIT_FOR_PODS_READY,
             )
             kueues.append(kueue_worker)
             kueue_worker.start()
@@ -577,7 +588,14 @@ async def multikueue_kueue(base: Path, args: argparse.Namespace, bin_dir: Path) 
             await client.close()
         dispatcher = {"dispatcherName": multikueue.DISPATCHERS[args.kueue_dispatcher]}
         kueue_manager = UpstreamKueue(
-            manager, base / "manager-kueue", bin_dir, multikueue=dispatcher, webhooks=False, log_level="error", client_connection=connection
+            manager,
+            base / "manager-kueue",
+            bin_dir,
+            multikueue=dispatcher,
+            webhooks=False,
+            log_level="error",
+            client_connection=connection,
+            feature_gates=NO_WAIT_FOR_PODS_READY,
         )
         kueues.append(kueue_manager)
         kueue_manager.start()

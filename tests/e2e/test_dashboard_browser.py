@@ -292,6 +292,8 @@ async def test_a_user_follows_jobs_live_reads_one_and_cancels_it_in_the_browser(
             browser, lambda d: f"simulated container log on cluster {worker}" in text_of(d, "#log") and text_of(d, "#log"), "its log lines"
         )
         assert all(line.endswith((f"simulated container log on cluster {worker}", "done")) for line in log.splitlines()), log
+        # The page follows the job without a reload (its pods complete and new ones start, each an Event).
+        wait_for(browser, lambda d: updates(d) >= 1 and text_of(d, "#state") == "Running", "chatty's page updated live")
         screenshot(browser, "job")
         # The container is chosen on the page.
         browser.get(f"{browser.current_url.split('?')[0]}?container=main")

@@ -307,40 +307,59 @@ def _target(request: web.Request) -> tuple[str, ObjectName]:
     return info["namespace"], reading.target_of(info["kind"], info["name"])
 
 
-@page
-async def job(request: web.Request, session: Session) -> web.StreamResponse:
+async def _job(request: web.Request, session: Session) -> tuple[dict[str, Any], list[str]] | str:
+    """What a job's page shows, or why there is no such job."""
     namespace, target = _target(request)
     reads = session.args()
     found = await reading.read_job(session, reads, namespace, target)
     if isinstance(found, str):
-        return render(request, "error.html", status=404, message=found, code=404, notes=reads.notes)
+        return found
     container = request.query.get("container", "")
     if container and container not in found.containers:
         raise CommandError(f'no container "{container}" in the pods of {target}: choose one of {", ".join(found.containers)}')
     moments = pages.timeline(workload=found.workload, job=found.job, events=found.events, created=found.found.view.created)
     owner = found.job.metadata if found.job is not None else found.workload.metadata
-    metadata = pages.metadata_items(owner.labels, owner.annotations)
     base = pages.job_path(namespace, target.kind, target.name)
     stream = f"{base}/logs" + (f"?{urllib.parse.urlencode({'container': container})}" if container else "")
-    return render(
-        request,
-        "job.html",
-        notes=reads.notes,
-        found=found.found,
-        target=str(target),
-        kind=target.kind,
-        namespace=namespace,
-        base=base,
-        moments=moments,
-        metadata=metadata,
-        where=found.logs.where if found.logs else "",
-        pods=[pod.name for pod in found.logs.pods] if found.logs else [],
-        containers=found.containers,
-        container=container,
-        logs_error=found.logs_error,
-        stream=stream if found.logs and found.logs.pods else "",
-        cancellable=target.kind in JOB_KINDS,
-    )
+    values = {
+        "found": found.found,
+        "target": str(target),
+        "kind": target.kind,
+        "namespace": namespace,
+        "base": base,
+        "moments": moments,
+        "metadata": pages.metadata_items(owner.labels, owner.annotations),
+        "where": found.logs.where if found.logs else "",
+        "pods": [pod.name for pod in found.logs.pods] if found.logs else [],
+        "containers": found.containers,
+        "container": container,
+        "logs_error": found.logs_error,
+        "stream": stream if found.logs and found.logs.pods else "",
+        "cancellable": target.kind in JOB_KINDS,
+    }
+    return values, reads.notes
+
+
+@page
+async def job(request: web.Request, session: Session) -> web.StreamResponse:
+    found = await _job(request, session)
+    if isinstance(found, str):
+        return render(request, "error.html", status=404, message=found, code=404)
+    values, notes = found
+    return render(request, "job.html", notes=notes, **values)
+
+
+@page
+async def job_stream(request: web.Request, session: Session) -> web.StreamResponse:
+    """The page's state, verdicts and timeline again (its log has a stream of its own)."""
+
+    async def read() -> tuple[dict[str, Any], list[str]]:
+        found = await _job(request, session)
+        if isinstance(found, str):  # gone since the page was loaded (cancelled, finished and deleted)
+            return {"found": None}, [found]
+        return found
+
+    return await live(request, "_job_details.html", read)
 
 
 @page
@@ -458,6 +477,7 @@ def create_app(settings: Settings, *, sleep: Sleep | None = None) -> web.Applica
     app.router.add_get("/jobs/stream", jobs_stream)
     app.router.add_get(job_base, job)
     app.router.add_get(job_base + "/logs", job_logs)
+    app.router.add_get(job_base + "/stream", job_stream)
     app.router.add_route("*", job_base + "/cancel", cancel)
     app.router.add_static("/static", static_directory(), append_version=False)
     for extra in settings.extra_routes:
