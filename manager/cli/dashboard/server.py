@@ -209,15 +209,25 @@ async def _fleet(request: web.Request, session: Session) -> tuple[dict[str, Any]
     return values, reads.notes
 
 
-@page
-async def fleet(request: web.Request, session: Session) -> web.StreamResponse:
-    values, notes = await _fleet(request, session)
-    return render(request, "fleet.html", notes=notes, **values)
+ViewRead = Callable[[web.Request, Session], Awaitable[tuple[dict[str, Any], list[str]]]]
 
 
-@page
-async def fleet_stream(request: web.Request, session: Session) -> web.StreamResponse:
-    return await live(request, "_fleet.html", lambda: _fleet(request, session))
+def live_view(template: str, fragment: str, read: ViewRead) -> tuple[Handler, Handler]:
+    """A view's page and its stream of server-sent updates, both from the same read."""
+
+    @page
+    async def whole(request: web.Request, session: Session) -> web.StreamResponse:
+        values, notes = await read(request, session)
+        return render(request, template, notes=notes, **values)
+
+    @page
+    async def stream(request: web.Request, session: Session) -> web.StreamResponse:
+        return await live(request, fragment, lambda: read(request, session))
+
+    return whole, stream
+
+
+fleet, fleet_stream = live_view("fleet.html", "_fleet.html", _fleet)
 
 
 async def _queues(request: web.Request, session: Session) -> tuple[dict[str, Any], list[str]]:
@@ -228,15 +238,7 @@ async def _queues(request: web.Request, session: Session) -> tuple[dict[str, Any
     return {"tree": tree, "readable": found.cluster_queues is not None, "local_queues": found.local_queues}, reads.notes
 
 
-@page
-async def queues(request: web.Request, session: Session) -> web.StreamResponse:
-    values, notes = await _queues(request, session)
-    return render(request, "queues.html", notes=notes, **values)
-
-
-@page
-async def queues_stream(request: web.Request, session: Session) -> web.StreamResponse:
-    return await live(request, "_queues.html", lambda: _queues(request, session))
+queues, queues_stream = live_view("queues.html", "_queues.html", _queues)
 
 
 async def _jobs_page(request: web.Request, session: Session) -> tuple[pages.JobsPage, list[str]]:
