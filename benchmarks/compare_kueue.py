@@ -716,7 +716,7 @@ async def main(args: argparse.Namespace) -> None:
             kueue_figures = await attempt("Kueue's MultiKueue burst", kueue_multikueue)
         if "kfed" in systems:
             kfed_figures = await attempt("kfed's MultiKueue burst", lambda: multikueue_kfed(base / "kfed-multikueue", args))
-        print_table(f"MultiKueue burst: {args.jobs} suspended Jobs, 1 manager and 3 workers", kfed_figures, kueue_figures)
+        print_table(f"MultiKueue burst: {args.jobs} suspended Jobs, 1 manager and {args.workers} workers", kfed_figures, kueue_figures)
 
 
 if __name__ == "__main__":
