@@ -368,7 +368,7 @@ def baseline_kueue_full(base: Path, args: argparse.Namespace, perf_dir: Path, bi
             webhooks=False,
             log_level=kueue_log_level(args),
             client_connection={"qps": args.baseline_qps, "burst": args.baseline_burst},
-            feature_gates={"DisableWaitForPodsReady": True},
+            feature_gates=NO_WAIT_FOR_PODS_READY,
         )
         return kueue_process.prepare()
 
@@ -377,6 +377,11 @@ def baseline_kueue_full(base: Path, args: argparse.Namespace, perf_dir: Path, bi
         f"requests; runner {RUNNER_QPS}"
     )
     return baseline_with_kueue_runner(base, args, perf_dir, system="Kueue-full", controller=kueue_manager, limits=limits)
+
+
+# The v1beta2 Configuration turns waitForPodsReady on unless this gate is set; kfed's manager
+# and minimalkueue run without it, and in the MultiKueue burst no pod ever runs.
+NO_WAIT_FOR_PODS_READY = {"DisableWaitForPodsReady": True}
 
 
 def kueue_log_level(args: argparse.Namespace) -> str:
@@ -522,7 +527,7 @@ def burst_figures(
 async def multikueue_kfed(base: Path, args: argparse.Namespace) -> Figures:
     provider = LocalProvider(base)
     try:
-        clusters = start_clusters(provider, ["kfed-manager", "kfed-worker1", "kfed-worker2", "kfed-worker3"])
+        clusters = start_clusters(provider, ["kfed-manager", *(f"kfed-{name}" for name in multikueue.worker_names(args.workers))])
         worker_kubeconfigs = {worker.name: identity_kubeconfig(worker, REMOTE_USER) for worker in clusters[1:]}
         result = await multikueue.run_kfed(
             clusters[0],
@@ -563,12 +568,18 @@ async def multikueue_kueue(base: Path, args: argparse.Namespace, bin_dir: Path) 
     provider = LocalProvider(base)
     kueues: list[UpstreamKueue] = []
     try:
-        clusters = start_clusters(provider, ["kueue-manager", "kueue-worker1", "kueue-worker2", "kueue-worker3"])
+        clusters = start_clusters(provider, ["kueue-manager", *(f"kueue-{name}" for name in multikueue.worker_names(args.workers))])
         manager, workers = clusters[0], clusters[1:]
         connection = {"qps": args.qps, "burst": args.burst}
         for worker in workers:
             kueue_worker = UpstreamKueue(
-                worker, base / f"{worker.name}-kueue", bin_dir, webhooks=False, log_level="error", client_connection=connection
+                worker,
+                base / f"{worker.name}-kueue",
+                bin_dir,
+                webhooks=False,
+                log_level="error",
+                client_connection=connection,
+                feature_gates=NO_WAIT_FOR_PODS_READY,
             )
             kueues.append(kueue_worker)
             kueue_worker.start()
@@ -577,7 +588,14 @@ async def multikueue_kueue(base: Path, args: argparse.Namespace, bin_dir: Path) 
             await client.close()
         dispatcher = {"dispatcherName": multikueue.DISPATCHERS[args.kueue_dispatcher]}
         kueue_manager = UpstreamKueue(
-            manager, base / "manager-kueue", bin_dir, multikueue=dispatcher, webhooks=False, log_level="error", client_connection=connection
+            manager,
+            base / "manager-kueue",
+            bin_dir,
+            multikueue=dispatcher,
+            webhooks=False,
+            log_level="error",
+            client_connection=connection,
+            feature_gates=NO_WAIT_FOR_PODS_READY,
         )
         kueues.append(kueue_manager)
         kueue_manager.start()
@@ -586,7 +604,7 @@ async def multikueue_kueue(base: Path, args: argparse.Namespace, bin_dir: Path) 
         )
         try:
             await multikueue.setup(runner, multikueue.queue_objects("mk"))
-            names = dict(zip(multikueue.WORKERS, workers, strict=True))
+            names = dict(zip(multikueue.worker_names(len(workers)), workers, strict=True))
             for obj in kueue_manager_objects({name: identity_kubeconfig(worker, REMOTE_USER) for name, worker in names.items()}):
                 federation.create(manager, obj)
 
@@ -698,7 +716,7 @@ async def main(args: argparse.Namespace) -> None:
             kueue_figures = await attempt("Kueue's MultiKueue burst", kueue_multikueue)
         if "kfed" in systems:
             kfed_figures = await attempt("kfed's MultiKueue burst", lambda: multikueue_kfed(base / "kfed-multikueue", args))
-        print_table(f"MultiKueue burst: {args.jobs} suspended Jobs, 1 manager and 3 workers", kfed_figures, kueue_figures)
+        print_table(f"MultiKueue burst: {args.jobs} suspended Jobs, 1 manager and {args.workers} workers", kfed_figures, kueue_figures)
 
 
 if __name__ == "__main__":
@@ -721,6 +739,7 @@ if __name__ == "__main__":
     )
     parser.add_argument("--baseline-burst", type=int, default=MINIMALKUEUE_KINDS * MINIMALKUEUE_BURST)
     parser.add_argument("--jobs", type=int, default=300, help="Jobs in the MultiKueue burst")
+    parser.add_argument("--workers", type=int, default=3, help="worker clusters in the MultiKueue part (Kueue caps a config at 20)")
     parser.add_argument("--qps", type=float, default=300, help="every controller's client in the MultiKueue part")
     parser.add_argument("--burst", type=int, default=500)
     parser.add_argument("--submitters", type=int, default=50, help="concurrent creates while submitting the burst")

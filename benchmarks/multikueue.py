@@ -12,7 +12,7 @@ manager's Workload becomes Admitted. Prints:
   and the worker agents);
 - the manager's CPU (seconds, and share of one core) and peak RSS.
 
-    .venv/bin/python benchmarks/multikueue.py [--jobs 1000] [--qps 300 --burst 500] [--dispatcher all-at-once] [--by-resource]
+    .venv/bin/python benchmarks/multikueue.py [--jobs 1000] [--workers 3] [--qps 300 --burst 500] [--dispatcher all-at-once] [--by-resource]
 
 `--by-resource` also prints, per workload, what the manager's and the workers' apiservers
 served by verb and resource (from their own `apiserver_request_total`), to see where the
@@ -51,7 +51,13 @@ from manager.kube.informer import Informer
 
 REPO = Path(__file__).resolve().parents[1]
 NAMESPACE = "bench"
-WORKERS = ("worker1", "worker2", "worker3")
+
+
+def worker_names(count: int) -> tuple[str, ...]:
+    return tuple(f"worker{i}" for i in range(1, count + 1))
+
+
+WORKERS = worker_names(3)  # the default size, as Kueue's own MultiKueue benchmark
 # The manager's dispatcher (Configuration multiKueue.dispatcherName), by the name --dispatcher takes.
 DISPATCHERS = c.DISPATCHERS_BY_SHORT_NAME
 
@@ -266,7 +272,8 @@ async def run_kfed(
             await setup(worker_client, queue_objects(None))
             await worker_client.close()
         kubeconfigs = worker_kubeconfigs or {worker.name: worker.kubeconfig() for worker in workers}
-        mk_objects = federation.manager_objects({name: kubeconfigs[worker.name] for name, worker in zip(WORKERS, workers, strict=True)})
+        named = zip(worker_names(len(workers)), workers, strict=True)
+        mk_objects = federation.manager_objects({name: kubeconfigs[worker.name] for name, worker in named})
         for obj in mk_objects:
             if obj["kind"] in ("Secret", "MultiKueueCluster", "MultiKueueConfig", "AdmissionCheck"):
                 if obj["kind"] == "AdmissionCheck":
@@ -393,10 +400,10 @@ def report_served(result: KfedBurst) -> None:
             print(f"    {count / per:5.2f}  {reason}")
 
 
-def report(result: KfedBurst, dispatcher: str) -> None:
+def report(result: KfedBurst, dispatcher: str, workers: int) -> None:
     b = result.burst
     count, wall = b.count, b.wall
-    print(f"kfed MultiKueue benchmark: 1 manager, {len(WORKERS)} workers, {b.jobs} suspended Jobs in a burst, no pods run")
+    print(f"kfed MultiKueue benchmark: 1 manager, {workers} workers, {b.jobs} suspended Jobs in a burst, no pods run")
     print(f"  dispatcher:                      {dispatcher}")
     print(f"  client QPS/burst per cluster:    {result.qps:g}/{result.client_burst}")
     print(f"  submission took:                 {b.submit_seconds:.1f} s")
@@ -421,10 +428,10 @@ def report(result: KfedBurst, dispatcher: str) -> None:
 async def main(args: argparse.Namespace) -> None:
     base = Path(tempfile.mkdtemp(prefix="kfed-mk-bench-"))
     provider = LocalProvider(base)
-    clusters = provider.create(["manager", *WORKERS])
+    clusters = provider.create(["manager", *worker_names(args.workers)])
     try:
         result = await run_kfed(clusters[0], clusters[1:], base, args)
-        report(result, args.dispatcher)
+        report(result, args.dispatcher, args.workers)
         if args.by_resource:
             report_served(result)
     finally:
@@ -434,6 +441,7 @@ async def main(args: argparse.Namespace) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", type=int, default=1000)
+    parser.add_argument("--workers", type=int, default=len(WORKERS), help="worker clusters (each an apiserver, etcd and an agent)")
     parser.add_argument("--qps", type=float, default=300)
     parser.add_argument("--burst", type=int, default=500)
     parser.add_argument("--submitters", type=int, default=50, help="concurrent creates while submitting")

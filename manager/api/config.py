@@ -209,11 +209,25 @@ class Integrations(KubeModel):
 
 # Kueue v0.19.2's defaults (pkg/features/kube_features.go) for the gates that change what kfed does.
 UNADMITTED_WORKLOADS_OBSERVABILITY = "UnadmittedWorkloadsObservability"
+MULTIKUEUE_MANAGER_QUOTA_AUTOMATION = "MultiKueueManagerQuotaAutomation"
 FEATURE_DEFAULTS: dict[str, bool] = {
     # Off: a workload parked with an equivalent one that failed keeps its condition as it was;
     # on, the workload controller writes "Bypassed scheduling evaluation ..." on it.
     UNADMITTED_WORKLOADS_OBSERVABILITY: False,
+    # Off (alpha since Kueue 0.18): a MultiKueueConfig's quotaManagement: Automated is not acted on.
+    MULTIKUEUE_MANAGER_QUOTA_AUTOMATION: False,
 }
+
+
+def parse_feature_gates(text: str) -> dict[str, bool]:
+    """Kueue's `--feature-gates` flag: `Name=true,Other=false`; a malformed pair is one line naming it."""
+    gates: dict[str, bool] = {}
+    for pair in filter(None, (part.strip() for part in text.split(","))):
+        name, sep, value = pair.partition("=")
+        if not sep or not name.strip() or value.strip().lower() not in ("true", "false"):
+            raise ValueError(f'--feature-gates: "{pair}": expected Name=true or Name=false')
+        gates[name.strip()] = value.strip().lower() == "true"
+    return gates
 
 
 class Configuration(OpenModel):

@@ -34,7 +34,7 @@ from manager.engine.workload import (
     owner_name,
     workload_priority,
 )
-from manager.multikueue.reads import copy_counts, worker_usage
+from manager.multikueue.reads import copy_counts, flavor_usage, worker_usage
 
 STATES = ("Pending", "QuotaReserved", "Dispatching", "Running", "Succeeded", "Failed", "Preempted", "Evicted")
 TABLE_WIDTH = 80  # what a table fits when the terminal's width is unknown (output to a pipe or file)
@@ -460,6 +460,8 @@ class WorkerView:
     running: int = 0
     pending: int = 0
     usage: dict[str, tuple[int, int]] = field(default_factory=dict)  # resource -> (reserved, nominal) in milli-units or bytes
+    # (flavor, resource) -> (reserved, nominal, borrowed); empty from a read API that predates it
+    flavors: dict[tuple[str, str], tuple[int, int, int]] = field(default_factory=dict)
 
 
 def worker_view_from(item: Mapping[str, Any]) -> WorkerView:
@@ -476,6 +478,11 @@ def worker_view_from(item: Mapping[str, Any]) -> WorkerView:
         running=int(item.get("running") or 0),
         pending=int(item.get("pending") or 0),
         usage={str(name): (int(use["reserved"]), int(use["nominal"])) for name, use in (item.get("usage") or {}).items()},
+        flavors={
+            (str(flavor), str(resource)): (int(use["reserved"]), int(use["nominal"]), int(use.get("borrowed") or 0))
+            for flavor, resources in (item.get("flavors") or {}).items()
+            for resource, use in (resources or {}).items()
+        },
     )
 
 
@@ -491,7 +498,9 @@ def add_worker_queues(
     view: WorkerView, cluster_queues: Iterable[kueue.ClusterQueue], workloads: Iterable[kueue.Workload], *, origin: str
 ) -> None:
     """Fill in quota use (summed over the worker's ClusterQueues) and our copies' counts."""
+    cluster_queues = list(cluster_queues)
     view.usage = worker_usage(cluster_queues)
+    view.flavors = flavor_usage(cluster_queues)
     view.running, view.pending = copy_counts(workloads, origin=origin)
 
 

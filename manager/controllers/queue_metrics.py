@@ -21,7 +21,7 @@ from manager.engine.quota import QuotaNode
 from manager.engine.state import AdmissionState
 from manager.engine.status import cluster_queue_status, since_reservation
 from manager.engine.units import to_quantity
-from manager.engine.workload import eviction_labels, is_finished
+from manager.engine.workload import eviction_labels, is_finished, queued_since
 from manager.engine.writes import StatusWrite
 from manager.runtime.metrics import LocalQueueRef, Metrics, Sample
 
@@ -184,14 +184,6 @@ def priority_class(wl: Workload) -> str:
     """Kueue's PriorityClassName: the Workload's priorityClassRef name, or empty."""
     ref = wl.spec.priority_class_ref
     return (ref.name or "") if ref is not None else ""
-
-
-def queued_since(wl: Workload) -> datetime | None:
-    """Kueue's QueuedWaitTime starts at creation, or at the last Requeued transition."""
-    requeued = find_condition(wl.status.conditions if wl.status else None, c.REQUEUED)
-    if requeued is not None and requeued.last_transition_time is not None:
-        return requeued.last_transition_time
-    return wl.metadata.creation_timestamp
 
 
 def _queued_wait(wl: Workload, now: datetime) -> float:

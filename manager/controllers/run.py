@@ -20,7 +20,7 @@ import yaml
 from aiohttp import web
 from pydantic import ValidationError
 
-from manager.api.config import Configuration, ControllerMetrics, parse_duration
+from manager.api.config import Configuration, ControllerMetrics, parse_duration, parse_feature_gates
 from manager.api.manifest import pydantic_field_errors
 from manager.controllers.admission import AdmissionController
 from manager.controllers.caches import Caches
@@ -54,14 +54,21 @@ def service_dns_names(ref: str) -> tuple[str, str]:
     return f"{name}.{namespace}.svc", f"{name}.{namespace}.svc.cluster.local"
 
 
-def load_configuration(path: str | None) -> Configuration:
+def load_configuration(path: str | None, feature_gates: str = "") -> Configuration:
+    """The --config file's Configuration (Kueue's defaults without one), with `--feature-gates`
+    over its featureGates, as Kueue's flag is."""
     if not path:
-        return Configuration()
-    data = yaml.safe_load(Path(path).read_text())
-    try:
-        return Configuration.model_validate(data or {})
-    except ValidationError as err:  # one line naming each field, as for a manifest
-        raise ValueError(f"{path}: " + "; ".join(str(e) for e in pydantic_field_errors(err))) from None
+        config = Configuration()
+    else:
+        data = yaml.safe_load(Path(path).read_text())
+        try:
+            config = Configuration.model_validate(data or {})
+        except ValidationError as err:  # one line naming each field, as for a manifest
+            raise ValueError(f"{path}: " + "; ".join(str(e) for e in pydantic_field_errors(err))) from None
+    gates = parse_feature_gates(feature_gates)
+    if gates:
+        config.feature_gates = {**(config.feature_gates or {}), **gates}
+    return config
 
 
 def job_integrations(config: Configuration) -> Registry:
@@ -268,7 +275,7 @@ class Process:
 
     async def run(self) -> int:
         opts = self.opts
-        self.configuration = load_configuration(opts.config)
+        self.configuration = load_configuration(opts.config, opts.feature_gates)
         self.integrations = job_integrations(self.configuration)
         self.client = await _client(opts, self.component)
         self.caches = Caches.create(self.client, self.integrations)

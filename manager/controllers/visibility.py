@@ -343,27 +343,39 @@ class VisibilityServer:
         found = items(page)
         return found if isinstance(found, web.Response) else web.json_response(visibility.summary(version, found))
 
-    # --- discovery: public, as the apiserver's own (system:discovery) ------------------------------
-    async def group(self, request: web.Request) -> web.Response:
-        return web.json_response(visibility.group_document())
-
-    async def version(self, request: web.Request) -> web.Response:
-        version = request.match_info["version"]
-        if version not in visibility.VERSIONS:
-            return status(404, "NotFound", f"the server could not find the requested resource: {visibility.GROUP}/{version}")
-        return web.json_response(visibility.resource_list(version))
-
     def app(self) -> web.Application:
         app = web.Application()
         base = f"/apis/{visibility.GROUP}"
         versions = "{version:" + "|".join(visibility.VERSIONS) + "}"
-        app.router.add_get(base, self.group)
-        app.router.add_get(f"{base}/{{version}}", self.version)
+        add_discovery(app, visibility.GROUP, visibility.VERSIONS, visibility.group_document, visibility.resource_list)
         app.router.add_get(f"{base}/{versions}/clusterqueues/{{name}}/pendingworkloads", self.cluster_queue)
         app.router.add_get(f"{base}/{versions}/namespaces/{{namespace}}/localqueues/{{name}}/pendingworkloads", self.local_queue)
         for group in self.groups:
             group.routes(self, app)
         return app
+
+
+def add_discovery(
+    app: web.Application,
+    group: str,
+    versions: Sequence[str],
+    group_document: Callable[[], dict[str, Any]],
+    resource_list: Callable[[str], dict[str, Any]],
+) -> None:
+    """An aggregated API group's discovery, public as the apiserver's own (system:discovery):
+    the group's document, and each served version's resources (any other version: NotFound)."""
+
+    async def group_handler(request: web.Request) -> web.Response:
+        return web.json_response(group_document())
+
+    async def version_handler(request: web.Request) -> web.Response:
+        version = request.match_info["version"]
+        if version not in versions:
+            return status(404, "NotFound", f"the server could not find the requested resource: {group}/{version}")
+        return web.json_response(resource_list(version))
+
+    app.router.add_get(f"/apis/{group}", group_handler)
+    app.router.add_get(f"/apis/{group}/{{version}}", version_handler)
 
 
 VISIBILITY_GROUP = (visibility.GROUP, visibility.VERSIONS)

@@ -32,6 +32,7 @@ from manager.controllers.caches import Caches
 from manager.engine.integrations.adapter import JobAdapter
 from manager.engine.integrations.registry import BATCH_JOB, DEFAULT, Registry
 from manager.engine.jobs import prebuilt_workload_name, queue_name_of
+from manager.engine.worker_restriction import SelectionError, job_restriction
 from manager.engine.workload import is_multikueue_check
 from manager.kube.client import KubeClient, R
 from manager.kube.errors import ForbiddenError, KubeError, NotFoundError
@@ -102,6 +103,10 @@ def default_job(
     if part_of_managed_job(refs):
         return _review(request, allowed=True)
     problems = adapter.creation_problems(job)
+    try:
+        job_restriction(meta.get("annotations"), what=f"{adapter.kind} {namespace}/{meta.get('name') or meta.get('generateName') or ''}")
+    except SelectionError as err:
+        problems.append(str(err).split(": ", 1)[1])  # the path and the reason; the kind and name lead the denial
     if problems:
         name = meta.get("name") or meta.get("generateName") or ""
         return _review(request, allowed=False, message=f'{adapter.kind} "{name}" is invalid: {"; ".join(problems)}')

@@ -353,8 +353,14 @@ class Preemptor:
             runs = (False, True)
         else:
             runs = (True, False)
+        # With borrowWithinCohort Never every candidate of the priority group (other queues
+        # reached without the hierarchical advantage) is `_WITHOUT_BORROWING`, which `_valid`
+        # rejects in a run that allows borrowing: such a run need not read them at all.
+        barred = priority if forbidden else None
         for allow_borrowing in runs:
-            targets = self._classical_run(cq, frs, requests, allow_borrowing, (hierarchy, priority, same))
+            targets = self._classical_run(
+                cq, frs, requests, allow_borrowing, (hierarchy, priority, same), barred if allow_borrowing else None
+            )
             if targets:
                 return targets
         return []
@@ -366,16 +372,24 @@ class Preemptor:
         requests: dict[FlavorResource, int],
         allow_borrowing: bool,
         groups: tuple[_Lazy, _Lazy, _Lazy],
+        barred: _Lazy | None = None,
     ) -> list[Target]:
         """One of Kueue's runs: remove candidates in order until the workload fits, then fill back.
 
         Order: the evicted ones (hierarchy, priority, own queue), then the rest likewise. Two
-        exact shortcuts leave out work whose outcome is known (see `_skip_others`).
+        exact shortcuts leave out work whose outcome is known (see `_skip_others`), and the
+        `barred` group, none of whose candidates is valid in this run (`_valid` would skip
+        each of them), is not read.
         """
         same = groups[2]
         targets: list[Target] = []
         for evicted in (True, False):
             for group in groups:
+                # Tested before the group's emptiness, which merges its streams to find out.
+                # Leaving out `_skip_others` here loses nothing: when it says the run fails,
+                # no removal can lift the own cap, and the run ends with no targets anyway.
+                if group is barred:
+                    continue
                 if group is not same and group:
                     skip = self._skip_others(cq, requests, allow_borrowing, same, evicted)
                     if skip is None:

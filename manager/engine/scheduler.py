@@ -606,6 +606,26 @@ class Scheduler:
             ],
             "cohort_usage": amounts(root.usage) if root is not cq.node else {},
             "usage": {other.name: amounts(other.node.usage) for other in self.cache.cohort_cluster_queues(root)},
+            "cluster_queues": {
+                other.name: other.obj.spec.model_dump(by_alias=True, exclude_none=True, mode="json")
+                for other in self.cache.cohort_cluster_queues(root)
+            },
+            # Every Workload holding quota in the tree, so that the state can be rebuilt for
+            # another scheduler (benchmarks/preemption_replay.py); a queue's usage above the sum
+            # of its Workloads' is an earlier preemptor's charge in this cycle.
+            "admitted": [
+                {
+                    "key": held.key,
+                    "uid": held.uid,
+                    "cluster_queue": other.name,
+                    "priority": held.priority,
+                    "usage": amounts(held.usage),
+                    "reserved_at": held.reserved_at.isoformat() if held.reserved_at is not None else None,
+                    "evicted": held.evicted,
+                }
+                for other in self.cache.cohort_cluster_queues(root)
+                for held in other.workloads.values()
+            ],
         }
 
     @staticmethod

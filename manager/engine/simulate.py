@@ -105,11 +105,16 @@ class Simulation:
     controller, which gives an evicted workload's quota back once its job has stopped (at once
     here, since nothing runs)."""
 
-    def __init__(self, sources: Sequence[Source]) -> None:
+    def __init__(self, sources: Sequence[Source], *, keep_evicted_reservations: bool = False) -> None:
+        """`keep_evicted_reservations` keeps each evicted Workload's reservation until something
+        gives it back, as on a cluster whose job controller has not stopped the job yet: a
+        state replayed as it was, rather than run on from (benchmarks/preemption_replay.py)."""
         self.notes: list[str] = []
         sources = self._deduplicate(sources)
         configs = [source.obj for source in sources if isinstance(source.obj, Configuration)]
-        self.state = AdmissionState(configs[-1] if configs else None, admission_checks_known=False)
+        self.state = AdmissionState(
+            configs[-1] if configs else None, admission_checks_known=False, release_bare_evictions=not keep_evicted_reservations
+        )
         workload_sources: list[Source] = []
         for source in sources:
             if isinstance(source.obj, (Workload, Job)):
@@ -134,7 +139,7 @@ class Simulation:
         # admission side, as on a cluster: they hold nothing and come out as they went in.
         self.untracked = sorted((wl for wl, _ in built if wl.key not in self.state.infos), key=lambda wl: wl.key)
         # Stop policies and deactivations evict running workloads as they come in.
-        for info in self.workloads:
+        for info in () if keep_evicted_reservations else self.workloads:
             if info.evicted:
                 self.state.finish_eviction(info.key, self.start)
 

@@ -224,7 +224,8 @@ def cluster_queue_status(
     cq: ClusterQueueInfo, scheduler: Scheduler, *, now: datetime, previous: list[Condition] | None = None
 ) -> ClusterQueueStatus:
     """Kueue's ClusterQueue status: counts, reservation and usage per flavor, and `Active`
-    (its time kept from the `previous` conditions while its status stays)."""
+    (its time kept from the `previous` conditions while its status stays), other writers'
+    conditions kept as they were."""
     reservation, admitted_usage, reserving, admitted = _usage_totals(cq.workloads.values())
 
     def usage_list(totals: dict[FlavorResource, int]) -> list[FlavorUsage]:
@@ -258,7 +259,10 @@ def cluster_queue_status(
                 reason=cq.inactive_reason,
                 message=cq.inactive_message,
                 last_transition_time=since,
-            )
+            ),
+            # Other writers' conditions stay (MultiKueue's quota automation writes its own): the
+            # status is written with a merge patch, which replaces the list whole.
+            *(cond for cond in previous or [] if cond.type != c.ACTIVE),
         ],
     )
     if scheduler.fair_sharing:

@@ -395,6 +395,28 @@ def is_admitted(wl: Workload) -> bool:
     return is_condition_true(conditions_of(wl), c.ADMITTED)
 
 
+def queued_since(wl: Workload) -> datetime | None:
+    """Kueue's QueuedWaitTime starts at creation, or at the last Requeued transition."""
+    requeued = find_condition(wl.status.conditions if wl.status else None, c.REQUEUED)
+    if requeued is not None and requeued.last_transition_time is not None:
+        return requeued.last_transition_time
+    return wl.metadata.creation_timestamp
+
+
+def admission_wait(wl: Workload) -> tuple[datetime, float] | None:
+    """When an admitted Workload was admitted, and how long it had waited: what Kueue's
+    `kueue_admission_wait_time_seconds` observed then, read back from the object (from its
+    creation, or from its last requeue when that came before the admission)."""
+    admitted = find_condition(conditions_of(wl), c.ADMITTED)
+    if admitted is None or admitted.status != "True" or admitted.last_transition_time is None:
+        return None
+    at = admitted.last_transition_time
+    start = queued_since(wl)
+    if start is None or start > at:
+        start = wl.metadata.creation_timestamp
+    return (at, max(0.0, (at - start).total_seconds())) if start is not None else None
+
+
 def is_finished(wl: Workload) -> bool:
     return is_condition_true(conditions_of(wl), c.FINISHED)
 

@@ -84,6 +84,13 @@ class ClusterHealth:
     connected: bool
     lost_since: datetime | None = None  # the first disconnect, kept across failed reconnects
     accepts_new: bool = True  # False: its admission agent is down; it keeps what it has, gets no new copy
+    # Why the job may not go there (the config's cluster selector, the job's restriction), or
+    # "": like a worker whose agent is down, it keeps what it has and gets no new copy.
+    excluded: str = ""
+
+    @property
+    def takes_new(self) -> bool:
+        return self.accepts_new and not self.excluded
 
 
 @dataclass(frozen=True)
@@ -335,7 +342,7 @@ def _dispatch_incrementally(inputs: WorkloadInputs, plan: Plan) -> bool:
         inputs.local,
         check_name=inputs.check_name,
         state=plan.dispatch,
-        config_clusters=[cl.name for cl in inputs.clusters],
+        config_clusters=[cl.name for cl in inputs.clusters if not cl.excluded],
         step=inputs.step,
         now=inputs.now,
     )
@@ -354,7 +361,7 @@ def _place(inputs: WorkloadInputs, plan: Plan) -> Choice | None:
     candidates = [
         Candidate(cl.name, inputs.remotes.get(cl.name))
         for cl in inputs.clusters
-        if cl.connected and cl.accepts_new and cl.name not in blocked
+        if cl.connected and cl.takes_new and cl.name not in blocked
     ]
     placement, plan.dispatch = place(
         inputs.local,
@@ -609,7 +616,8 @@ def _follow_the_components(group: _Group, plan: Plan) -> bool:
         current = list(group.local.status.nominated_cluster_names or []) if group.local.status else []
         if current != [assigned]:
             plan.nominate = [assigned]
-        if assigned in group.available and assigned not in remotes and assigned not in group.blocked:
+        takes_new = any(cl.name == assigned and cl.takes_new for cl in inputs.clusters)
+        if assigned in group.available and takes_new and assigned not in remotes and assigned not in group.blocked:
             plan.create.append(assigned)
         plan.delete += [cluster for cluster in sorted(remotes) if cluster != assigned and cluster not in plan.delete]
         message = "" if assigned in group.available else f'waiting for worker cluster "{assigned}", where the rest of its job runs'
@@ -636,7 +644,7 @@ def _nominate_and_synchronize_workers(group: _Group, plan: Plan, *, refusal: str
     if _follow_the_components(group, plan):
         return
     current = list(local.status.nominated_cluster_names or []) if local.status else []
-    accepting = {cl.name for cl in inputs.clusters if cl.accepts_new}
+    accepting = {cl.name for cl in inputs.clusters if cl.takes_new}
     if inputs.dispatcher == c.DISPATCHER_ALL_AT_ONCE:
         nominated = sorted(name for name in group.available if name not in group.blocked and name in accepting)
         if sorted(current) != nominated:

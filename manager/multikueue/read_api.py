@@ -17,6 +17,7 @@ per namespace for the namespaced resources.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -28,12 +29,12 @@ from manager.api import kueue
 from manager.api.core import Pod
 from manager.api.meta import find_condition
 from manager.controllers.caches import Caches
-from manager.controllers.visibility import ApiGroup, VisibilityServer, status
+from manager.controllers.visibility import ApiGroup, VisibilityServer, add_discovery, status
 from manager.engine.integrations.adapter import JobAdapter
 from manager.engine.workload import check_states, multikueue_check_name
 from manager.kube.errors import KubeError
 from manager.kube.informer import Informer
-from manager.multikueue import reads
+from manager.multikueue import reads, selection
 from manager.multikueue.clusters import ClusterController
 from manager.multikueue.remote import RemoteCluster
 
@@ -82,8 +83,7 @@ class ReadApi:
         self.server = server
         base = f"/apis/{reads.GROUP}"
         served = f"{base}/{reads.VERSION}"
-        app.router.add_get(base, self.group_discovery)
-        app.router.add_get(f"{base}/{{version}}", self.version_discovery)
+        add_discovery(app, reads.GROUP, reads.VERSIONS, reads.group_document, reads.resource_list)
         app.router.add_get(f"{served}/clusters", self.list_clusters)
         app.router.add_get(f"{served}/clusters/{{name}}", self.get_cluster)
         workload = f"{served}/namespaces/{{namespace}}/workloads/{{name}}"
@@ -94,16 +94,6 @@ class ReadApi:
     async def _guard(self, request: web.Request, *checks: dict[str, str]) -> web.Response | None:
         assert self.server is not None
         return await self.server.guard(request, *checks)
-
-    # --- discovery: public, as the apiserver's own ----------------------------------------------------
-    async def group_discovery(self, request: web.Request) -> web.Response:
-        return web.json_response(reads.group_document())
-
-    async def version_discovery(self, request: web.Request) -> web.Response:
-        version = request.match_info["version"]
-        if version not in reads.VERSIONS:
-            return status(404, "NotFound", f"the server could not find the requested resource: {reads.GROUP}/{version}")
-        return web.json_response(reads.resource_list(version))
 
     # --- workers' health and capacity ---------------------------------------------------------------
     def _cluster_item(self, cluster: kueue.MultiKueueCluster) -> dict[str, Any]:
@@ -146,6 +136,10 @@ class ReadApi:
     def _workers_of(self, wl: kueue.Workload) -> list[str]:
         """The workers of the Workload's MultiKueue check: on the Workload once it has quota,
         else on its ClusterQueue (as the check will be)."""
+        config = self._config_of(wl)
+        return sorted(config.spec.clusters) if config is not None else []
+
+    def _config_of(self, wl: kueue.Workload) -> kueue.MultiKueueConfig | None:
         cq_name = wl.status.admission.cluster_queue if wl.status and wl.status.admission else ""
         if not cq_name:
             lq = self.caches.local_queues.get(f"{wl.namespace}/{wl.spec.queue_name}")
@@ -155,8 +149,7 @@ class ReadApi:
         checks = {check.name: check for check in self.caches.admission_checks.items()}
         check = multikueue_check_name(named, checks)
         params = checks[check].spec.parameters if check is not None else None
-        config = self.configs.get(params.name) if params is not None else None
-        return sorted(config.spec.clusters) if config is not None else []
+        return self.configs.get(params.name) if params is not None else None
 
     def _remote(self, name: str, wl: kueue.Workload) -> reads.Remote:
         cluster = self.cluster_objects.get(name)
@@ -179,7 +172,8 @@ class ReadApi:
         wl = self._workload(request)
         if isinstance(wl, web.Response):
             return wl
-        remotes = [self._remote(worker, wl) for worker in self._workers_of(wl)]
+        excluded = selection.for_workload(wl, self._config_of(wl), self.cluster_objects.get).excluded
+        remotes = [dataclasses.replace(self._remote(worker, wl), excluded=excluded.get(worker, "")) for worker in self._workers_of(wl)]
         return web.json_response(reads.verdicts_document(wl, remotes))
 
     # --- pods and logs on the worker ------------------------------------------------------------------

@@ -44,6 +44,7 @@ class Remote:
     copy: kueue.Workload | None = None
     error: str = ""
     offers: Mapping[str, int] = field(default_factory=dict)  # resource -> engine units
+    excluded: str = ""  # why the job may not go there (`multikueue/selection.py`), or ""
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,8 @@ def worker_verdict(remote: Remote, *, nominated: Sequence[str], winner: str, res
         return Verdict("admitted here: the Job runs on this worker")
     if remote.error:
         return Verdict(remote.error, misconfiguration(remote.error))
+    if remote.copy is None and remote.excluded:
+        return Verdict(remote.excluded)
     if remote.copy is None:
         if not reserved:
             return Verdict("not nominated yet: the manager has not reserved quota")
@@ -133,22 +136,43 @@ def verdicts_from(document: Mapping[str, Any]) -> dict[str, tuple[bool, Verdict]
 
 
 # --- health and capacity -------------------------------------------------------------------------------
-def worker_usage(cluster_queues: Iterable[kueue.ClusterQueue]) -> dict[str, tuple[int, int]]:
-    """Quota use summed over a worker's ClusterQueues: resource -> (reserved, nominal), in
-    engine units (milli-units, or bytes)."""
-    usage: dict[str, tuple[int, int]] = {}
+def flavor_usage(cluster_queues: Iterable[kueue.ClusterQueue]) -> dict[tuple[str, str], tuple[int, int, int]]:
+    """Quota use per flavor and resource, summed over a worker's ClusterQueues: (flavor,
+    resource) -> (reserved, nominal, borrowed), in engine units (milli-units, or bytes)."""
+    usage: dict[tuple[str, str], tuple[int, int, int]] = {}
     for cq in cluster_queues:
-        reserved: dict[tuple[str, str], int] = {}
+        reserved: dict[tuple[str, str], tuple[int, int]] = {}
         for used_flavor in (cq.status.flavors_reservation if cq.status else None) or []:
             for resource in used_flavor.resources or []:
-                if resource.total is not None:
-                    reserved[(used_flavor.name, resource.name)] = amount(resource.name, resource.total)
+                total = amount(resource.name, resource.total) if resource.total is not None else 0
+                borrowed = amount(resource.name, resource.borrowed) if resource.borrowed is not None else 0
+                reserved[(used_flavor.name, resource.name)] = (total, borrowed)
         for group in cq.spec.resource_groups or []:
             for quotas in group.flavors:
                 for r in quotas.resources:
-                    used, total = usage.get(r.name, (0, 0))
-                    usage[r.name] = (used + reserved.get((quotas.name, r.name), 0), total + amount(r.name, r.nominal_quota))
+                    key = (quotas.name, r.name)
+                    used, nominal, borrowed = usage.get(key, (0, 0, 0))
+                    add_used, add_borrowed = reserved.get(key, (0, 0))
+                    usage[key] = (used + add_used, nominal + amount(r.name, r.nominal_quota), borrowed + add_borrowed)
     return usage
+
+
+def worker_usage(cluster_queues: Iterable[kueue.ClusterQueue]) -> dict[str, tuple[int, int]]:
+    """Quota use summed over a worker's ClusterQueues and flavors: resource -> (reserved,
+    nominal), in engine units (milli-units, or bytes)."""
+    usage: dict[str, tuple[int, int]] = {}
+    for (_, resource), (used, nominal, _) in flavor_usage(cluster_queues).items():
+        total_used, total_nominal = usage.get(resource, (0, 0))
+        usage[resource] = (total_used + used, total_nominal + nominal)
+    return usage
+
+
+def flavors_item(usage: dict[tuple[str, str], tuple[int, int, int]]) -> dict[str, dict[str, dict[str, int]]]:
+    """`flavor_usage` as the read API says it: flavor -> resource -> reserved, nominal, borrowed."""
+    out: dict[str, dict[str, dict[str, int]]] = {}
+    for (flavor, resource), (used, nominal, borrowed) in sorted(usage.items()):
+        out.setdefault(flavor, {})[resource] = {"reserved": used, "nominal": nominal, "borrowed": borrowed}
+    return out
 
 
 def copy_counts(workloads: Iterable[kueue.Workload], *, origin: str) -> tuple[int, int]:
@@ -186,6 +210,7 @@ def cluster_item(seen: WorkerSighting, *, origin: str) -> dict[str, Any]:
     reachable = seen.connected and seen.copies is not None
     running, pending = copy_counts(seen.copies or [], origin=origin) if reachable else (0, 0)
     usage = worker_usage(seen.cluster_queues or []) if reachable else {}
+    flavors = flavor_usage(seen.cluster_queues or []) if reachable else {}
     error = "" if reachable else ("unreachable: " + seen.error if seen.error else "unreachable")
     return {
         "metadata": {"name": seen.cluster.name},
@@ -198,6 +223,7 @@ def cluster_item(seen: WorkerSighting, *, origin: str) -> dict[str, Any]:
         "running": running,
         "pending": pending,
         "usage": {resource: {"reserved": used, "nominal": total} for resource, (used, total) in sorted(usage.items())},
+        "flavors": flavors_item(flavors),
     }
 
 

@@ -6,12 +6,14 @@ from __future__ import annotations
 from typing import Any
 
 from manager.api import kueue
+from manager.api.config import MULTIKUEUE_MANAGER_QUOTA_AUTOMATION
 from manager.api.core import Secret
 from manager.controllers.run import Process
 from manager.kube.informer import Informer
 from manager.multikueue.admission_check import AdmissionCheckController
 from manager.multikueue.clusters import ClusterController
 from manager.multikueue.gc import GarbageCollector
+from manager.multikueue.quota_controller import QuotaAutomationController
 from manager.multikueue.read_api import ReadApi
 from manager.multikueue.settings import Settings
 from manager.multikueue.workload import WorkloadController
@@ -43,7 +45,7 @@ class MultiKueue:
             on_remote_object=lambda remote, ns, name: self.workloads.on_remote_object(remote, ns, name),
             # Every dispatcher reads the workers' queues: the refusal of a Workload no worker
             # could ever admit holds for all of them.
-            on_quotas=lambda remote: self.workloads.on_quotas(remote),
+            on_quotas=lambda remote: self.on_quotas(remote),
             metrics=process.metrics,
         )
         self.workloads = WorkloadController(
@@ -78,19 +80,52 @@ class MultiKueue:
             adapters=process.integrations.multikueue,
         )
         self.api_groups = [self.reads.group()]
-        self.configs.add_handler(lambda kind, old, new: self.workloads.resync())
+        # Kueue's manager quota automation, behind Kueue's alpha gate (off by default).
+        self.quotas: QuotaAutomationController | None = None
+        if process.configuration.feature_enabled(MULTIKUEUE_MANAGER_QUOTA_AUTOMATION):
+            self.quotas = QuotaAutomationController(
+                client,
+                cluster_queues=process.caches.cluster_queues,
+                local_queues=process.caches.local_queues,
+                checks=process.caches.admission_checks,
+                configs=self.configs,
+                workers=lambda: {name: remote.quotas() for name, remote in self.clusters.remotes.items()},
+                metrics=process.metrics,
+            )
+        # A config's clusters or cluster selector, or a worker's labels, change which workers a
+        # Workload may go to: dispatch and the refusal look again.
+        self.configs.add_handler(lambda kind, old, new: self.on_selection_inputs(process))
+        self.cluster_objects.add_handler(
+            lambda kind, old, new: (
+                self.on_selection_inputs(process) if old is None or new is None or old.metadata.labels != new.metadata.labels else None
+            )
+        )
         for jobs in process.job_controllers:
             jobs.runs_elsewhere = self.workloads.runs_on_a_worker
 
+    def on_selection_inputs(self, process: Process) -> None:
+        self.workloads.resync()
+        process.admission.refusal_may_have_changed()
+
     def on_connection_change(self, remote: Any) -> None:
         self.workloads.on_connection_change(remote)
+        if self.quotas is not None:
+            self.quotas.resync()
+
+    def on_quotas(self, remote: Any) -> None:
+        self.workloads.on_quotas(remote)
+        if self.quotas is not None:
+            self.quotas.resync()
 
     def runnables(self) -> list[Runnable]:
-        return [*self.clusters.runnables(), self.workloads.runnable(), self.checks.runnable(), self.gc.runnable()]
+        quotas = [self.quotas.runnable()] if self.quotas is not None else []
+        return [*self.clusters.runnables(), self.workloads.runnable(), self.checks.runnable(), self.gc.runnable(), *quotas]
 
     async def stop(self) -> None:
         for controller in (self.clusters.controller, self.workloads.controller, self.checks.controller):
             controller.stop()
+        if self.quotas is not None:
+            self.quotas.controller.stop()
         await self.clusters.stop()
 
 

@@ -13,6 +13,7 @@ precondition; a conflict means the view was stale and the key is reconciled agai
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import KW_ONLY, InitVar, dataclass
@@ -48,6 +49,7 @@ from manager.engine.workload import (
 from manager.kube.client import JSON_PATCH, KubeClient
 from manager.kube.errors import AlreadyExistsError, ConflictError, KubeError, NotFoundError
 from manager.kube.informer import Informer
+from manager.multikueue import selection
 from manager.multikueue.capacity import WorkerQuotas, never_fits
 from manager.multikueue.clusters import ClusterController
 from manager.multikueue.dispatch import FORGOTTEN, DispatchState, InFlight, Usages
@@ -188,16 +190,28 @@ class WorkloadController:
         return None
 
     def never_fits_for(self, info: WorkloadInfo, check_name: str) -> str | None:
-        """`capacity.never_fits` over the check's workers, remembered until a worker's queue
-        specs or connection change (the scheduler asks for every head of every cycle)."""
-        names = tuple(self._config_clusters(check_name) or ())
-        key = (names, info.namespace, info.queue_name, info.scheduling_hash)
+        """`capacity.never_fits` over the workers the job may go to, each other worker named
+        with why it may not (`selection`), remembered until a worker's queue specs or connection
+        change (the scheduler asks for every head of every cycle)."""
+        chosen = self._selection(info.obj, check_name)
+        excluded = tuple(chosen.excluded.items())
+        key = (tuple(chosen.allowed), excluded, info.namespace, info.queue_name, info.scheduling_hash)
         if key not in self._refusals:
             if len(self._refusals) >= MAX_REMEMBERED_REFUSALS:
                 self._refusals.clear()
-            workers = {name: remote.quotas() if (remote := self.clusters.remotes.get(name)) is not None else None for name in names}
-            self._refusals[key] = never_fits(info, workers)
+            if not chosen.allowed:
+                self._refusals[key] = selection.refusal(chosen)
+            else:
+                remotes = self.clusters.remotes
+                workers = {name: remote.quotas() if (remote := remotes.get(name)) is not None else None for name in chosen.allowed}
+                found = never_fits(info, workers)
+                lines = "".join(f"; {name}: {why}" for name, why in excluded)
+                self._refusals[key] = f"{found}{lines}" if found else None
         return self._refusals[key]
+
+    def _selection(self, wl: kueue.Workload, check_name: str) -> selection.Selection:
+        """The check's workers this Workload may go to (`selection.for_workload`)."""
+        return selection.for_workload(wl, self._config(check_name), self.clusters.clusters.get)
 
     def runnable(self) -> Runnable:
         """Dispatch and sync write on the manager and the workers, so only the lease holder
@@ -278,12 +292,15 @@ class WorkloadController:
         return where is not None
 
     # --- reading -----------------------------------------------------------------------------------
-    def _config_clusters(self, check_name: str) -> list[str] | None:
+    def _config(self, check_name: str) -> kueue.MultiKueueConfig | None:
         ac = self.caches.admission_checks.get(check_name)
         params = ac.spec.parameters if ac is not None else None
         if params is None or params.kind != "MultiKueueConfig":
             return None
-        config = self.configs.get(params.name)
+        return self.configs.get(params.name)
+
+    def _config_clusters(self, check_name: str) -> list[str] | None:
+        config = self._config(check_name)
         return list(config.spec.clusters) if config is not None else None
 
     def _health(self, names: list[str]) -> list[ClusterHealth]:
@@ -324,7 +341,8 @@ class WorkloadController:
             self._forget(key)
             return None
         names = self._config_clusters(check_name) or []
-        health = self._health(names)
+        excluded = self._selection(local, check_name).excluded
+        health = [dataclasses.replace(h, excluded=excluded.get(h.name, "")) for h in self._health(names)]
         connected = {h.name: self.clusters.remotes[h.name] for h in health if h.connected}
         remotes = {}
         for name, remote in connected.items():

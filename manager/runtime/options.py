@@ -36,6 +36,7 @@ class Options:
     webhook_service: str | None
     config: str | None
     log_level: str
+    feature_gates: str
     shutdown_timeout: float
     kubeconfig_path_prefix: str
     multikueue_allow_insecure_http: bool
@@ -97,6 +98,11 @@ def parse(argv: list[str] | None, *, component: str) -> Options:
     )
     p.add_argument("--webhook-cert-check-interval", type=float, default=float(_env("webhook-cert-check-interval", "60") or 60))
     p.add_argument("--config", default=_env("config", None), help="a Kueue Configuration file (fairSharing, admissionFairSharing, ...)")
+    p.add_argument(
+        "--feature-gates",
+        default=_env("feature-gates", ""),
+        help="Kueue's feature gates, Name=true,Other=false, over the --config file's featureGates",
+    )
     p.add_argument("--log-level", default=_env("log-level", "info"), choices=["debug", "info", "warning", "error"])
     p.add_argument(
         "--multikueue-kubeconfig-path-prefix",

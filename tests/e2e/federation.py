@@ -116,13 +116,15 @@ def build(
     lws_bin: Path | None = None,
     integrations: tuple[str, ...] = (),
     multikueue: dict[str, Any] | None = None,
+    manager_config: dict[str, Any] | None = None,
 ) -> Federation:
     """The federation; `worker_config` is a Kueue Configuration for the workers' agents. With
     `jobset_bin` (hack/jobset/build.sh's output) every cluster gets the JobSet CRD, each worker
     its JobSet controller, and kfed's processes integrate JobSets as well as Jobs, as
     `kfed dev up --integrations jobset` sets them up. `integrations` names more job kinds
     kfed's processes integrate (`kfed dev up --integrations`' short names, such as `pod`); with
-    `lws_bin` (hack/lws/build.sh's output), LeaderWorkerSets as `jobset_bin` does JobSets."""
+    `lws_bin` (hack/lws/build.sh's output), LeaderWorkerSets as `jobset_bin` does JobSets.
+    `manager_config` adds sections to the manager's Configuration (`featureGates`, ...)."""
     suffix = uuid.uuid4().hex[:4]
     manager = provider.create([f"mk-manager-{suffix}"], aggregation=True)[0]
     w1, w2 = provider.create([f"mk-w1-{suffix}", f"mk-w2-{suffix}"], jobs=True)
@@ -156,7 +158,7 @@ def build(
         agent.wait_ready()
         wait_webhooks(worker, agent)
         fed.agents[name] = agent
-    write_config(fed.config_file, origin=None, more=more, multikueue=multikueue)
+    write_config(fed.config_file, origin=None, more={**more, **(manager_config or {})}, multikueue=multikueue)
     join(manager, fed.workers)
     fed.start_manager()
     return fed

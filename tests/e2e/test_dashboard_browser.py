@@ -100,7 +100,19 @@ class Console:
 def dashboard(kubeconfig: Path) -> Iterator[str]:
     """`kfed dashboard --port 0 --no-browser` as a user runs it; yields the URL it prints."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "manager.cli.main", "dashboard", "--port", "0", "--no-browser", f"--kubeconfig={kubeconfig}"],
+        # A sample a second, so that the Queues view's plots fill within the test.
+        [
+            sys.executable,
+            "-m",
+            "manager.cli.main",
+            "dashboard",
+            "--port",
+            "0",
+            "--no-browser",
+            "--sample-every",
+            "1",
+            f"--kubeconfig={kubeconfig}",
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -145,6 +157,11 @@ def table(driver: WebDriver) -> dict[str, dict[str, str]]:
     )
     heads = ("namespace", "name", "kind", "queue", "state", "worker", "age", "pos", "reason")
     return {row[1]: dict(zip(heads, row, strict=True)) for row in cells}
+
+
+def updates(driver: WebDriver) -> int:
+    """How many live updates the view's fragment has had since the page loaded."""
+    return int(driver.find_element(By.ID, "live").get_attribute("data-updates") or 0)
 
 
 def wait_for(driver: WebDriver, probe: Any, what: str) -> Any:
@@ -201,7 +218,12 @@ async def test_a_user_follows_jobs_live_reads_one_and_cancels_it_in_the_browser(
     cqs = await kube.queues(ns, manager_cpu=4, worker_cpu={"worker1": 4, "worker2": 0}, labels=RUNS, tag=tag)
     console = Console(browser)
     with dashboard(fed.manager.kubeconfig_path) as url:
-        # The Jobs view is open before anything is submitted: the jobs come to it live.
+        # The Fleet view, in a tab of its own, and the Jobs view are open before anything is
+        # submitted: the workers' counts and the jobs come to them live.
+        browser.get(f"{url}fleet")
+        wait_for(browser, lambda d: text_of(d, "#worker-worker1"), "worker1's card")
+        fleet_tab = browser.current_window_handle
+        browser.switch_to.new_window("tab")
         browser.get(f"{url}jobs?namespace={ns}")
         wait_for(browser, lambda d: d.find_elements(By.ID, "jobs-table"), "the jobs table")
         assert table(browser) == {}
@@ -222,6 +244,19 @@ async def test_a_user_follows_jobs_live_reads_one_and_cancels_it_in_the_browser(
         assert rows["chatty"]["reason"] == "" and rows["chatty"]["queue"] == "user-queue"
         screenshot(browser, "jobs")
         console.check()
+
+        # Fleet: both workers connected, worker1's quota as a bar, its counts updated without a reload.
+        jobs_tab = browser.current_window_handle
+        browser.switch_to.window(fleet_tab)
+        card = wait_for(browser, lambda d: updates(d) >= 1 and text_of(d, "#worker-worker1"), "worker1's card updated live")
+        # Other tests of the session may run jobs there too: at least this one runs.
+        running = re.search(r"running\n(\d+)", card)
+        assert "Active" in card and "cpu" in card and running is not None and int(running.group(1)) >= 1, card
+        assert "Active" in text_of(browser, "#worker-worker2")
+        screenshot(browser, "fleet")
+        console.check()
+        browser.close()
+        browser.switch_to.window(jobs_tab)
 
         # The filters are the server's: a state keeps only its jobs.
         browser.get(f"{url}jobs?namespace={ns}&state=Pending")
@@ -257,6 +292,8 @@ async def test_a_user_follows_jobs_live_reads_one_and_cancels_it_in_the_browser(
             browser, lambda d: f"simulated container log on cluster {worker}" in text_of(d, "#log") and text_of(d, "#log"), "its log lines"
         )
         assert all(line.endswith((f"simulated container log on cluster {worker}", "done")) for line in log.splitlines()), log
+        # The page follows the job without a reload (its pods complete and new ones start, each an Event).
+        wait_for(browser, lambda d: updates(d) >= 1 and text_of(d, "#state") == "Running", "chatty's page updated live")
         screenshot(browser, "job")
         # The container is chosen on the page.
         browser.get(f"{browser.current_url.split('?')[0]}?container=main")
@@ -269,21 +306,26 @@ async def test_a_user_follows_jobs_live_reads_one_and_cancels_it_in_the_browser(
         assert text_of(browser, "#reason"), "a pending job's page says why it waits"
         console.check()
 
-        # Fleet: both workers connected, worker1's quota as a bar.
-        browser.get(f"{url}fleet")
-        card = wait_for(browser, lambda d: text_of(d, "#worker-worker1"), "worker1's card")
-        # Other tests of the session may run jobs there too: at least this one runs.
-        running = re.search(r"running\n(\d+)", card)
-        assert "Active" in card and "cpu" in card and running is not None and int(running.group(1)) >= 1, card
-        assert "Active" in text_of(browser, "#worker-worker2")
-        screenshot(browser, "fleet")
-        console.check()
-
-        # Queues: the cohort tree with usage against quota and the LocalQueues.
+        # Queues: the cohort tree with usage against quota and the LocalQueues, and the plots over
+        # time: chatty's admission wait is a point, the usage a line; the plots move live.
         manager_cq = cqs["manager"]
         browser.get(f"{url}queues")
         queue = wait_for(browser, lambda d: text_of(d, f"#cq-{manager_cq}"), "the manager's ClusterQueue")
         assert "user-queue" in queue and "stopPolicy\nNone" in queue, queue
+        card = f"#cq-{manager_cq}"
+        wait_for(
+            browser,
+            lambda d: (
+                updates(d) >= 1
+                and d.find_elements(By.CSS_SELECTOR, f"{card} .plot.waits circle.dot")
+                and d.find_elements(By.CSS_SELECTOR, f"{card} .plot.usage polyline")
+            ),
+            "chatty's admission wait and the usage line, updated live",
+        )
+        waits = text_of(browser, f"{card} .plot.waits figcaption")
+        assert re.fullmatch(r"Admission wait, last \d+ min: 1 admitted; median \d+ s, longest \d+ s", waits), waits
+        usage = text_of(browser, f"{card} .plot.usage figcaption")
+        assert re.fullmatch(r"Usage against nominal quota, last \d+ min: \S+ cpu: 25 % of nominal.*", usage), usage
         screenshot(browser, "queues")
         console.check()
 

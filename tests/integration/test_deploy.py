@@ -27,13 +27,25 @@ from tests.conftest import REPO_ROOT
 from tests.harness import Provider
 
 DEPLOY = REPO_ROOT / "deploy"
-BASES = ("manager", "worker-agent", "multikueue-worker-access", "visibility-apf", "dashboard", "overlays/dashboard")
+BASES = (
+    "manager",
+    "worker-agent",
+    "multikueue-worker-access",
+    "visibility-apf",
+    "dashboard",
+    "overlays/dashboard",
+    "quota-automation",
+    "overlays/quota-automation",
+)
+# Opt-in rights, left out of the RBAC check of a default installation.
+OPT_IN = ("quota-automation", "overlays/quota-automation")
 CHART = DEPLOY / "helm" / "kfed"
 # The chart's values for each kind of cluster, and the kustomize bases that install the same.
 CHART_INSTALLS = {
     "manager-cluster": ([], ("manager",)),
     "manager-cluster-with-visibility-apf": (["--set", "manager.visibilityAPF=true"], ("manager", "visibility-apf")),
     "manager-cluster-with-dashboard": (["--set", "dashboard.enabled=true"], ("manager", "dashboard")),
+    "manager-cluster-with-quota-automation": (["--set", "manager.quotaAutomation=true"], ("overlays/quota-automation",)),
     "worker-cluster": (
         ["--set", "manager.enabled=false", "--set", "workerAgent.enabled=true", "--set", "multikueueWorkerAccess.enabled=true"],
         ("worker-agent", "multikueue-worker-access"),
@@ -244,7 +256,11 @@ def test_rbac_allows_every_verb_the_code_uses_and_nothing_it_must_not_do(
     cluster: LocalCluster, account: str, allowed: list[tuple[str, str, str]]
 ) -> None:
     for base in BASES:
-        assert kubectl(cluster, "apply", "--server-side", "--force-conflicts", "-f", "-", stdin=build(base)).returncode == 0
+        if base not in OPT_IN:
+            assert kubectl(cluster, "apply", "--server-side", "--force-conflicts", "-f", "-", stdin=build(base)).returncode == 0
+    # The module's apply tests installed the opt-in rights too: a default installation has none.
+    removed = kubectl(cluster, "delete", "--ignore-not-found", "-f", "-", stdin=build("quota-automation"))
+    assert removed.returncode == 0, removed.stderr
     missing = [entry for entry in allowed if not _can(cluster, account, *entry)]
     assert missing == [], f"{account} lacks {missing}"
     granted = [entry for entry in NEVER if _can(cluster, account, *entry)]
@@ -252,6 +268,20 @@ def test_rbac_allows_every_verb_the_code_uses_and_nothing_it_must_not_do(
     if account == "kfed-worker-agent":
         leaked = [entry for entry in MANAGER_ONLY if _can(cluster, account, *entry)]
         assert leaked == [], f"the worker agent may {leaked}"
+
+
+def test_quota_automation_adds_only_the_right_to_patch_cluster_queues(cluster: LocalCluster) -> None:
+    """Run after the default installation's check: the opt-in base grants the manager exactly
+    the spec patch MultiKueue manager quota automation makes, and the worker agent nothing."""
+    applied = kubectl(cluster, "apply", "--server-side", "--force-conflicts", "-f", "-", stdin=build("quota-automation"))
+    assert applied.returncode == 0, applied.stderr
+    try:
+        assert _can(cluster, "kfed-manager", "patch", "clusterqueues.kueue.x-k8s.io", "")
+        granted = [entry for entry in NEVER if _can(cluster, "kfed-manager", *entry)]
+        assert granted == [("patch", "clusterqueues.kueue.x-k8s.io", "")], granted
+        assert not _can(cluster, "kfed-worker-agent", "patch", "clusterqueues.kueue.x-k8s.io", "")
+    finally:
+        kubectl(cluster, "delete", "--ignore-not-found", "-f", "-", stdin=build("quota-automation"))
 
 
 async def test_reapplying_the_crds_in_an_upgrade_keeps_the_conversion_the_manager_set(cluster: LocalCluster) -> None:

@@ -121,15 +121,29 @@ def test_a_cluster_queue_bar_shows_use_borrowing_and_both_limits() -> None:
 def test_a_worker_card_says_why_it_is_not_connected() -> None:
     down = views.WorkerView("worker2", active="False", reason="ClientConnectionFailed", message="dial tcp: refused")
     lost = views.WorkerView("worker3", active="True", reachable=False, error="unreachable: timeout")
-    up = views.WorkerView("worker1", active="True", reachable=True, running=2, pending=1, usage={"cpu": (2000, 8000)})
-    cards = {c.name: c for c in pages.worker_cards([down, lost, up], now=NOW)}
+    up = views.WorkerView(
+        "worker1",
+        active="True",
+        reachable=True,
+        running=2,
+        pending=1,
+        usage={"cpu": (2000, 8000)},
+        flavors={("on-demand", "cpu"): (1000, 4000, 0), ("spot", "cpu"): (1000, 4000, 500)},
+    )
+    older = views.WorkerView("worker4", active="True", reachable=True, usage={"cpu": (2000, 8000)})  # a read API without flavors
+    cards = {c.name: c for c in pages.worker_cards([down, lost, up, older], now=NOW)}
     assert (cards["worker2"].connected, cards["worker2"].status, cards["worker2"].why) == (
         False,
         "Not active: ClientConnectionFailed",
         "dial tcp: refused",
     )
     assert (cards["worker3"].status, cards["worker3"].running) == ("Unreachable", "-")
-    assert (cards["worker1"].connected, cards["worker1"].running, cards["worker1"].bars[0].text) == (True, "2", "2 / 8")
+    assert (cards["worker1"].connected, cards["worker1"].running) == (True, "2")
+    assert [(flavor, [bar.text for bar in bars]) for flavor, bars in cards["worker1"].flavors] == [
+        ("on-demand", ["1 / 4"]),
+        ("spot", ["1 / 4, borrowed 500m"]),
+    ]
+    assert [(flavor, [bar.text for bar in bars]) for flavor, bars in cards["worker4"].flavors] == [("", ["2 / 8"])]
 
 
 def test_the_cohort_tree_nests_cohorts_by_parent_and_keeps_loose_queues_last() -> None:

@@ -141,6 +141,18 @@ class _KueueWalk(Preemptor):
     def _skip_others(self, *args: Any, **kwargs: Any) -> bool | None:
         return False
 
+    def _classical_run(
+        self,
+        cq: ClusterQueueInfo,
+        frs: set[FlavorResource],
+        requests: dict[FlavorResource, int],
+        allow_borrowing: bool,
+        groups: tuple[Any, Any, Any],
+        barred: Any = None,
+    ) -> list[Target]:
+        # Every group read, even the one whose candidates the run rejects one by one.
+        return super()._classical_run(cq, frs, requests, allow_borrowing, groups, None)
+
     def _fill_back(
         self, cq: ClusterQueueInfo, requests: dict[FlavorResource, int], targets: list[Target], allow_borrowing: bool
     ) -> list[Target]:
@@ -191,3 +203,32 @@ def test_preemption_shortcuts_pick_the_victims_of_kueues_full_walk(
         objs.append(workload(f"p{j:02d}", f"q{queue % n}", {"cpu": str(cpu)}, priority=priority, created=100 + j))
     config: dict[str, Any] | None = {"fairSharing": {}} if fair else None
     assert _outcome(objs, Preemptor, config) == _outcome(objs, _KueueWalk, config)
+
+
+# A preemptor in a queue over its nominal quota (cq0 borrows) with borrowWithinCohort unset
+# (Never): in the run that allows borrowing, other queues' borrowed workloads are
+# WithoutBorrowing candidates that Kueue's walk rejects one by one, so kfed does not read them.
+# Three queues of 4 cpu nominal (borrowingLimit 8) share 12; the victims must be the full
+# walk's. (running workloads as (queue, cpu, priority), the preemptor's (cpu, priority)) -> victims.
+BARRED_CASES: dict[str, tuple[list[tuple[int, int, int]], tuple[int, int], set[str]]] = {
+    "own_lower_priority_victim_while_others_borrow": ([(0, 4, 0), (0, 2, 2), (1, 6, 0)], (4, 1), {"r00"}),
+    "no_own_victim_others_borrowing_is_no_candidates": ([(0, 4, 2), (0, 2, 2), (1, 6, 0)], (4, 1), set()),
+    "under_nominal_reclaims_the_newest_borrower": ([(0, 2, 0), (1, 6, 0), (1, 4, 0)], (2, 1), {"r02"}),
+}
+
+
+def test_borrowing_run_skips_candidates_it_would_reject() -> None:
+    for name, (running, (cpu, priority), victims) in BARRED_CASES.items():
+        objs: list[dict[str, Any]] = [F]
+        for i in range(3):
+            preemption = {"withinClusterQueue": "LowerPriority", "reclaimWithinCohort": "Any"}
+            objs.append(cluster_queue(f"cq{i}", {"default-flavor": {"cpu": (4, 8, None)}}, cohort="co", preemption=preemption))
+            objs.append(local_queue(f"q{i}", f"cq{i}"))
+        for j, (queue, run_cpu, run_priority) in enumerate(running):
+            admitted = (f"cq{queue}", {"cpu": "default-flavor"})
+            objs.append(workload(f"r{j:02d}", f"q{queue}", {"cpu": str(run_cpu)}, priority=run_priority, created=j, admitted=admitted))
+        objs.append(workload("p00", "q0", {"cpu": str(cpu)}, priority=priority, created=100))
+        simulation = Simulation(sources(objs))
+        outcome = simulation.step()
+        assert {p.victim.name for p in outcome.preemptions} == victims, name
+        assert _outcome(objs, Preemptor, None) == _outcome(objs, _KueueWalk, None), name

@@ -407,3 +407,6 @@ def test_each_preemption_decision_is_logged_with_the_state_it_was_taken_in(caplo
     assert victims == [("default/b4", "b", "InCohortReclamation", False), ("default/b5", "b", "InCohortReclamation", False)]
     assert fields["usage"] == {"a": {}, "b": {"default-flavor/cpu": 6000}}, "the state before the decision"
     assert fields["cohort_usage"] == {"default-flavor/cpu": 6000}, "without lending limits, all of it counts in the cohort"
+    held = sorted((w["key"], w["cluster_queue"], w["priority"], w["usage"]["default-flavor/cpu"], w["evicted"]) for w in fields["admitted"])
+    assert held == [(f"default/b{i}", "b", 50, 1000, False) for i in range(6)], "every Workload holding quota, to rebuild the state"
+    assert all(w["reserved_at"] and w["uid"] for w in fields["admitted"])

@@ -785,3 +785,24 @@ def test_a_component_follows_its_siblings_worker_and_the_others_wait_for_the_fir
     assert waits.check is not None and waits.check.message == "waiting for the first Workload of its job to be admitted on a worker cluster"
     first = plan_workload(inputs(local(), up("w1", "w2"), component_index=0, siblings={"b": (1, "")}))
     assert (first.nominate, first.create) == (["w1", "w2"], ["w1", "w2"])  # all at once, as any Workload
+
+
+# --- workers chosen by selector or by the job (multikueue/selection.py) -------------------------------------
+EXCLUDED = "excluded by the job's selector region=eu"
+
+
+@pytest.mark.parametrize("dispatcher", [c.DISPATCHER_ALL_AT_ONCE, c.DISPATCHER_INCREMENTAL, c.DISPATCHER_CAPACITY_AWARE])
+def test_an_excluded_worker_gets_no_copy_with_every_dispatcher(dispatcher: str) -> None:
+    workers = FakeWorkers(queues={"w1": quotas(8), "w2": quotas(8)})
+    clusters = [ClusterHealth("w1", True, excluded=EXCLUDED), *up("w2")]
+    plan = plan_workload(inputs(local(), clusters, dispatcher=dispatcher, workers=workers))
+    # (Incremental writes its wider nomination in a pass of its own; copies follow in the next.)
+    assert plan.nominate == ["w2"] and plan.create == ([] if dispatcher == c.DISPATCHER_INCREMENTAL else ["w2"]), plan
+
+
+def test_an_excluded_worker_keeps_the_copy_it_admitted_and_its_job_runs_on() -> None:
+    """The restriction changed (a label moved) after the worker admitted it: nothing running is stopped."""
+    wl = local(state="Ready", cluster_name="w1")
+    clusters = [ClusterHealth("w1", True, excluded=EXCLUDED), *up("w2")]
+    kept = plan_workload(inputs(wl, clusters, {"w1": remote(cond(c.QUOTA_RESERVED), cond(c.ADMITTED), round_of=wl)}))
+    assert kept.delete == [] and kept.sync_job == "w1"

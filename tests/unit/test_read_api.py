@@ -59,6 +59,30 @@ def test_a_workers_health_and_capacity_read_back_are_what_the_cli_printed_from_t
     direct.reachable = True
     assert shown == direct
     assert (shown.running, shown.pending, shown.usage) == (1, 1, {"cpu": (3000, 8000)})
+    assert shown.flavors == {("f", "cpu"): (3000, 8000, 0)}, "and per flavor, with what is borrowed"
+
+
+def test_a_workers_capacity_per_flavor_sums_its_queues_and_what_they_borrow() -> None:
+    lender = worker_cq("8", "2")
+    borrower = kueue.ClusterQueue.model_validate(
+        {
+            "metadata": {"name": "cq2"},
+            "spec": {
+                "resourceGroups": [
+                    {
+                        "coveredResources": ["cpu"],
+                        "flavors": [
+                            {"name": "f", "resources": [{"name": "cpu", "nominalQuota": "4"}]},
+                            {"name": "spot", "resources": [{"name": "cpu", "nominalQuota": "16"}]},
+                        ],
+                    }
+                ]
+            },
+            "status": {"flavorsReservation": [{"name": "f", "resources": [{"name": "cpu", "total": "6", "borrowed": "2"}]}]},
+        }
+    )
+    assert reads.flavor_usage([lender, borrower]) == {("f", "cpu"): (8000, 12000, 2000), ("spot", "cpu"): (0, 16000, 0)}
+    assert reads.worker_usage([lender, borrower]) == {"cpu": (8000, 28000)}
 
 
 def test_a_worker_the_manager_is_not_connected_to_is_unreachable_with_the_last_error() -> None:

@@ -18,6 +18,7 @@ import ssl
 import webbrowser
 from typing import Any
 
+from manager.cli.dashboard.history import SAMPLE_SECONDS
 from manager.cli.fleet import CommandError, add_cluster_options, context_namespace, kubeconfig_path, manager_client, run_async
 
 DEFAULT_PORT = 8765
@@ -52,6 +53,8 @@ async def cmd_dashboard(args: argparse.Namespace) -> int:
             f"--address {args.address}: kfed dashboard serves your own credentials, so only on a loopback address "
             "(127.0.0.1); to serve others, run it in the cluster (--in-cluster), where each user signs in"
         )
+    if not args.sample_every > 0:
+        raise CommandError(f"--sample-every {args.sample_every:g}: expected a number of seconds above 0")
     if bool(args.tls_cert_file) != bool(args.tls_key_file):
         raise CommandError("--tls-cert-file and --tls-key-file go together")
     if args.in_cluster:
@@ -61,12 +64,12 @@ async def cmd_dashboard(args: argparse.Namespace) -> int:
 
         client = await manager_client(args) if args.kubeconfig else await KubeClient.in_cluster(name="kfed-dashboard")
         access = incluster.ClusterAccess(client, VisibilityServer(client, lambda name: None, dict))
-        settings = Settings(access, secure_cookies=bool(args.tls_cert_file), extra_routes=[incluster.routes(access)])
+        settings = Settings(access, secure_cookies=bool(args.tls_cert_file), extra_routes=[incluster.routes(access)], recorder=client)
         address = args.address or "0.0.0.0"
         who = "each user's bearer token, checked with SubjectAccessReview"
     else:
         client = await manager_client(args)
-        settings = Settings(LocalAccess(Session(client, default_namespace=context_namespace(args))))
+        settings = Settings(LocalAccess(Session(client, default_namespace=context_namespace(args))), recorder=client)
         address = args.address or "127.0.0.1"
         who = f"the user of {kubeconfig_path(args)}"
     try:
@@ -75,6 +78,7 @@ async def cmd_dashboard(args: argparse.Namespace) -> int:
         await client.close()
         raise
     port = sock.getsockname()[1]
+    settings.sample_every = args.sample_every
     if not args.in_cluster:
         settings.hosts = frozenset({f"{address}:{port}", f"localhost:{port}"})
     context = None
@@ -135,6 +139,13 @@ def add_command(commands: Any) -> None:
         help="serve every user who brings a bearer token, checking each read and action for them (the chart's dashboard)",
     )
     parser.add_argument("--address", help="the address to listen on (default 127.0.0.1; 0.0.0.0 with --in-cluster)")
+    parser.add_argument(
+        "--sample-every",
+        type=float,
+        default=SAMPLE_SECONDS,
+        metavar="SECONDS",
+        help=f"how often the Queues view's plots read the ClusterQueues and Workloads (default {SAMPLE_SECONDS:g})",
+    )
     parser.add_argument("--tls-cert-file", help="serve HTTPS with this certificate (PEM)")
     parser.add_argument("--tls-key-file", help="the certificate's private key (PEM)")
     add_cluster_options(parser, watch=False)

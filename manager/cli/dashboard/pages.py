@@ -17,6 +17,7 @@ from manager.api import kueue
 from manager.api.core import Event, Job
 from manager.api.meta import Condition
 from manager.cli import views
+from manager.cli.dashboard import history
 from manager.engine.integrations.registry import ADAPTERS
 from manager.engine.units import amount, format_amount
 
@@ -208,9 +209,15 @@ class Bar:
         return format_amount(self.resource or self.label, value)
 
 
-def worker_bars(usage: Mapping[str, tuple[int, int]]) -> list[Bar]:
-    """A worker's quota use (reserved, nominal) per resource, summed over its ClusterQueues."""
-    return [Bar(resource, used, nominal, resource=resource) for resource, (used, nominal) in sorted(usage.items())]
+def worker_bars(w: views.WorkerView) -> list[tuple[str, list[Bar]]]:
+    """A worker's quota use per flavor (reserved, nominal, borrowed), summed over its
+    ClusterQueues; per resource alone (flavor "") from a read API that does not say flavors."""
+    if not w.flavors:
+        return [("", [Bar(resource, used, nominal, resource=resource) for resource, (used, nominal) in sorted(w.usage.items())])]
+    by_flavor: dict[str, list[Bar]] = {}
+    for (flavor, resource), (used, nominal, borrowed) in sorted(w.flavors.items()):
+        by_flavor.setdefault(flavor, []).append(Bar(resource, used, nominal, borrowed=borrowed, resource=resource))
+    return list(by_flavor.items())
 
 
 def cluster_queue_bars(cq: kueue.ClusterQueue) -> list[tuple[str, list[Bar]]]:
@@ -253,7 +260,7 @@ class WorkerCard:
     since: str
     running: str
     pending: str
-    bars: list[Bar]
+    flavors: list[tuple[str, list[Bar]]]  # (flavor, its resources' bars); flavor "" when not said
 
 
 def worker_cards(workers: Sequence[views.WorkerView], *, now: datetime) -> list[WorkerCard]:
@@ -278,7 +285,7 @@ def worker_cards(workers: Sequence[views.WorkerView], *, now: datetime) -> list[
                 since=views.age(w.since, now),
                 running=str(w.running) if w.reachable else "-",
                 pending=str(w.pending) if w.reachable else "-",
-                bars=worker_bars(w.usage),
+                flavors=worker_bars(w),
             )
         )
     return cards
@@ -295,6 +302,7 @@ class QueueCard:
     admitted: int
     flavors: list[tuple[str, list[Bar]]]
     local_queues: list[dict[str, Any]]
+    plots: list[history.Plot] = field(default_factory=list)
 
 
 @dataclass
@@ -304,7 +312,19 @@ class CohortNode:
     children: list[CohortNode] = field(default_factory=list)
 
 
-def queue_card(cq: kueue.ClusterQueue, local_queues: Iterable[kueue.LocalQueue]) -> QueueCard:
+def usage_values(cq: kueue.ClusterQueue) -> dict[tuple[str, str], tuple[int, int]]:
+    """What the plots sample: each flavor's resource reserved and its nominal quota."""
+    return {(flavor, bar.resource): (bar.used, bar.nominal) for flavor, bars in cluster_queue_bars(cq) for bar in bars}
+
+
+def queue_card(
+    cq: kueue.ClusterQueue,
+    local_queues: Iterable[kueue.LocalQueue],
+    *,
+    recorded: history.History | None = None,
+    now: datetime | None = None,
+) -> QueueCard:
+    """A ClusterQueue's card; with `recorded` (and `now`), its plots over time."""
     record = views.queue_records([cq], [])[0]
     row = views.cluster_queue_rows([cq])[0]
     lqs = [r for r in views.local_queue_rows(local_queues) if r["CLUSTERQUEUE"] == cq.name]
@@ -317,15 +337,23 @@ def queue_card(cq: kueue.ClusterQueue, local_queues: Iterable[kueue.LocalQueue])
         admitted=record["admitted"],
         flavors=cluster_queue_bars(cq),
         local_queues=lqs,
+        plots=[history.usage_plot(recorded, cq.name, now), history.waits_plot(recorded, cq.name, now)]
+        if recorded is not None and now is not None
+        else [],
     )
 
 
 def cohort_tree(
-    cluster_queues: Iterable[kueue.ClusterQueue], cohorts: Iterable[kueue.Cohort], local_queues: Iterable[kueue.LocalQueue]
+    cluster_queues: Iterable[kueue.ClusterQueue],
+    cohorts: Iterable[kueue.Cohort],
+    local_queues: Iterable[kueue.LocalQueue],
+    *,
+    recorded: history.History | None = None,
+    now: datetime | None = None,
 ) -> list[CohortNode]:
     """The cohorts as a forest (a Cohort's `spec.parentName`; a cohort only named by a
-    ClusterQueue is a root), each with its ClusterQueues; the ClusterQueues in no cohort last,
-    under a node named ""."""
+    ClusterQueue is a root), each with its ClusterQueues (and their plots, given `recorded`);
+    the ClusterQueues in no cohort last, under a node named ""."""
     lqs = list(local_queues)
     parents = {co.name: co.spec.parent_name or "" for co in cohorts}
     nodes: dict[str, CohortNode] = {}
@@ -340,7 +368,7 @@ def cohort_tree(
 
     loose = CohortNode("")
     for cq in sorted(cluster_queues, key=lambda q: q.name):
-        card = queue_card(cq, lqs)
+        card = queue_card(cq, lqs, recorded=recorded, now=now)
         (node(card.cohort) if card.cohort else loose).queues.append(card)
     for name in sorted(parents):
         node(name)

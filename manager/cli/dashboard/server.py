@@ -10,11 +10,12 @@ localhost as their Host (no DNS rebinding)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import logging
 import secrets
 import urllib.parse
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from importlib.resources import files
 from pathlib import Path
@@ -23,11 +24,13 @@ from typing import Any, Protocol
 import jinja2
 from aiohttp import web
 
+from manager.api import kueue
 from manager.api.meta import utcnow
-from manager.cli.dashboard import pages, reading
+from manager.cli.dashboard import history, pages, reading
 from manager.cli.dashboard.reading import Session
 from manager.cli.fleet import JOB_KINDS, CommandError, ObjectName
 from manager.cli.logs import log_source
+from manager.kube.client import KubeClient
 from manager.kube.errors import ForbiddenError, KubeError, NotFoundError, UnauthorizedError
 
 log = logging.getLogger("kfed.dashboard")
@@ -74,11 +77,16 @@ class Settings:
     secure_cookies: bool = False
     refresh: float = REFRESH_SECONDS
     extra_routes: list[Callable[[web.Application], None]] = field(default_factory=list)
+    # The plots' recorder reads with this client (the user's own, or in the cluster the
+    # dashboard's; the plots are shown only to those who may list ClusterQueues); None: no plots.
+    recorder: KubeClient | None = None
+    sample_every: float = history.SAMPLE_SECONDS
 
 
 SETTINGS = web.AppKey("settings", Settings)
 JINJA = web.AppKey("jinja", jinja2.Environment)
 SLEEP: web.AppKey[Sleep] = web.AppKey("sleep")
+HISTORY = web.AppKey("history", history.History)
 CSRF = web.RequestKey("csrf", str)
 SESSION = web.RequestKey("session", Session)
 
@@ -190,28 +198,47 @@ async def healthz(request: web.Request) -> web.StreamResponse:
     return web.Response(text="ok\n")
 
 
-@page
-async def fleet(request: web.Request, session: Session) -> web.StreamResponse:
+async def _fleet(request: web.Request, session: Session) -> tuple[dict[str, Any], list[str]]:
     reads = session.args()
     workers, cqs = await reading.read_fleet(session, reads)
     now = utcnow()
-    return render(
-        request,
-        "fleet.html",
-        notes=reads.notes,
-        workers=pages.worker_cards(workers or [], now=now) if workers is not None else None,
-        manager_queues=[pages.queue_card(cq, []) for cq in sorted(cqs, key=lambda q: q.name)] if cqs is not None else None,
-    )
+    values = {
+        "workers": pages.worker_cards(workers or [], now=now) if workers is not None else None,
+        "manager_queues": [pages.queue_card(cq, []) for cq in sorted(cqs, key=lambda q: q.name)] if cqs is not None else None,
+    }
+    return values, reads.notes
 
 
-@page
-async def queues(request: web.Request, session: Session) -> web.StreamResponse:
+ViewRead = Callable[[web.Request, Session], Awaitable[tuple[dict[str, Any], list[str]]]]
+
+
+def live_view(template: str, fragment: str, read: ViewRead) -> tuple[Handler, Handler]:
+    """A view's page and its stream of server-sent updates, both from the same read."""
+
+    @page
+    async def whole(request: web.Request, session: Session) -> web.StreamResponse:
+        values, notes = await read(request, session)
+        return render(request, template, notes=notes, **values)
+
+    @page
+    async def stream(request: web.Request, session: Session) -> web.StreamResponse:
+        return await live(request, fragment, lambda: read(request, session))
+
+    return whole, stream
+
+
+fleet, fleet_stream = live_view("fleet.html", "_fleet.html", _fleet)
+
+
+async def _queues(request: web.Request, session: Session) -> tuple[dict[str, Any], list[str]]:
     reads = session.args()
     found = await reading.read_queues(session, reads)
-    tree = pages.cohort_tree(found.cluster_queues or [], found.cohorts, found.local_queues)
-    return render(
-        request, "queues.html", notes=reads.notes, tree=tree, readable=found.cluster_queues is not None, local_queues=found.local_queues
-    )
+    recorded = request.app[HISTORY] if request.app[SETTINGS].recorder is not None else None
+    tree = pages.cohort_tree(found.cluster_queues or [], found.cohorts, found.local_queues, recorded=recorded, now=utcnow())
+    return {"tree": tree, "readable": found.cluster_queues is not None, "local_queues": found.local_queues}, reads.notes
+
+
+queues, queues_stream = live_view("queues.html", "_queues.html", _queues)
 
 
 async def _jobs_page(request: web.Request, session: Session) -> tuple[pages.JobsPage, list[str]]:
@@ -229,24 +256,33 @@ async def jobs(request: web.Request, session: Session) -> web.StreamResponse:
 
 @page
 async def jobs_stream(request: web.Request, session: Session) -> web.StreamResponse:
-    """Server-sent events: the jobs table again, rendered on the server, whenever it changes."""
+    pages.parse_job_query(request.query)  # a bad filter is refused before the stream starts
+
+    async def values() -> tuple[dict[str, Any], list[str]]:
+        found, notes = await _jobs_page(request, session)
+        return {"jobs": found}, notes
+
+    return await live(request, "_jobs_table.html", values)
+
+
+async def live(request: web.Request, fragment: str, read: Callable[[], Awaitable[tuple[dict[str, Any], list[str]]]]) -> web.StreamResponse:
+    """Server-sent events: the view's fragment again, rendered on the server, whenever it changes."""
     settings = request.app[SETTINGS]
     env = request.app[JINJA]
-    pages.parse_job_query(request.query)  # a bad filter is refused before the stream starts
     response = await sse_response(request)
     last = ""
     try:
         # The page that opened the stream was rendered just now: the first read waits a period,
-        # so that loading a page does not read every job twice at once.
+        # so that loading a page does not read everything twice at once.
         await request.app[SLEEP](settings.refresh)
         while True:
             try:
-                found, notes = await _jobs_page(request, session)
-                html = env.get_template("_jobs_table.html").render(jobs=found, notes=notes)
+                values, notes = await read()
+                html = env.get_template(fragment).render(notes=notes, csrf=request[CSRF], **values)
             except KubeError as err:
-                html = env.get_template("_notes.html").render(notes=[f"cannot read the jobs: {err}"])
+                html = env.get_template("_notes.html").render(notes=[f"cannot read the manager: {err}"])
             if html != last:
-                await send_event(response, "jobs", html)
+                await send_event(response, "fragment", html)
                 last = html
             await request.app[SLEEP](settings.refresh)
     except ConnectionResetError:  # the page was closed
@@ -273,40 +309,59 @@ def _target(request: web.Request) -> tuple[str, ObjectName]:
     return info["namespace"], reading.target_of(info["kind"], info["name"])
 
 
-@page
-async def job(request: web.Request, session: Session) -> web.StreamResponse:
+async def _job(request: web.Request, session: Session) -> tuple[dict[str, Any], list[str]] | str:
+    """What a job's page shows, or why there is no such job."""
     namespace, target = _target(request)
     reads = session.args()
     found = await reading.read_job(session, reads, namespace, target)
     if isinstance(found, str):
-        return render(request, "error.html", status=404, message=found, code=404, notes=reads.notes)
+        return found
     container = request.query.get("container", "")
     if container and container not in found.containers:
         raise CommandError(f'no container "{container}" in the pods of {target}: choose one of {", ".join(found.containers)}')
     moments = pages.timeline(workload=found.workload, job=found.job, events=found.events, created=found.found.view.created)
     owner = found.job.metadata if found.job is not None else found.workload.metadata
-    metadata = pages.metadata_items(owner.labels, owner.annotations)
     base = pages.job_path(namespace, target.kind, target.name)
     stream = f"{base}/logs" + (f"?{urllib.parse.urlencode({'container': container})}" if container else "")
-    return render(
-        request,
-        "job.html",
-        notes=reads.notes,
-        found=found.found,
-        target=str(target),
-        kind=target.kind,
-        namespace=namespace,
-        base=base,
-        moments=moments,
-        metadata=metadata,
-        where=found.logs.where if found.logs else "",
-        pods=[pod.name for pod in found.logs.pods] if found.logs else [],
-        containers=found.containers,
-        container=container,
-        logs_error=found.logs_error,
-        stream=stream if found.logs and found.logs.pods else "",
-        cancellable=target.kind in JOB_KINDS,
-    )
+    values = {
+        "found": found.found,
+        "target": str(target),
+        "kind": target.kind,
+        "namespace": namespace,
+        "base": base,
+        "moments": moments,
+        "metadata": pages.metadata_items(owner.labels, owner.annotations),
+        "where": found.logs.where if found.logs else "",
+        "pods": [pod.name for pod in found.logs.pods] if found.logs else [],
+        "containers": found.containers,
+        "container": container,
+        "logs_error": found.logs_error,
+        "stream": stream if found.logs and found.logs.pods else "",
+        "cancellable": target.kind in JOB_KINDS,
+    }
+    return values, reads.notes
+
+
+@page
+async def job(request: web.Request, session: Session) -> web.StreamResponse:
+    found = await _job(request, session)
+    if isinstance(found, str):
+        return render(request, "error.html", status=404, message=found, code=404)
+    values, notes = found
+    return render(request, "job.html", notes=notes, **values)
+
+
+@page
+async def job_stream(request: web.Request, session: Session) -> web.StreamResponse:
+    """The page's state, verdicts and timeline again (its log has a stream of its own)."""
+
+    async def read() -> tuple[dict[str, Any], list[str]]:
+        found = await _job(request, session)
+        if isinstance(found, str):  # gone since the page was loaded (cancelled, finished and deleted)
+            return {"found": None}, [found]
+        return found
+
+    return await live(request, "_job_details.html", read)
 
 
 @page
@@ -371,23 +426,60 @@ async def stop_policy(request: web.Request, session: Session) -> web.StreamRespo
     return render(request, "done.html", message=f"ClusterQueue {name}: stopPolicy {policy}", back="/queues")
 
 
+async def record(app: web.Application) -> None:
+    """The plots' recorder: every `sample_every` seconds, each ClusterQueue's usage and the
+    Workloads admitted since, kept for the window shown. A read that fails is tried again at
+    the next sample; what it could not read is said under the plot."""
+    settings, recorded, sleep = app[SETTINGS], app[HISTORY], app[SLEEP]
+    client = settings.recorder
+    assert client is not None
+    while True:
+        now = utcnow()
+        try:
+            for cq in (await client.list(kueue.ClusterQueue)).items:
+                recorded.record_usage(cq.name, pages.usage_values(cq), now)
+        except KubeError as err:
+            log.warning("the plots' recorder cannot list ClusterQueues: %s", err)
+        try:
+            recorded.record_admissions((await client.list(kueue.Workload)).items, now)
+            recorded.workloads_unreadable = ""
+        except KubeError as err:
+            recorded.workloads_unreadable = f"cannot list Workloads in every namespace: {err}"
+        recorded.forget_before(now)
+        await sleep(settings.sample_every)
+
+
+async def recorder_context(app: web.Application) -> AsyncIterator[None]:
+    task = asyncio.create_task(record(app)) if app[SETTINGS].recorder is not None else None
+    yield
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
 def create_app(settings: Settings, *, sleep: Sleep | None = None) -> web.Application:
 
     app = web.Application(middlewares=[security])
     app[SETTINGS] = settings
     app[JINJA] = environment()
     app[SLEEP] = sleep or asyncio.sleep
+    app[HISTORY] = history.History()
+    app.cleanup_ctx.append(recorder_context)
     job_base = "/jobs/{namespace}/{kind}/{name}"
     app.router.add_get("/", index)
     app.router.add_get("/favicon.ico", favicon)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/fleet", fleet)
+    app.router.add_get("/fleet/stream", fleet_stream)
     app.router.add_get("/queues", queues)
+    app.router.add_get("/queues/stream", queues_stream)
     app.router.add_route("*", "/queues/{name}/stop-policy", stop_policy)
     app.router.add_get("/jobs", jobs)
     app.router.add_get("/jobs/stream", jobs_stream)
     app.router.add_get(job_base, job)
     app.router.add_get(job_base + "/logs", job_logs)
+    app.router.add_get(job_base + "/stream", job_stream)
     app.router.add_route("*", job_base + "/cancel", cancel)
     app.router.add_static("/static", static_directory(), append_version=False)
     for extra in settings.extra_routes:

@@ -21,6 +21,7 @@ from manager.api.core import PriorityClass
 from manager.api.kueue import PodSet, Workload, WorkloadPriorityClass, WorkloadSpec
 from manager.api.meta import ObjectMeta, OwnerReference, Resource
 from manager.engine.jobs import JobConversionError, PodSetInfo, job_queue_name, prebuilt_keys, resolve_priority, workload_name
+from manager.engine.worker_restriction import JOB_ANNOTATIONS as RESTRICTION_ANNOTATIONS
 
 J = TypeVar("J", bound=Resource)
 
@@ -236,12 +237,16 @@ class JobAdapter(ABC, Generic[J]):
 
     def workload_metadata(self, job: J) -> ObjectMeta:
         """The new Workload's name, labels and owners (Kueue's ConstructWorkload: named after
-        the job and its UID, owned by it as controller, with its UID as a label)."""
+        the job and its UID, owned by it as controller, with its UID as a label), and kfed's
+        worker restriction annotations, copied from the job."""
         uid = job.metadata.uid or ""
+        # The job's restriction on its workers goes with its Workload, which MultiKueue dispatches.
+        restriction = {k: v for k, v in (job.metadata.annotations or {}).items() if k in RESTRICTION_ANNOTATIONS}
         return ObjectMeta(
             name=workload_name(job.name, uid, kind=self.kind, group=self.model.GROUP),
             namespace=job.namespace,
             labels={c.JOB_UID_LABEL: uid},
+            annotations=restriction or None,
             creation_timestamp=job.metadata.creation_timestamp,
             owner_references=[self.owner_reference(job)],
         )

@@ -5,12 +5,13 @@
 document.addEventListener("DOMContentLoaded", () => {
   const live = document.getElementById("live");
   if (live && live.dataset.stream && window.EventSource) {
-    const jobs = new EventSource(live.dataset.stream);
-    jobs.addEventListener("jobs", (event) => {
+    // The view's fragment (the jobs table, the fleet, the queues), as the server renders it.
+    const view = new EventSource(live.dataset.stream);
+    view.addEventListener("fragment", (event) => {
       live.innerHTML = event.data;
       live.dataset.updates = String(Number(live.dataset.updates || "0") + 1);
     });
-    window.addEventListener("pagehide", () => jobs.close());
+    window.addEventListener("pagehide", () => view.close());
   }
   const log = document.getElementById("log");
   if (log && log.dataset.stream && window.EventSource) {
