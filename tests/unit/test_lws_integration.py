@@ -402,3 +402,13 @@ def test_on_a_worker_a_group_runs_while_its_copy_is_admitted_not_while_the_set_e
     }
     assert may_still_run_on(**kw, adapter=ADAPTER) is None
     assert may_still_run_on(**kw, admitted_copies=frozenset({"w1"}), adapter=ADAPTER) == "w1"
+
+
+def test_a_groups_workload_outlives_its_pods_it_goes_with_its_set() -> None:
+    """On a MultiKueue manager a group has no pods: the pod integration must not take its
+    Workload for an orphan (its set owns it)."""
+    wl = group_workload(0)
+    pods = BY_FRAMEWORK["pod"]
+    [key] = pods.job_keys(wl)
+    assert plan_job(JobInputs(pods, None, None, NOW, owned=[wl])).actions == []
+    assert key.endswith(wl.name)

@@ -21,7 +21,7 @@ from manager.api import constants as c
 from manager.api.core import PriorityClass
 from manager.api.kueue import ResourceFlavor, Workload, WorkloadPriorityClass
 from manager.api.meta import Resource, find_condition
-from manager.engine.integrations.adapter import Finished, JobAdapter, construct_workload
+from manager.engine.integrations.adapter import Finished, JobAdapter, component_owner_values, construct_workload
 from manager.engine.jobs import (
     JobConversionError,
     admitted_pod_sets,
@@ -281,8 +281,10 @@ def plan_job(inputs: JobInputs) -> JobPlan:
     if adapter.runs_as_pod_groups:
         return plan_pod_group_parent(inputs)
     if job is None:
-        # The job is gone: its Workloads go too (the garbage collector would, where one runs).
-        return JobPlan([DeleteWorkload(owned.name, owned.namespace, owned.metadata.uid) for owned in inputs.owned])
+        # The job is gone: its Workloads go too (the garbage collector would, where one runs),
+        # except one of a parent job's (a LeaderWorkerSet's group, whose pods come and go).
+        orphans = [owned for owned in inputs.owned if not component_owner_values(owned)]
+        return JobPlan([DeleteWorkload(owned.name, owned.namespace, owned.metadata.uid) for owned in orphans])
     prebuilt = prebuilt_workload_name(job.metadata)
     if not job_queue_name(job) and not prebuilt:
         return JobPlan()  # not queued: Kueue leaves it alone (manageJobsWithoutQueueName is off)
