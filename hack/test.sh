@@ -35,6 +35,9 @@ export KFED_KUEUE_VISIBILITY_CLIENT
 echo "==> the JobSet controller for \`kfed dev up --integrations jobset\` (built once per version, cached in ~/.cache/kfed)" >&2
 KFED_JOBSET_BIN_DIR=$(bash hack/jobset/build.sh)
 export KFED_JOBSET_BIN_DIR
+echo "==> the LeaderWorkerSet controller for \`kfed dev up --integrations lws\` (built once per version, cached in ~/.cache/kfed)" >&2
+KFED_LWS_BIN_DIR=$(bash hack/lws/build.sh)
+export KFED_LWS_BIN_DIR
 echo "==> helm lint" >&2
 "$KFED_HELM" lint --strict deploy/helm/kfed >&2
 echo "==> pytest" >&2

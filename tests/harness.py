@@ -21,7 +21,7 @@ import pytest
 import yaml
 from kubernetes_asyncio import client
 
-from manager.dev.binaries import JOBSET_FILES
+from manager.dev.binaries import JOBSET_FILES, LWS_FILES
 from manager.dev.kind import KindProvider, ProviderUnavailableError
 from manager.dev.local import LocalProvider
 from manager.kube.client import KubeClient, api_client_from_kubeconfig
@@ -94,6 +94,15 @@ def require_jobset() -> Path:
     if value and all((Path(value) / name).is_file() for name in JOBSET_FILES):
         return Path(value)
     missing_prerequisite("JobSet not built: export KFED_JOBSET_BIN_DIR=$(bash hack/jobset/build.sh) (hack/test.sh does)")
+
+
+def require_lws() -> Path:
+    """The directory hack/lws/build.sh printed (KFED_LWS_BIN_DIR), for `kfed dev up
+    --integrations lws` and tests that run LeaderWorkerSets."""
+    value = os.environ.get("KFED_LWS_BIN_DIR", "")
+    if value and all((Path(value) / name).is_file() for name in LWS_FILES):
+        return Path(value)
+    missing_prerequisite("LeaderWorkerSet not built: export KFED_LWS_BIN_DIR=$(bash hack/lws/build.sh) (hack/test.sh does)")
 
 
 def error_message(err: Exception) -> str:

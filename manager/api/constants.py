@@ -22,6 +22,9 @@ MULTIKUEUE_WORKER_POD_LABEL = "kueue.x-k8s.io/multikueue-worker-workload-pod"
 LABEL_VALUE_MAX_LENGTH = 63
 MULTIKUEUE_ORIGIN_LABEL = "kueue.x-k8s.io/multikueue-origin"
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
+# Kueue's annotations naming the job of a Workload that is one of several (a LeaderWorkerSet's groups).
+JOB_OWNER_GVK_ANNOTATION = "kueue.x-k8s.io/job-owner-gvk"
+JOB_OWNER_NAME_ANNOTATION = "kueue.x-k8s.io/job-owner-name"
 MULTIKUEUE_CONTROLLER_NAME = "kueue.x-k8s.io/multikueue"
 PROVISIONING_CONTROLLER_NAME = "kueue.x-k8s.io/provisioning-request"
 MULTIKUEUE_MANAGED_BY = "kueue.x-k8s.io/multikueue"

@@ -15,8 +15,8 @@ from typing import Any
 import yaml
 
 from manager.cli.files import checkout_crds_dir
-from manager.dev import federation, jobset, supervise
-from manager.dev.binaries import REPO_ROOT, BinariesError, binary_dir, jobset_dir
+from manager.dev import federation, jobset, lws, supervise
+from manager.dev.binaries import REPO_ROOT, BinariesError, binary_dir, jobset_dir, lws_dir
 from manager.dev.local import ClusterError, Component, LocalCluster, LocalProvider, free_port, pid_alive, wait_ready
 
 DEFAULT_DIR = Path(os.environ.get("KFED_DEV_DIR", Path.home() / ".kfed" / "dev"))
@@ -60,6 +60,10 @@ def cmd_up(args: argparse.Namespace) -> int:
         if "jobset" in integrations:
             _progress("locating or building the JobSet controller (the first build takes a few minutes)")
             jobset_bin = jobset_dir()
+        lws_bin: Path | None = None
+        if "lws" in integrations:
+            _progress("locating or building the LeaderWorkerSet controller (the first build takes a few minutes)")
+            lws_bin = lws_dir()
     except BinariesError as err:
         print(f"kfed dev up: {err}", file=sys.stderr)
         return 1
@@ -80,6 +84,12 @@ def cmd_up(args: argparse.Namespace) -> int:
                 jobset.install_crd(cluster, jobset_bin)
             for worker in workers:
                 jobset.start_controller(worker, jobset_bin)
+        if lws_bin is not None:
+            _progress("installing LeaderWorkerSet: its CRD on every cluster, its controller on each worker")
+            for cluster in clusters:
+                lws.install_crd(cluster, lws_bin)
+            for worker in workers:
+                lws.start_controller(worker, lws_bin)
     except ClusterError as err:
         provider.delete_all()
         print(f"kfed dev up: {err}", file=sys.stderr)
@@ -215,7 +225,8 @@ def add_commands(commands: Any) -> None:
         default=federation.JOB_INTEGRATION,
         metavar="NAME[,NAME]",
         help=f"job kinds besides batch/v1 Job (always on), by short name ({', '.join(federation.INTEGRATIONS)}) or Kueue's "
-        "framework name; jobset installs JobSet's CRD everywhere and runs its controller on each worker; pods run with --jobs",
+        "framework name; jobset (and lws) installs JobSet's (LeaderWorkerSet's) CRD everywhere and runs its controller on each "
+        "worker; pods run with --jobs",
     )
     up.add_argument("--dir", default=str(DEFAULT_DIR))
     up.set_defaults(func=cmd_up)

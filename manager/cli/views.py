@@ -268,9 +268,13 @@ def job_views(
 
 
 def owner_kind_name(wl: kueue.Workload) -> str:
-    """The kind a person submitted: the Workload's controlling owner's, else Workload."""
+    """The kind a person submitted: the Workload's controlling owner's, else that of the job it is
+    one of several Workloads of (a LeaderWorkerSet's group), else Workload."""
     owner = controller_owner(wl)
-    return owner.kind if owner is not None else "Workload"
+    if owner is not None:
+        return owner.kind
+    gvk = (wl.metadata.annotations or {}).get(c.JOB_OWNER_GVK_ANNOTATION, "")
+    return gvk.partition("Kind=")[2] or "Workload"
 
 
 def job_rows(views: Sequence[JobView], *, now: datetime, wide: bool = False, all_namespaces: bool = False) -> list[dict[str, str]]:

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from manager.api import kueue
-from manager.api.core import LimitRange, Namespace, PriorityClass
+from manager.api.core import LimitRange, Namespace, Pod, PriorityClass
 from manager.api.meta import Resource
-from manager.engine.integrations.adapter import owner_index_values
+from manager.engine.integrations.adapter import JobAdapter, component_owner_values, owner_index_values
 from manager.engine.integrations.registry import DEFAULT, Registry
 from manager.engine.jobs import prebuilt_keys
 from manager.kube.client import KubeClient
@@ -32,6 +32,19 @@ API_WAIT_MAX = 10.0  # a CRD installed after kfed started is picked up within th
 
 def _owner_uids(obj: Any) -> Iterable[str]:
     return [ref.uid for ref in obj.metadata.owner_references or [] if ref.controller]
+
+
+def member_index(adapter: JobAdapter[Any]) -> str:
+    """The pod informer's index of the pods of a kind run as pod groups, by its job's key."""
+    return f"member:{adapter.gvk}"
+
+
+def _member_keys(adapter: JobAdapter[Any]) -> Callable[[Any], list[str]]:
+    def keys(pod: Any) -> list[str]:
+        key = adapter.member_of(pod)
+        return [key] if key else []
+
+    return keys
 
 
 @dataclass
@@ -56,13 +69,19 @@ class Caches:
 
     @classmethod
     def create(cls, client: KubeClient, registry: Registry = DEFAULT) -> Caches:
+        # The pods of each kind run as pod groups, by its job's key (`member:GVK`).
+        members = {member_index(parent): _member_keys(parent) for parent in registry.adapters if parent.runs_as_pod_groups}
         return cls(
             client=client,
             flavors=Informer(client, kueue.ResourceFlavor),
             cohorts=Informer(client, kueue.Cohort),
             cluster_queues=Informer(client, kueue.ClusterQueue),
             local_queues=Informer(client, kueue.LocalQueue),
-            workloads=Informer(client, kueue.Workload, indexes={"owner": _owner_uids, "ownerKey": owner_index_values}),
+            workloads=Informer(
+                client,
+                kueue.Workload,
+                indexes={"owner": _owner_uids, "ownerKey": owner_index_values, "componentOwner": component_owner_values},
+            ),
             workload_priority_classes=Informer(client, kueue.WorkloadPriorityClass),
             priority_classes=Informer(client, PriorityClass),
             namespaces=Informer(client, Namespace),
@@ -70,7 +89,11 @@ class Caches:
             admission_checks=Informer(client, kueue.AdmissionCheck),
             registry=registry,
             jobs={
-                adapter.gvk: Informer(client, adapter.model, indexes={"prebuilt": prebuilt_keys, **adapter.indexes()})
+                adapter.gvk: Informer(
+                    client,
+                    adapter.model,
+                    indexes={"prebuilt": prebuilt_keys, **adapter.indexes(), **(members if adapter.model is Pod else {})},
+                )
                 for adapter in registry.adapters
             },
         )

@@ -15,10 +15,11 @@ from datetime import datetime
 from typing import Any
 
 from manager.api import kueue
+from manager.api.core import Pod
 from manager.api.meta import Resource, utcnow
-from manager.controllers.caches import Caches
+from manager.controllers.caches import Caches, member_index
 from manager.controllers.events import EventRecorder, InvolvedObject
-from manager.engine.integrations.adapter import JobAdapter
+from manager.engine.integrations.adapter import JobAdapter, gvk_of
 from manager.engine.integrations.plan import (
     Action,
     CreateWorkload,
@@ -27,12 +28,13 @@ from manager.engine.integrations.plan import (
     Event,
     JobInputs,
     PatchJob,
+    PatchMember,
     PatchWorkload,
     Warn,
     plan_job,
 )
 from manager.engine.jobs import prebuilt_workload_name
-from manager.engine.workload import check_states, multikueue_check_name
+from manager.engine.workload import check_states, has_quota_reservation, is_evicted, multikueue_check_name
 from manager.kube.client import KubeClient
 from manager.kube.errors import AlreadyExistsError, NotFoundError
 from manager.kube.informer import Informer
@@ -78,6 +80,10 @@ class JobController:
         self.runs_elsewhere: Callable[[kueue.Workload], Awaitable[bool]] | None = None
         self.informer.add_handler(self._on_job)
         caches.workloads.add_handler(self._on_workload)
+        # A kind run as pod groups: its pods' events wake their job (it labels them).
+        self.members: Informer[Any] | None = caches.jobs.get(gvk_of("v1", "Pod")) if adapter.runs_as_pod_groups else None
+        if self.members is not None:
+            self.members.add_handler(self._on_member)
 
     # --- events --------------------------------------------------------------------------------------
     def _on_job(self, kind: str, old: Resource | None, new: Resource | None) -> None:
@@ -94,6 +100,12 @@ class JobController:
             self.controller.enqueue(key)
         for job in self.informer.by_index("prebuilt", wl.key):
             self.controller.enqueue(self.adapter.job_key(job))
+
+    def _on_member(self, kind: str, old: Resource | None, new: Resource | None) -> None:
+        pod = new or old
+        key = self.adapter.member_of(pod) if pod is not None else None
+        if key:
+            self.controller.enqueue(key)
 
     def runnable(self) -> Runnable:
         """The reconciler writes, so only the lease holder runs it. A standby's queue fills
@@ -124,7 +136,25 @@ class JobController:
         owned = self.caches.workloads.by_index("owner", job.metadata.uid or "")
         return owned[0] if owned else None
 
+    def _parent_inputs(self, key: str, job: Resource | None) -> JobInputs:
+        """A job run as pod groups: its Workloads (by their owner annotations) and its pods."""
+        owned = self.caches.workloads.by_index("componentOwner", f"{self.adapter.gvk}|{key}")
+        members = self.members.by_index(member_index(self.adapter), key) if self.members is not None and job is not None else []
+        return JobInputs(
+            self.adapter,
+            job,
+            None,
+            self.clock(),
+            owned=owned,
+            members=members,
+            workload_priority_classes={p.name: p for p in self.caches.workload_priority_classes.items()},
+            priority_classes={p.name: p for p in self.caches.priority_classes.items()},
+            creating=not self.expectations.satisfied(key),
+        )
+
     def _inputs(self, key: str, job: Resource | None) -> JobInputs:
+        if self.adapter.runs_as_pod_groups:
+            return self._parent_inputs(key, job)
         now = self.clock()
         if job is None:
             named = self.adapter.workload_key_for(key)
@@ -160,6 +190,9 @@ class JobController:
         else:
             self.written_from.pop(key, None)
         inputs = self._inputs(key, job)
+        if self.adapter.runs_as_pod_groups and self.runs_elsewhere is not None:
+            evicted = [wl for wl in inputs.owned if is_evicted(wl) and has_quota_reservation(wl)]
+            inputs = replace(inputs, runs_elsewhere_by_name={wl.name: await self.runs_elsewhere(wl) for wl in evicted})
         plan = plan_job(inputs)
         if plan.ask_runs_elsewhere and inputs.workload is not None and self.runs_elsewhere is not None:
             plan = plan_job(replace(inputs, runs_elsewhere=await self.runs_elsewhere(inputs.workload)))
@@ -193,6 +226,9 @@ class JobController:
             with contextlib.suppress(NotFoundError):
                 await self.client.delete(self.adapter.model, action.name or job.name, namespace=job.namespace, uid=action.uid)
             self._event(job, action.event, action.name, action.uid)
+        elif isinstance(action, PatchMember):
+            with contextlib.suppress(NotFoundError):
+                await self.client.patch(Pod, action.name, action.patch, namespace=job.namespace)
         elif isinstance(action, PatchWorkload):
             await self.client.patch(kueue.Workload, action.name, action.patch, namespace=action.namespace, subresource=action.subresource)
         elif isinstance(action, Warn):

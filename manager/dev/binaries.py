@@ -1,5 +1,5 @@
 """Find or build the binaries of local clusters: the control plane (hack/kube/build.sh) and the
-JobSet controller (hack/jobset/build.sh), each cached by version by its script."""
+JobSet and LeaderWorkerSet controllers (hack/jobset/build.sh, hack/lws/build.sh), each cached by version by its script."""
 
 from __future__ import annotations
 
@@ -14,6 +14,9 @@ COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-schedul
 JOBSET_BUILD_SCRIPT = REPO_ROOT / "hack" / "jobset" / "build.sh"
 # What hack/jobset/build.sh leaves in its directory.
 JOBSET_FILES = ("jobset-controller", "crds/jobset.x-k8s.io_jobsets.yaml", "webhook-manifests.yaml")
+LWS_BUILD_SCRIPT = REPO_ROOT / "hack" / "lws" / "build.sh"
+# What hack/lws/build.sh leaves in its directory.
+LWS_FILES = ("lws-controller", "crds/leaderworkerset.x-k8s.io_leaderworkersets.yaml", "webhook-manifests.yaml")
 
 
 class BinariesError(RuntimeError):
@@ -52,3 +55,9 @@ def jobset_dir() -> Path:
     """The directory with the JobSet controller, its CRD and its webhook manifests, building it
     first if needed. `KFED_JOBSET_BIN_DIR` points at a prepared directory instead."""
     return _built(override_variable="KFED_JOBSET_BIN_DIR", script=JOBSET_BUILD_SCRIPT, required=JOBSET_FILES, what="the JobSet controller")
+
+
+def lws_dir() -> Path:
+    """The directory with the LeaderWorkerSet controller, its CRD and its webhook manifests,
+    building it first if needed. `KFED_LWS_BIN_DIR` points at a prepared directory instead."""
+    return _built(override_variable="KFED_LWS_BIN_DIR", script=LWS_BUILD_SCRIPT, required=LWS_FILES, what="the LeaderWorkerSet controller")

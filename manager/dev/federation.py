@@ -48,6 +48,9 @@ class Integration:
 
 INTEGRATIONS = {
     "jobset": Integration("jobset.x-k8s.io/jobset", "JobSet (its controller runs on each worker)"),
+    "lws": Integration(
+        "leaderworkerset.x-k8s.io/leaderworkerset", "LeaderWorkerSet (its controller runs on each worker; one Workload per group)"
+    ),
     "pod": Integration("pod", "Pods (gated until admitted; kube-scheduler binds them)"),
 }
 # Kueue's framework names, which `--integrations` takes as well as the short names.

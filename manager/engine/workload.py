@@ -463,9 +463,12 @@ def controller_owner(wl: Workload) -> OwnerReference | None:
 
 
 def owner_name(wl: Workload) -> str:
-    """The name a person knows a Workload by: its controlling owner's (the Job), else its own."""
+    """The name a person knows a Workload by: its controlling owner's (the Job), else the job it
+    is one of several Workloads of (a LeaderWorkerSet's group), else its own."""
     owner = controller_owner(wl)
-    return owner.name if owner is not None else wl.name
+    if owner is not None:
+        return owner.name
+    return (wl.metadata.annotations or {}).get(c.JOB_OWNER_NAME_ANNOTATION) or wl.name
 
 
 class AdmissionChecks(Protocol):

@@ -14,7 +14,6 @@ from manager.api import constants as c
 from manager.api import kueue
 from manager.api.meta import Resource
 from manager.engine.integrations.adapter import JobAdapter
-from manager.engine.jobs import prebuilt_workload_name
 from manager.kube.errors import KubeError, NotFoundError
 from manager.kube.informer import Informer
 from manager.multikueue.plan import plan_gc
@@ -71,15 +70,22 @@ class GarbageCollector:
         local = {wl.key: wl.metadata.deletion_timestamp is not None for wl in self.local_workloads.items()}
         workload_keys = [wl.key for wl in remote.workloads.items()]
         jobs: dict[str, list[tuple[JobAdapter[Any], Resource]]] = {}
+        keys_of: dict[str, list[str]] = {}  # by job UID: every Workload it was created for
         for adapter, job in remote.all_jobs():
-            jobs.setdefault(f"{job.namespace}/{prebuilt_workload_name(job.metadata)}", []).append((adapter, job))
+            keys = adapter.remote_workload_keys(job) or [f"{job.namespace}/"]
+            keys_of[job.metadata.uid or ""] = keys
+            for key in keys:
+                jobs.setdefault(key, []).append((adapter, job))
         orphans = plan_gc(sorted(set(workload_keys) | set(jobs)), local=local)
+        gone = set(orphans)
         deleted = 0
         for key in orphans:
             namespace, _, name = key.partition("/")
             for adapter, job in jobs.get(key, []):
                 if (job.metadata.labels or {}).get(c.MULTIKUEUE_ORIGIN_LABEL) != self.origin:
                     continue
+                if not set(keys_of.get(job.metadata.uid or "", [key])) <= gone:
+                    continue  # a job of several Workloads (a LeaderWorkerSet's groups) goes with the last
                 with contextlib.suppress(NotFoundError):
                     await remote.client.delete(adapter.model, job.name, namespace=namespace, propagation="Background", uid=job.metadata.uid)
                     deleted += 1

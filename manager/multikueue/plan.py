@@ -116,6 +116,10 @@ class WorkloadInputs:
     owner_managed_by: str | None = c.MULTIKUEUE_MANAGED_BY
     local_job_holds_quota: bool = False  # the manager's Job still counts pods (not `releasable`)
     remote_jobs: frozenset[str] = frozenset()  # connected clusters that hold our Job for this workload
+    # A component of a job of several Workloads (a LeaderWorkerSet's groups): its index, and each
+    # other component's (index, the worker that admitted it or ""); all run on one worker.
+    component_index: int | None = None
+    siblings: Mapping[str, tuple[int, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -587,6 +591,46 @@ def _retry_a_lost_winner(group: _Group, plan: Plan) -> bool:
     return True
 
 
+def component_placement(index: int, siblings: Mapping[str, tuple[int, str]]) -> tuple[bool, str | None]:
+    """Kueue's component Workloads under MultiKueue (isPrimaryComponentWorkload and
+    getComponentWorkloadsClusterName): (whether this one may pick its worker, the worker its
+    siblings went to). The lowest index picks; a sibling's worker binds every other. None for
+    the worker: siblings went to different workers (which never happens by these rules)."""
+    clusters = {cluster for _, cluster in siblings.values() if cluster}
+    if len(clusters) > 1:
+        return False, None
+    primary = all(other >= index for other, _ in siblings.values())
+    return primary, next(iter(clusters), "")
+
+
+def _follow_the_components(group: _Group, plan: Plan) -> bool:
+    """A component Workload goes where its siblings went; only the first (lowest index) picks
+    a worker, the others wait for it. True: the nomination is decided here."""
+    inputs, remotes = group.inputs, group.remotes
+    if inputs.component_index is None:
+        return False
+    primary, assigned = component_placement(inputs.component_index, inputs.siblings)
+    if assigned is None:
+        message = "the Workloads of its job were admitted on different worker clusters"
+    elif assigned:
+        current = list(group.local.status.nominated_cluster_names or []) if group.local.status else []
+        if current != [assigned]:
+            plan.nominate = [assigned]
+        takes_new = any(cl.name == assigned and cl.takes_new for cl in inputs.clusters)
+        if assigned in group.available and takes_new and assigned not in remotes and assigned not in group.blocked:
+            plan.create.append(assigned)
+        plan.delete += [cluster for cluster in sorted(remotes) if cluster != assigned and cluster not in plan.delete]
+        message = "" if assigned in group.available else f'waiting for worker cluster "{assigned}", where the rest of its job runs'
+    elif primary:
+        return False
+    else:
+        plan.delete += [cluster for cluster in sorted(remotes) if cluster not in plan.delete]
+        message = "waiting for the first Workload of its job to be admitted on a worker cluster"
+    if message and group.check.message != message:
+        plan.check = CheckUpdate("Pending", message[:MAX_MESSAGE])
+    return True
+
+
 def _nominate_and_synchronize_workers(group: _Group, plan: Plan, *, refusal: str | None, placement: Choice | None) -> None:
     """Kueue's nominateAndSynchronizeWorkers: nothing is dispatched while an eviction is in
     progress, a winner is recorded, or another check is not Ready yet. Otherwise the
@@ -596,6 +640,8 @@ def _nominate_and_synchronize_workers(group: _Group, plan: Plan, *, refusal: str
     if not awaiting_dispatch(local, inputs.check_name):
         return
     if _refuse_what_never_fits(group, plan, refusal=refusal):
+        return
+    if _follow_the_components(group, plan):
         return
     current = list(local.status.nominated_cluster_names or []) if local.status else []
     accepting = {cl.name for cl in inputs.clusters if cl.takes_new}

@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -27,7 +27,7 @@ from manager.api.kueue import ClusterQueue, Cohort, LocalQueue, ResourceFlavor, 
 from manager.api.meta import Resource, utcnow
 from manager.engine.integrations.adapter import JobAdapter
 from manager.engine.integrations.registry import BATCH_JOB
-from manager.engine.jobs import prebuilt_keys, prebuilt_workload_name
+from manager.engine.jobs import prebuilt_keys
 from manager.kube.access import can_i
 from manager.kube.client import KubeClient, KubeconfigError
 from manager.kube.errors import ForbiddenError, KubeError, NotFoundError, TransientError
@@ -251,7 +251,8 @@ class RemoteCluster:
         if self.workloads is None:
             workloads.add_handler(self._on_workload)
             for adapter in self.adapters:
-                jobs = InformerSet(client, adapter.model, namespaces=scope, label_selector=selector, indexes={"prebuilt": prebuilt_keys})
+                indexes: dict[str, Callable[[Any], Iterable[str]]] = {"prebuilt": adapter.remote_workload_keys}
+                jobs = InformerSet(client, adapter.model, namespaces=scope, label_selector=selector, indexes=indexes)
                 jobs.add_handler(self._on_job)
                 self.jobs[adapter.gvk] = jobs
         self.workloads = workloads
@@ -398,9 +399,10 @@ class RemoteCluster:
         job = new or old
         if job is None:
             return
-        name = prebuilt_workload_name(job.metadata)
-        if name:
-            self.on_object(self, job.namespace, name)
+        adapter = next((adapter for adapter in self.adapters if isinstance(job, adapter.model)), None)
+        for key in adapter.remote_workload_keys(job) if adapter is not None else prebuilt_keys(job):
+            namespace, _, name = key.partition("/")
+            self.on_object(self, namespace, name)
 
     # --- reading ----------------------------------------------------------------------------------
     def serves(self, namespace: str) -> bool:
@@ -453,7 +455,7 @@ class RemoteCluster:
         except NotFoundError:
             return None
         ours = (job.metadata.labels or {}).get(c.MULTIKUEUE_ORIGIN_LABEL) == self.origin
-        return job if ours and prebuilt_keys(job) == [key] else None
+        return job if ours and key in adapter.remote_workload_keys(job) else None
 
     def all_jobs(self) -> list[tuple[JobAdapter[Any], Resource]]:
         """Every job of our origin the caches hold, with its adapter."""

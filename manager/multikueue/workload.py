@@ -30,7 +30,7 @@ from manager.api.meta import (
 from manager.controllers.caches import Caches
 from manager.controllers.events import EventRecorder, InvolvedObject
 from manager.engine.cache import ClusterQueueInfo
-from manager.engine.integrations.adapter import JobAdapter
+from manager.engine.integrations.adapter import JobAdapter, component_index, component_owner_values
 from manager.engine.integrations.registry import BATCH_JOB
 from manager.engine.units import FlavorResource
 from manager.engine.workload import (
@@ -145,6 +145,9 @@ class WorkloadController:
         if new is None:
             self.deleted[wl.key] = wl
         self.controller.enqueue(wl.key)
+        # The other Workloads of its job follow it to its worker (Kueue's enqueueComponentWorkloads).
+        for name in self._siblings(wl):
+            self.controller.enqueue(f"{wl.namespace}/{name}")
 
     def on_remote_object(self, remote: RemoteCluster, namespace: str, name: str) -> None:
         self.controller.enqueue(f"{namespace}/{name}")
@@ -367,11 +370,23 @@ class WorkloadController:
             else (c.MULTIKUEUE_MANAGED_BY if owner is not None else None),
             local_job_holds_quota=adapter is not None and job is not None and not adapter.releasable(job),
             remote_jobs=frozenset(name for name, remote in connected.items() if remote.jobs_for(key)),
+            component_index=component_index(local),
+            siblings=self._siblings(local),
         )
         plan = plan_workload(inputs)
         if not plan.forget:
             self._store(key, plan.dispatch)
         return await self._execute(key, local, adapter, job, plan, connected, check_name)
+
+    def _siblings(self, wl: kueue.Workload) -> dict[str, tuple[int, str]]:
+        """The other Workloads of its job (a LeaderWorkerSet's groups): (index, the worker that admitted it)."""
+        found = {}
+        for value in component_owner_values(wl):
+            for other in self.caches.workloads.by_index("componentOwner", value):
+                index = component_index(other)
+                if other.name != wl.name and index is not None:
+                    found[other.name] = (index, (other.status.cluster_name if other.status else None) or "")
+        return found
 
     # --- what is remembered of each Workload -------------------------------------------------------
     def _store(self, key: str, state: DispatchState) -> None:

@@ -18,7 +18,7 @@ import yaml
 from manager.api import constants as c
 from manager.api import kueue
 from manager.api.core import Job, Secret
-from manager.dev import federation, jobset
+from manager.dev import federation, jobset, lws
 from manager.dev.local import LocalCluster, free_port
 from manager.kube.client import KubeClient
 from tests.conftest import REPO_ROOT
@@ -113,6 +113,7 @@ def build(
     *,
     worker_config: dict[str, Any] | None = None,
     jobset_bin: Path | None = None,
+    lws_bin: Path | None = None,
     integrations: tuple[str, ...] = (),
     multikueue: dict[str, Any] | None = None,
     manager_config: dict[str, Any] | None = None,
@@ -121,7 +122,8 @@ def build(
     `jobset_bin` (hack/jobset/build.sh's output) every cluster gets the JobSet CRD, each worker
     its JobSet controller, and kfed's processes integrate JobSets as well as Jobs, as
     `kfed dev up --integrations jobset` sets them up. `integrations` names more job kinds
-    kfed's processes integrate (`kfed dev up --integrations`' short names, such as `pod`).
+    kfed's processes integrate (`kfed dev up --integrations`' short names, such as `pod`); with
+    `lws_bin` (hack/lws/build.sh's output), LeaderWorkerSets as `jobset_bin` does JobSets.
     `manager_config` adds sections to the manager's Configuration (`featureGates`, ...)."""
     suffix = uuid.uuid4().hex[:4]
     manager = provider.create([f"mk-manager-{suffix}"], aggregation=True)[0]
@@ -132,13 +134,18 @@ def build(
         federation.install_crds(cluster, crds)
         ensure_namespace(cluster, SYSTEM_NAMESPACE)
     federation.create(manager, federation.visibility_service())
-    names = (*integrations, *(("jobset",) if jobset_bin is not None else ()))
+    names = (*integrations, *(("jobset",) if jobset_bin is not None else ()), *(("lws",) if lws_bin is not None else ()))
     more: dict[str, Any] = {"integrations": federation.kfed_configuration(names)["integrations"]} if names else {}
     if jobset_bin is not None:
         for cluster in [manager, w1, w2]:
             jobset.install_crd(cluster, jobset_bin)
         for worker in (w1, w2):
             jobset.start_controller(worker, jobset_bin)
+    if lws_bin is not None:  # as `kfed dev up --integrations lws`: its controller on the workers only
+        for cluster in [manager, w1, w2]:
+            lws.install_crd(cluster, lws_bin)
+        for worker in (w1, w2):
+            lws.start_controller(worker, lws_bin)
     for name, worker in fed.workers.items():
         extra = []
         if worker_config is not None or more:

@@ -66,7 +66,7 @@ def test_integrations_always_keep_job_and_add_the_named_frameworks(text: str, in
 def test_an_unknown_integration_is_one_line_naming_it_and_the_known_ones() -> None:
     with pytest.raises(ValueError) as raised:
         federation.parse_integrations("jobset,rayjob")
-    assert str(raised.value) == "--integrations: unknown rayjob (known: job, jobset, pod)"
+    assert str(raised.value) == "--integrations: unknown rayjob (known: job, jobset, lws, pod)"
 
 
 def test_the_controller_listens_on_loopback_only_with_its_own_ports_and_no_cert_management(tmp_path: Path) -> None:
@@ -131,3 +131,10 @@ def test_next_steps_name_the_job_kinds(tmp_path: Path) -> None:
 def test_integrations_are_named_by_short_name_or_kueues_framework_name() -> None:
     assert federation.parse_integrations("pod,jobset.x-k8s.io/jobset,batch/job") == ("jobset", "pod")
     assert federation.kfed_configuration(("pod",))["integrations"]["frameworks"] == ["batch/job", "pod"]
+
+
+def test_lws_is_named_by_short_name_or_kueues_framework_name() -> None:
+    assert federation.parse_integrations("leaderworkerset.x-k8s.io/leaderworkerset") == ("lws",)
+    assert federation.parse_integrations("lws,pod") == ("lws", "pod")
+    frameworks = federation.kfed_configuration(("lws",))["integrations"]["frameworks"]
+    assert frameworks == ["batch/job", "leaderworkerset.x-k8s.io/leaderworkerset"]

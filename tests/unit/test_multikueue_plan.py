@@ -21,6 +21,7 @@ from manager.multikueue.plan import (
     ClusterHealth,
     WorkloadInputs,
     admission_check_active,
+    component_placement,
     connection_failed_message,
     dispatch_round,
     made_for_this_round,
@@ -758,6 +759,32 @@ def test_an_admitted_copy_on_a_worker_whose_agent_is_down_does_not_hold_the_quot
         worker_lost_timeout=timedelta(minutes=15),
     )
     assert found is None
+
+
+# --- the components of one job (a LeaderWorkerSet's groups) ----------------------------------------------------
+@pytest.mark.parametrize(
+    ("index", "siblings", "expected"),
+    [
+        (0, {}, (True, "")),
+        (0, {"b": (1, ""), "c": (2, "")}, (True, "")),
+        (1, {"a": (0, "")}, (False, "")),  # waits for the first
+        (1, {"a": (0, "w2")}, (False, "w2")),  # follows it
+        (0, {"b": (1, "w1")}, (True, "w1")),  # a sibling already runs somewhere: there
+        (2, {"a": (0, "w1"), "b": (1, "w2")}, (False, None)),  # split: never by these rules
+    ],
+)
+def test_components_go_where_the_first_went(index: int, siblings: dict[str, tuple[int, str]], expected: tuple[bool, str | None]) -> None:
+    assert component_placement(index, siblings) == expected
+
+
+def test_a_component_follows_its_siblings_worker_and_the_others_wait_for_the_first() -> None:
+    follows = plan_workload(inputs(local(), up("w1", "w2"), component_index=1, siblings={"a": (0, "w2")}))
+    assert (follows.nominate, follows.create) == (["w2"], ["w2"])
+    waits = plan_workload(inputs(local(), up("w1", "w2"), {"w1": remote()}, component_index=1, siblings={"a": (0, "")}))
+    assert (waits.nominate, waits.create, waits.delete) == (None, [], ["w1"])
+    assert waits.check is not None and waits.check.message == "waiting for the first Workload of its job to be admitted on a worker cluster"
+    first = plan_workload(inputs(local(), up("w1", "w2"), component_index=0, siblings={"b": (1, "")}))
+    assert (first.nominate, first.create) == (["w1", "w2"], ["w1", "w2"])  # all at once, as any Workload
 
 
 # --- workers chosen by selector or by the job (multikueue/selection.py) -------------------------------------

@@ -20,7 +20,7 @@ from manager.api import constants as c
 from manager.api.core import PriorityClass
 from manager.api.kueue import PodSet, Workload, WorkloadPriorityClass, WorkloadSpec
 from manager.api.meta import ObjectMeta, OwnerReference, Resource
-from manager.engine.jobs import JobConversionError, PodSetInfo, job_queue_name, resolve_priority, workload_name
+from manager.engine.jobs import JobConversionError, PodSetInfo, job_queue_name, prebuilt_keys, resolve_priority, workload_name
 from manager.engine.worker_restriction import JOB_ANNOTATIONS as RESTRICTION_ANNOTATIONS
 
 J = TypeVar("J", bound=Resource)
@@ -41,6 +41,29 @@ def owner_index_values(wl: Workload) -> list[str]:
     return [
         f"{group_of(ref.api_version)}/{ref.kind}/{wl.namespace}/{ref.name}" for ref in wl.metadata.owner_references or [] if ref.controller
     ]
+
+
+# Kueue's annotations naming the job of a Workload that is one of several (a LeaderWorkerSet's
+# groups): they outlive the owner references.
+JOB_OWNER_GVK_ANNOTATION = c.JOB_OWNER_GVK_ANNOTATION
+JOB_OWNER_NAME_ANNOTATION = c.JOB_OWNER_NAME_ANNOTATION
+
+
+COMPONENT_WORKLOAD_INDEX_ANNOTATION = "kueue.x-k8s.io/component-workload-index"
+
+
+def component_index(wl: Workload) -> int | None:
+    """Kueue's GetWorkloadIndex: the index of a component Workload among its job's; None when
+    it is no component (or the index is not a number)."""
+    raw = (wl.metadata.annotations or {}).get(COMPONENT_WORKLOAD_INDEX_ANNOTATION, "")
+    return int(raw) if raw.isdigit() and component_owner_values(wl) else None
+
+
+def component_owner_values(wl: Workload) -> list[str]:
+    """`GVK|namespace/name` of the job a component Workload belongs to (its owner annotations)."""
+    annotations = wl.metadata.annotations or {}
+    gvk, name = annotations.get(JOB_OWNER_GVK_ANNOTATION), annotations.get(JOB_OWNER_NAME_ANNOTATION)
+    return [f"{gvk}|{wl.namespace}/{name}"] if gvk and name else []
 
 
 @dataclass(frozen=True)
@@ -146,6 +169,29 @@ class JobAdapter(ABC, Generic[J]):
         if not self.multikueue:
             return []
         return [{"apiGroups": [self.model.GROUP], "resources": [self.model.PLURAL], "verbs": ["create", "delete", "get", "list", "watch"]}]
+
+    # --- a job run as pod groups (Kueue's LeaderWorkerSet) -----------------------------------------
+    # Such a job is never suspended: its controller keeps one Workload per group of its pods
+    # (`component_workloads`) and makes each of its pods a member of its group's pod group
+    # (`member_patch`); the pod integration starts and stops the pods with their group's
+    # Workload. Its pods carry `pod_label` valued with the job's name.
+    runs_as_pod_groups: ClassVar[bool] = False
+
+    def component_workloads(self, job: J, existing: Sequence[str]) -> tuple[list[tuple[str, int]], list[str]]:
+        """(the Workloads to create, as (name, group index); the names of those to delete)."""
+        raise NotImplementedError(f"{self.kind} does not run as pod groups")
+
+    def component_workload_metadata(self, job: J, name: str, index: int) -> ObjectMeta:
+        """The metadata of the job's Workload for group `index`."""
+        raise NotImplementedError(f"{self.kind} does not run as pod groups")
+
+    def member_patch(self, job: J, pod: Any) -> dict[str, Any] | None:
+        """The merge patch making one of its pods a member of its group's pod group; None for none."""
+        raise NotImplementedError(f"{self.kind} does not run as pod groups")
+
+    def member_of(self, pod: Any) -> str | None:
+        """The key of the job of this kind a pod belongs to (its events wake the job); None: none."""
+        return None
 
     # --- a job of several objects (Kueue's ComposableJob: a pod group) ----------------------------
     # A job is one object by default. A kind whose job may be several objects (a pod group) maps
@@ -311,6 +357,11 @@ class JobAdapter(ABC, Generic[J]):
         return not managed_by or managed_by == self.default_managed_by
 
     # --- MultiKueue ------------------------------------------------------------------------------
+    def remote_workload_keys(self, job: J) -> list[str]:
+        """The manager Workloads (`namespace/name`) a job found on a worker was created for: the
+        prebuilt Workload it names (Kueue's WorkloadKeysFor); a kind run as pod groups, one per group."""
+        return prebuilt_keys(job)
+
     @abstractmethod
     def remote_object(self, job: J, *, workload_name: str, origin: str) -> dict[str, Any]:
         """The job to create on the worker that admitted its Workload (Kueue's SyncJob, create)."""

@@ -21,7 +21,7 @@ from manager.api import constants as c
 from manager.api.core import PriorityClass
 from manager.api.kueue import ResourceFlavor, Workload, WorkloadPriorityClass
 from manager.api.meta import Resource, find_condition
-from manager.engine.integrations.adapter import Finished, JobAdapter, construct_workload
+from manager.engine.integrations.adapter import Finished, JobAdapter, component_owner_values, construct_workload
 from manager.engine.jobs import (
     JobConversionError,
     admitted_pod_sets,
@@ -114,7 +114,15 @@ class Warn:
     event: Event
 
 
-Action = CreateWorkload | PatchJob | DeleteJob | PatchWorkload | DeleteWorkload | Warn
+@dataclass(frozen=True)
+class PatchMember:
+    """A merge patch on one pod of a job run as pod groups (it joins its group's pod group)."""
+
+    name: str
+    patch: dict[str, Any]
+
+
+Action = CreateWorkload | PatchJob | DeleteJob | PatchWorkload | DeleteWorkload | Warn | PatchMember
 
 
 @dataclass
@@ -148,6 +156,10 @@ class JobInputs:
     part_of_managed_job: bool = False  # its controller owner is a job kind Kueue manages
     wait_for_pods_ready: bool = False  # the Configuration's waitForPodsReady is on
     multikueue: bool = False  # its Workload has a MultiKueue admission check (dispatched to a worker)
+    members: Sequence[Resource] = ()  # a job run as pod groups: its pods
+    # A job run as pod groups, under MultiKueue: its evicted Workloads (by name) whose group may
+    # still run on a worker (their quota is kept until it cannot).
+    runs_elsewhere_by_name: Mapping[str, bool] = field(default_factory=dict)
 
 
 # --- Workload status writes ----------------------------------------------------------------------
@@ -219,12 +231,60 @@ def _finished_reason(finished: Finished) -> str:
 
 
 # --- the planner -----------------------------------------------------------------------------------
+def plan_pod_group_parent(inputs: JobInputs) -> JobPlan:
+    """Kueue's LeaderWorkerSet reconciler for a job run as pod groups: one Workload per group
+    (`owned`: those it has), created and deleted as its groups come and go, and each of its
+    pods made a member of its group's pod group; the pod integration does the rest. A job
+    gone takes its Workloads with it (the garbage collector would, where one runs); one not
+    queued is left alone."""
+    adapter, job = inputs.adapter, inputs.job
+    if job is None:
+        return JobPlan([DeleteWorkload(owned.name, owned.namespace, owned.metadata.uid) for owned in inputs.owned])
+    if job.metadata.deletion_timestamp is not None or not job_queue_name(job):
+        return JobPlan()
+    if inputs.creating:
+        return JobPlan(requeue_after=WAIT_FOR_CREATED_WORKLOAD)
+    try:
+        create, delete = adapter.component_workloads(job, [owned.name for owned in inputs.owned])
+        actions: list[Action] = []
+        for name, index in create:
+            new = construct_workload(
+                adapter, job, workload_priority_classes=inputs.workload_priority_classes, priority_classes=inputs.priority_classes
+            )
+            new.metadata = adapter.component_workload_metadata(job, name, index)
+            actions.append(CreateWorkload(new, Event("Normal", "CreatedWorkload", f"Created Workload: {new.key}")))
+    except JobConversionError as err:
+        return JobPlan([Warn(Event("Warning", "FailedCreateWorkload", str(err)))], retry_with_backoff=True)
+    by_name = {owned.name: owned for owned in inputs.owned}
+    actions += [DeleteWorkload(name, job.namespace, by_name[name].metadata.uid) for name in delete if name in by_name]
+    for pod in inputs.members:
+        patch = adapter.member_patch(job, pod)
+        if patch is not None:
+            actions.append(PatchMember(pod.name, patch))
+    # An evicted group with no pod here (a MultiKueue manager runs none): its quota goes back
+    # once no worker may still run it; a group with pods is its pod group's to stop and release.
+    requeue = None
+    grouped = {prebuilt_workload_name(pod.metadata) for pod in inputs.members}
+    for wl in inputs.owned:
+        if wl.name in delete or wl.name in grouped or not (is_evicted(wl) and has_quota_reservation(wl)):
+            continue
+        if inputs.runs_elsewhere_by_name.get(wl.name, False):
+            requeue = WAIT_FOR_PODS
+            continue
+        actions.append(_status_write(wl, release_patch(wl, now=inputs.now)))
+    return JobPlan(actions, requeue_after=requeue)
+
+
 def plan_job(inputs: JobInputs) -> JobPlan:
     """Kueue's job reconciler for one job of any kind (see the module's docstring)."""
     adapter, job, wl, now = inputs.adapter, inputs.job, inputs.workload, inputs.now
+    if adapter.runs_as_pod_groups:
+        return plan_pod_group_parent(inputs)
     if job is None:
-        # The job is gone: its Workloads go too (the garbage collector would, where one runs).
-        return JobPlan([DeleteWorkload(owned.name, owned.namespace, owned.metadata.uid) for owned in inputs.owned])
+        # The job is gone: its Workloads go too (the garbage collector would, where one runs),
+        # except one of a parent job's (a LeaderWorkerSet's group, whose pods come and go).
+        orphans = [owned for owned in inputs.owned if not component_owner_values(owned)]
+        return JobPlan([DeleteWorkload(owned.name, owned.namespace, owned.metadata.uid) for owned in orphans])
     prebuilt = prebuilt_workload_name(job.metadata)
     if not job_queue_name(job) and not prebuilt:
         return JobPlan()  # not queued: Kueue leaves it alone (manageJobsWithoutQueueName is off)

@@ -77,6 +77,8 @@ POD_GROUP_TOTAL_COUNT_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
 ROLE_HASH_ANNOTATION = "kueue.x-k8s.io/role-hash"
 RETRIABLE_IN_GROUP_ANNOTATION = "kueue.x-k8s.io/retriable-in-group"
 IS_GROUP_WORKLOAD_ANNOTATION = "kueue.x-k8s.io/is-group-workload"
+SUSPENDED_BY_PARENT_ANNOTATION = "kueue.x-k8s.io/pod-suspending-parent"  # gated for a parent (a LeaderWorkerSet)
+GROUP_SERVING_ANNOTATION = "kueue.x-k8s.io/pod-group-serving"  # a serving group never finishes by its pods
 GROUP_KEY_PREFIX = "pod-group:"  # a group's job key is `namespace/pod-group:NAME` (no Pod name has a colon)
 GROUP_INDEX = "podGroup"
 TERMINATION_TARGET = "TerminationTarget"  # the condition a Pod gets before Kueue deletes it
@@ -213,6 +215,14 @@ def _running_here(pod: Pod) -> bool:
     return not is_gated(pod) and not is_terminated(pod) and pod.metadata.deletion_timestamp is None
 
 
+def suspended_by_parent(meta: dict[str, Any] | None) -> bool:
+    return bool(((meta or {}).get("annotations") or {}).get(SUSPENDED_BY_PARENT_ANNOTATION))
+
+
+def is_serving(pod: Pod) -> bool:
+    return (pod.metadata.annotations or {}).get(GROUP_SERVING_ANNOTATION) == "true" and bool(group_name(pod.metadata.labels))
+
+
 class PodAdapter(JobAdapter[Pod]):
     framework = "pod"
     model = Pod
@@ -221,6 +231,11 @@ class PodAdapter(JobAdapter[Pod]):
     finalizer = MANAGED_LABEL
     stopped_by_deletion = True
     suspended_under_multikueue = True
+
+    def __init__(self, *, only_suspended_by_parent: bool = False) -> None:
+        # Kueue's implicitly enabled pod integration (a LeaderWorkerSet enables it): only the
+        # pods a parent suspends are handled; any other queued pod is left alone.
+        self.only_suspended_by_parent = only_suspended_by_parent
 
     # --- a pod group is one job -------------------------------------------------------------------
     def job_key(self, obj: Pod) -> str:
@@ -305,6 +320,8 @@ class PodAdapter(JobAdapter[Pod]):
     def manages(self, job: Pod) -> bool:
         """Kueue's Skip: only Pods its webhook marked managed; a grouped Pod only as its group."""
         labels = job.metadata.labels or {}
+        if self.only_suspended_by_parent and not suspended_by_parent({"annotations": job.metadata.annotations}):
+            return False
         return labels.get(MANAGED_LABEL) == MANAGED_VALUE and (isinstance(job, PodGroup) or not group_name(labels))
 
     def creation_patch(self, obj: dict[str, Any]) -> list[dict[str, Any]]:
@@ -313,15 +330,22 @@ class PodAdapter(JobAdapter[Pod]):
         meta = obj.get("metadata") or {}
         spec = obj.get("spec") or {}
         ops: list[dict[str, Any]] = []
+        gates = list(spec.get("schedulingGates") or [])
+        gate = [] if any(g.get("name") == SCHEDULING_GATE for g in gates) else [{"name": SCHEDULING_GATE}]
+        if suspended_by_parent(meta):
+            # Gated only: its parent makes it a managed member of its group later (Kueue's
+            # webhook gives such a pod neither the managed label nor the finalizer).
+            return [{"op": "add", "path": "/spec/schedulingGates", "value": [*gates, *gate]}] if gate else []
+        if self.only_suspended_by_parent:
+            return []
         labels = dict(meta.get("labels") or {})
         if labels.get(MANAGED_LABEL) != MANAGED_VALUE:
             ops.append({"op": "add", "path": "/metadata/labels", "value": {**labels, MANAGED_LABEL: MANAGED_VALUE}})
         finalizers = list(meta.get("finalizers") or [])
         if MANAGED_LABEL not in finalizers:
             ops.append({"op": "add", "path": "/metadata/finalizers", "value": [*finalizers, MANAGED_LABEL]})
-        gates = list(spec.get("schedulingGates") or [])
-        if not any(gate.get("name") == SCHEDULING_GATE for gate in gates):
-            ops.append({"op": "add", "path": "/spec/schedulingGates", "value": [*gates, {"name": SCHEDULING_GATE}]})
+        if gate:
+            ops.append({"op": "add", "path": "/spec/schedulingGates", "value": [*gates, *gate]})
         annotations = dict(meta.get("annotations") or {})
         if group_name(labels) and ROLE_HASH_ANNOTATION not in annotations:
             ops.append({"op": "add", "path": "/metadata/annotations", "value": {**annotations, ROLE_HASH_ANNOTATION: role_hash(spec)}})
@@ -332,6 +356,8 @@ class PodAdapter(JobAdapter[Pod]):
         names both its name and a positive total count; a grouped Pod's prebuilt Workload is
         its group's."""
         meta = obj.get("metadata") or {}
+        if self.only_suspended_by_parent and not suspended_by_parent(meta):
+            return []
         labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
         problems = []
         if labels.get(MANAGED_LABEL, MANAGED_VALUE) != MANAGED_VALUE:
@@ -466,8 +492,8 @@ class PodAdapter(JobAdapter[Pod]):
         succeeded, or none runs and one may not be retried."""
         if isinstance(job, PodGroup):
             total = job.total()
-            if total is None:
-                return None
+            if total is None or is_serving(job):
+                return None  # a serving group (a LeaderWorkerSet's) never finishes by its pods
             succeeded = sum(pod.status is not None and pod.status.phase == POD_SUCCEEDED for pod in job.members)
             unretriable = any((p.metadata.annotations or {}).get(RETRIABLE_IN_GROUP_ANNOTATION) == "false" for p in job.members)
             if succeeded >= total or (unretriable and not any(not is_terminated(pod) for pod in job.members)):

@@ -15,6 +15,7 @@ from typing import Any
 from manager.api.meta import OwnerReference
 from manager.engine import integrations
 from manager.engine.integrations.adapter import JobAdapter
+from manager.engine.integrations.pod import PodAdapter
 
 
 def _subclasses(cls: type[JobAdapter[Any]]) -> list[type[JobAdapter[Any]]]:
@@ -82,6 +83,10 @@ def enabled(frameworks: Sequence[str]) -> Registry:
             raise UnsupportedFrameworkError(f'integrations.frameworks[{index}]: Unsupported value: "{name}": supported values: {supported}')
         if adapter not in chosen:
             chosen.append(adapter)
+    if any(adapter.runs_as_pod_groups for adapter in chosen) and BY_FRAMEWORK["pod"] not in chosen:
+        # Kueue's ImplicitlyEnabledFrameworkNames: a kind run as pod groups needs the pod
+        # integration, for the pods it suspends only.
+        chosen.append(PodAdapter(only_suspended_by_parent=True))
     return Registry(tuple(chosen))
 
 
