@@ -12,6 +12,7 @@ from manager.kube.informer import Informer
 from manager.multikueue.admission_check import AdmissionCheckController
 from manager.multikueue.clusters import ClusterController
 from manager.multikueue.gc import GarbageCollector
+from manager.multikueue.propagation import QueuePropagator
 from manager.multikueue.read_api import ReadApi
 from manager.multikueue.settings import Settings
 from manager.multikueue.workload import WorkloadController
@@ -46,6 +47,9 @@ class MultiKueue:
             on_quotas=lambda remote: self.workloads.on_quotas(remote),
             metrics=process.metrics,
         )
+        self.propagation = QueuePropagator(
+            caches=process.caches, configs=self.configs, clusters=self.clusters, settings=self.settings, metrics=process.metrics
+        )
         self.workloads = WorkloadController(
             client,
             process.caches,
@@ -55,6 +59,7 @@ class MultiKueue:
             recorder=process.recorder,
             on_refusal_inputs=process.admission.refusal_may_have_changed,
             on_admitted=process.admission.admitted_by_check,
+            propagation=self.propagation,
             metrics=process.metrics,
         )
         process.admission.refuse_with(self.workloads.refusal)
@@ -86,7 +91,13 @@ class MultiKueue:
         self.workloads.on_connection_change(remote)
 
     def runnables(self) -> list[Runnable]:
-        return [*self.clusters.runnables(), self.workloads.runnable(), self.checks.runnable(), self.gc.runnable()]
+        return [
+            *self.clusters.runnables(),
+            self.workloads.runnable(),
+            self.checks.runnable(),
+            self.gc.runnable(),
+            self.propagation.runnable(),
+        ]
 
     async def stop(self) -> None:
         for controller in (self.clusters.controller, self.workloads.controller, self.checks.controller):

@@ -64,6 +64,7 @@ from manager.multikueue.plan import (
     plan_workload,
     remote_copy,
 )
+from manager.multikueue.propagation import QueuePropagator
 from manager.multikueue.remote import ConnectionFailedError, RemoteCluster
 from manager.multikueue.settings import Settings
 from manager.runtime.controller import Controller, Result
@@ -99,6 +100,9 @@ class WorkloadController:
     # Called with the Workload before and after a check write that admitted it (`CheckUpdate.
     # admitted`): the admission controller reports that admission as Kueue's does.
     on_admitted: Callable[[kueue.Workload, kueue.Workload], None] | None = None
+    # Queues that follow the manager (kfed's own): a copy's namespace and LocalQueue are made on
+    # its worker first, where its config propagates them.
+    propagation: QueuePropagator | None = None
     workers: InitVar[int] = 16
 
     def __post_init__(self, workers: int) -> None:
@@ -471,6 +475,19 @@ class WorkloadController:
             await client.delete(kueue.Workload, name, namespace=namespace)
 
     async def _create_remote(self, remote: RemoteCluster, key: str, local: kueue.Workload, check_name: str) -> bool:
+        """Make the copy, its namespace and LocalQueue first where its config propagates them;
+        returns True when it could not be made (the reason is kept for the manager's check message)."""
+        if self.propagation is None or not self.propagation.propagates(check_name):
+            return await self._create_copy(remote, key, local, check_name)
+        async with self.propagation.holding(remote.name):
+            if remote.serves(local.namespace):
+                problem = await self.propagation.ensure(remote, local)
+                if problem is not None:
+                    self._record(key, lambda state: state.with_problem(remote.name, problem))
+                    return True
+            return await self._create_copy(remote, key, local, check_name)
+
+    async def _create_copy(self, remote: RemoteCluster, key: str, local: kueue.Workload, check_name: str) -> bool:
         """Make the copy; returns True when it could not be made (the reason is kept for the
         manager's check message)."""
         client = remote.client
