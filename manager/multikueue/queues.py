@@ -13,10 +13,12 @@ deleted: one that exists already, whoever made it, is used as it is.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from manager.api import constants as c
+from manager.api.kueue import LocalQueue
+from manager.multikueue.capacity import WorkerQuotas
 
 # On a MultiKueueConfig: "true" or "false", overriding the Configuration's
 # `multiKueue.propagateQueues` for the Workloads whose check uses that config.
@@ -129,3 +131,15 @@ def queues_condition(drift: Sequence[str]) -> tuple[str, str, str]:
         return "True", REASON_IN_SYNC, "every LocalQueue the manager created has its ClusterQueue on the worker"
     more = f" (and {len(drift) - 3} more)" if len(drift) > 3 else ""
     return "False", REASON_CLUSTER_QUEUE_MISSING, f"{'; '.join(drift[:3])}{more}, which the worker does not have"
+
+
+def with_propagated_queue(quotas: WorkerQuotas, manager_queue: LocalQueue, *, origin: str) -> WorkerQuotas:
+    """The worker's queues as the dispatch rules should judge them when the manager propagates:
+    with the manager's LocalQueue as `ensure` would create it there, unless the worker has one
+    of that name (which is used as it is, whatever ClusterQueue it points at)."""
+    if any(lq.key == manager_queue.key for lq in quotas.local_queues) or not manager_queue.spec.cluster_queue:
+        return quotas
+    manifest = local_queue_manifest(
+        manager_queue.namespace, manager_queue.name, cluster_queue=manager_queue.spec.cluster_queue, origin=origin
+    )
+    return replace(quotas, local_queues=[*quotas.local_queues, LocalQueue.model_validate(manifest)])

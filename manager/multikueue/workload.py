@@ -65,6 +65,7 @@ from manager.multikueue.plan import (
     remote_copy,
 )
 from manager.multikueue.propagation import QueuePropagator
+from manager.multikueue.queues import with_propagated_queue
 from manager.multikueue.remote import ConnectionFailedError, RemoteCluster
 from manager.multikueue.settings import Settings
 from manager.runtime.controller import Controller, Result
@@ -192,13 +193,31 @@ class WorkloadController:
         """`capacity.never_fits` over the check's workers, remembered until a worker's queue
         specs or connection change (the scheduler asks for every head of every cycle)."""
         names = tuple(self._config_clusters(check_name) or ())
-        key = (names, info.namespace, info.queue_name, info.scheduling_hash)
+        propagated = self._propagated_queue(check_name, info.namespace, info.queue_name)
+        target = propagated.spec.cluster_queue if propagated is not None else None
+        key = (names, info.namespace, info.queue_name, info.scheduling_hash, target)
         if key not in self._refusals:
             if len(self._refusals) >= MAX_REMEMBERED_REFUSALS:
                 self._refusals.clear()
-            workers = {name: remote.quotas() if (remote := self.clusters.remotes.get(name)) is not None else None for name in names}
+            workers = {name: self.worker_quotas(name, check_name, info.namespace, info.queue_name) for name in names}
             self._refusals[key] = never_fits(info, workers)
         return self._refusals[key]
+
+    def _propagated_queue(self, check_name: str, namespace: str, queue_name: str) -> kueue.LocalQueue | None:
+        """The manager's LocalQueue when this check's config propagates it to the workers."""
+        if self.propagation is None or not self.propagation.propagates(check_name):
+            return None
+        return self.caches.local_queues.get(f"{namespace}/{queue_name}")
+
+    def worker_quotas(self, worker: str, check_name: str, namespace: str, queue_name: str) -> WorkerQuotas | None:
+        """A worker's queues as the dispatch rules judge them: with the propagated LocalQueue
+        where the manager would create it before the copy (`queues.with_propagated_queue`)."""
+        remote = self.clusters.remotes.get(worker)
+        quotas = remote.quotas() if remote is not None else None
+        propagated = self._propagated_queue(check_name, namespace, queue_name)
+        if quotas is None or remote is None or propagated is None or not remote.serves(namespace):
+            return quotas
+        return with_propagated_queue(quotas, propagated, origin=self.settings.origin)
 
     def runnable(self) -> Runnable:
         """Dispatch and sync write on the manager and the workers, so only the lease holder
@@ -632,8 +651,10 @@ class _Workers:
     check_name: str
 
     def quotas(self, worker: str) -> WorkerQuotas | None:
-        remote = self.controller.clusters.remotes.get(worker)
-        return remote.quotas() if remote is not None else None
+        namespace = self.key.partition("/")[0]
+        local = self.controller.caches.workloads.get(self.key)
+        queue_name = (local.spec.queue_name or "") if local is not None else ""
+        return self.controller.worker_quotas(worker, self.check_name, namespace, queue_name)
 
     def in_flight(self, worker: str) -> Usages:
         """The usage of the other copies sent to `worker` that it has not reserved quota for
