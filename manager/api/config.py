@@ -84,6 +84,9 @@ class MultiKueueConfiguration(KubeModel):
     dispatcher_name: str | None = None
     incremental_dispatcher_config: IncrementalDispatcherConfig | None = None
     capacity_aware_dispatcher_config: CapacityAwareDispatcherConfig | None = None
+    # kfed's own: keep on each worker the namespaces and LocalQueues the dispatched Workloads need
+    # (`manager.multikueue.queues`). Off (Kueue's rule: the administrator mirrors them).
+    propagate_queues: bool | None = None
 
     @property
     def effective_origin(self) -> str:

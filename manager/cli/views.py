@@ -34,6 +34,7 @@ from manager.engine.workload import (
     owner_name,
     workload_priority,
 )
+from manager.multikueue.queues import QUEUES_CONDITION, REASON_CLUSTER_QUEUE_MISSING
 from manager.multikueue.reads import copy_counts, flavor_usage, worker_usage
 
 STATES = ("Pending", "QuotaReserved", "Dispatching", "Running", "Succeeded", "Failed", "Preempted", "Evicted")
@@ -462,6 +463,7 @@ class WorkerView:
     usage: dict[str, tuple[int, int]] = field(default_factory=dict)  # resource -> (reserved, nominal) in milli-units or bytes
     # (flavor, resource) -> (reserved, nominal, borrowed); empty from a read API that predates it
     flavors: dict[tuple[str, str], tuple[int, int, int]] = field(default_factory=dict)
+    queue_drift: str = ""  # a propagated LocalQueue's missing ClusterQueue (`kfed.dev/QueuesInSync` False)
 
 
 def worker_view_from(item: Mapping[str, Any]) -> WorkerView:
@@ -483,6 +485,7 @@ def worker_view_from(item: Mapping[str, Any]) -> WorkerView:
             for flavor, resources in (item.get("flavors") or {}).items()
             for resource, use in (resources or {}).items()
         },
+        queue_drift=str(item.get("queueDrift") or ""),
     )
 
 
@@ -491,6 +494,9 @@ def worker_view(cluster: kueue.MultiKueueCluster) -> WorkerView:
     view = WorkerView(cluster.name)
     if cond is not None:
         view.active, view.reason, view.message, view.since = cond.status, cond.reason, cond.message, cond.last_transition_time
+    drift = find_condition(cluster.status.conditions if cluster.status else None, QUEUES_CONDITION)
+    if drift is not None and drift.status == "False":
+        view.queue_drift = drift.message
     return view
 
 
@@ -523,7 +529,7 @@ def cluster_rows(views: Sequence[WorkerView], *, now: datetime, wide: bool = Fal
             {
                 "NAME": v.name,
                 "ACTIVE": v.active,
-                "REASON": v.reason if v.active != "True" else ("" if v.reachable else (v.error if wide else v.error.split(":")[0])),
+                "REASON": v.reason if v.active != "True" else _active_reason(v, wide=wide),
                 "SINCE": age(v.since, now),
                 "RUNNING": str(v.running) if v.reachable else "-",
                 "PENDING": str(v.pending) if v.reachable else "-",
@@ -536,6 +542,15 @@ def cluster_rows(views: Sequence[WorkerView], *, now: datetime, wide: bool = Fal
         for row in rows:
             del row["GPU"]
     return rows
+
+
+def _active_reason(v: WorkerView, *, wide: bool) -> str:
+    """An Active worker's REASON: why it could not be read, else its propagated queues' drift."""
+    if not v.reachable:
+        return v.error if wide else v.error.split(":")[0]
+    if v.queue_drift:
+        return f"{REASON_CLUSTER_QUEUE_MISSING}: {v.queue_drift}" if wide else REASON_CLUSTER_QUEUE_MISSING
+    return ""
 
 
 def cluster_records(views: Sequence[WorkerView]) -> list[dict[str, Any]]:
@@ -551,6 +566,7 @@ def cluster_records(views: Sequence[WorkerView]) -> list[dict[str, Any]]:
             "running": v.running if v.reachable else None,
             "pending": v.pending if v.reachable else None,
             "usage": {resource: {"reserved": used, "nominal": total} for resource, (used, total) in sorted(v.usage.items())},
+            "queueDrift": v.queue_drift or None,
         }
         for v in sorted(views, key=lambda x: x.name)
     ]

@@ -29,6 +29,7 @@ from manager.kube.informer import Informer
 from manager.multikueue.agent_health import REASON_AGENT_NOT_RUNNING
 from manager.multikueue.kubeconfig import REASON_BAD, KubeconfigRejectedError, check_kubeconfig_path, parse_kubeconfig
 from manager.multikueue.plan import WORKER_NAMESPACES_ANNOTATION, connection_failed_message, worker_namespaces
+from manager.multikueue.queues import QUEUES_CONDITION
 from manager.multikueue.remote import RemoteCluster
 from manager.runtime.controller import Controller, Result
 from manager.runtime.metrics import Registry
@@ -74,6 +75,9 @@ class ClusterController:
         # What each cluster's Active condition should say: judged by every replica (each keeps
         # its own connections warm), written by the lease holder's status controller.
         self.verdicts: dict[str, tuple[str, str, str]] = {}
+        # What each cluster's `kfed.dev/QueuesInSync` condition should say, where the manager
+        # propagates queues (`manager.multikueue.propagation` reports it; written with Active).
+        self.queue_verdicts: dict[str, tuple[str, str, str]] = {}
         self.controller = Controller("multikueuecluster", self.reconcile, metrics=self.metrics, workers=4)
         self.status_controller = Controller("multikueuecluster-status", self._publish, metrics=self.metrics, workers=2)
         self._connected = self.metrics.gauge("kfed_multikueue_cluster_connected", "1 when the worker cluster is connected.", ("cluster",))
@@ -128,6 +132,7 @@ class ClusterController:
                 self.on_connection_change(remote)
             self.removed_at.setdefault(name, self.clock())
             self.verdicts.pop(name, None)
+            self.queue_verdicts.pop(name, None)
             self._connected.set(0, name)
             return None
         self.removed_at.pop(name, None)
@@ -201,22 +206,36 @@ class ClusterController:
         self.verdicts[cluster.name] = (status, reason, message[:MAX_CONDITION_MESSAGE])
         self.status_controller.enqueue(cluster.name)
 
-    async def _publish(self, name: str) -> Result | None:
-        """Write a cluster's Active condition from its latest verdict, when it differs."""
-        cluster = self.clusters.get(name)
-        verdict = self.verdicts.get(name)
-        if cluster is None or verdict is None:
-            return None
+    def report_queues(self, name: str, verdict: tuple[str, str, str]) -> None:
+        """Record what the cluster's `kfed.dev/QueuesInSync` condition should say."""
         status, reason, message = verdict
-        new = Condition(type=c.ACTIVE, status=status, reason=reason, message=message, observed_generation=cluster.metadata.generation)
-        old_conditions = cluster.status.conditions if cluster.status else None
-        if same_condition(find_condition(old_conditions, c.ACTIVE), new):
+        self.queue_verdicts[name] = (status, reason, message[:MAX_CONDITION_MESSAGE])
+        self.status_controller.enqueue(name)
+
+    async def _publish(self, name: str) -> Result | None:
+        """Write a cluster's Active condition from its latest verdict (and its queues' one, where
+        there is one), when they differ."""
+        cluster = self.clusters.get(name)
+        wanted = [(c.ACTIVE, self.verdicts.get(name)), (QUEUES_CONDITION, self.queue_verdicts.get(name))]
+        if cluster is None or wanted[0][1] is None:
             return None
-        body = {"status": {"conditions": [cond.to_dict() for cond in set_condition(old_conditions, new, now=self.clock())]}}
+        old_conditions = cluster.status.conditions if cluster.status else None
+        conditions = old_conditions
+        for kind, verdict in wanted:
+            if verdict is None:
+                continue
+            status, reason, message = verdict
+            new = Condition(type=kind, status=status, reason=reason, message=message, observed_generation=cluster.metadata.generation)
+            if not same_condition(find_condition(conditions, kind), new):
+                conditions = set_condition(conditions, new, now=self.clock())
+        if conditions is old_conditions:
+            return None
+        body = {"status": {"conditions": [cond.to_dict() for cond in conditions or []]}}
         try:
             await self.client.patch(kueue.MultiKueueCluster, cluster.name, body, subresource="status")
         except NotFoundError:
             return None
+        status, reason, _ = self.verdicts[name]
         log.info("cluster condition", extra={"cluster": cluster.name, "status": status, "reason": reason})
         return None
 

@@ -13,6 +13,7 @@ from manager.kube.informer import Informer
 from manager.multikueue.admission_check import AdmissionCheckController
 from manager.multikueue.clusters import ClusterController
 from manager.multikueue.gc import GarbageCollector
+from manager.multikueue.propagation import QueuePropagator
 from manager.multikueue.quota_controller import QuotaAutomationController
 from manager.multikueue.read_api import ReadApi
 from manager.multikueue.settings import Settings
@@ -48,6 +49,9 @@ class MultiKueue:
             on_quotas=lambda remote: self.on_quotas(remote),
             metrics=process.metrics,
         )
+        self.propagation = QueuePropagator(
+            caches=process.caches, configs=self.configs, clusters=self.clusters, settings=self.settings, metrics=process.metrics
+        )
         self.workloads = WorkloadController(
             client,
             process.caches,
@@ -57,6 +61,7 @@ class MultiKueue:
             recorder=process.recorder,
             on_refusal_inputs=process.admission.refusal_may_have_changed,
             on_admitted=process.admission.admitted_by_check,
+            propagation=self.propagation,
             metrics=process.metrics,
         )
         process.admission.refuse_with(self.workloads.refusal)
@@ -119,7 +124,14 @@ class MultiKueue:
 
     def runnables(self) -> list[Runnable]:
         quotas = [self.quotas.runnable()] if self.quotas is not None else []
-        return [*self.clusters.runnables(), self.workloads.runnable(), self.checks.runnable(), self.gc.runnable(), *quotas]
+        return [
+            *self.clusters.runnables(),
+            self.workloads.runnable(),
+            self.checks.runnable(),
+            self.gc.runnable(),
+            self.propagation.runnable(),
+            *quotas,
+        ]
 
     async def stop(self) -> None:
         for controller in (self.clusters.controller, self.workloads.controller, self.checks.controller):

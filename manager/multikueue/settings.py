@@ -24,6 +24,9 @@ class Settings:
     step_size: int = DEFAULT_STEP_SIZE
     admission_timeout: timedelta = DEFAULT_ADMISSION_TIMEOUT  # capacity-aware: a copy's time to be admitted
     kubeconfig_path_prefix: str = DEFAULT_PATH_PREFIX
+    # kfed's own: the manager keeps the namespaces and LocalQueues its Workloads need on each
+    # worker (a MultiKueueConfig's `kfed.dev/propagate-queues` annotation overrides it).
+    propagate_queues: bool = False
 
     @classmethod
     def from_configuration(cls, config: Configuration, *, kubeconfig_path_prefix: str = DEFAULT_PATH_PREFIX) -> Settings:
@@ -50,6 +53,7 @@ class Settings:
             step_size=step or DEFAULT_STEP_SIZE,
             admission_timeout=_duration(capacity.admission_timeout if capacity else None, DEFAULT_ADMISSION_TIMEOUT),
             kubeconfig_path_prefix=kubeconfig_path_prefix,
+            propagate_queues=bool(mk.propagate_queues),
         )
 
 

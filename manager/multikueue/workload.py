@@ -66,6 +66,8 @@ from manager.multikueue.plan import (
     plan_workload,
     remote_copy,
 )
+from manager.multikueue.propagation import QueuePropagator
+from manager.multikueue.queues import with_propagated_queue
 from manager.multikueue.remote import ConnectionFailedError, RemoteCluster
 from manager.multikueue.settings import Settings
 from manager.runtime.controller import Controller, Result
@@ -101,6 +103,9 @@ class WorkloadController:
     # Called with the Workload before and after a check write that admitted it (`CheckUpdate.
     # admitted`): the admission controller reports that admission as Kueue's does.
     on_admitted: Callable[[kueue.Workload, kueue.Workload], None] | None = None
+    # Queues that follow the manager (kfed's own): a copy's namespace and LocalQueue are made on
+    # its worker first, where its config propagates them.
+    propagation: QueuePropagator | None = None
     workers: InitVar[int] = 16
 
     def __post_init__(self, workers: int) -> None:
@@ -190,20 +195,22 @@ class WorkloadController:
         return None
 
     def never_fits_for(self, info: WorkloadInfo, check_name: str) -> str | None:
-        """`capacity.never_fits` over the workers the job may go to, each other worker named
-        with why it may not (`selection`), remembered until a worker's queue specs or connection
-        change (the scheduler asks for every head of every cycle)."""
+        """`capacity.never_fits` over the workers the job may go to (`selection`), each judged
+        with the LocalQueue the manager would create there when its config propagates queues,
+        each other worker named with why it may not; remembered until a worker's queue specs or
+        connection change (the scheduler asks for every head of every cycle)."""
         chosen = self._selection(info.obj, check_name)
         excluded = tuple(chosen.excluded.items())
-        key = (tuple(chosen.allowed), excluded, info.namespace, info.queue_name, info.scheduling_hash)
+        propagated = self._propagated_queue(check_name, info.namespace, info.queue_name)
+        target = propagated.spec.cluster_queue if propagated is not None else None
+        key = (tuple(chosen.allowed), excluded, info.namespace, info.queue_name, info.scheduling_hash, target)
         if key not in self._refusals:
             if len(self._refusals) >= MAX_REMEMBERED_REFUSALS:
                 self._refusals.clear()
             if not chosen.allowed:
                 self._refusals[key] = selection.refusal(chosen)
             else:
-                remotes = self.clusters.remotes
-                workers = {name: remote.quotas() if (remote := remotes.get(name)) is not None else None for name in chosen.allowed}
+                workers = {name: self.worker_quotas(name, check_name, info.namespace, info.queue_name) for name in chosen.allowed}
                 found = never_fits(info, workers)
                 lines = "".join(f"; {name}: {why}" for name, why in excluded)
                 self._refusals[key] = f"{found}{lines}" if found else None
@@ -212,6 +219,22 @@ class WorkloadController:
     def _selection(self, wl: kueue.Workload, check_name: str) -> selection.Selection:
         """The check's workers this Workload may go to (`selection.for_workload`)."""
         return selection.for_workload(wl, self._config(check_name), self.clusters.clusters.get)
+
+    def _propagated_queue(self, check_name: str, namespace: str, queue_name: str) -> kueue.LocalQueue | None:
+        """The manager's LocalQueue when this check's config propagates it to the workers."""
+        if self.propagation is None or not self.propagation.propagates(check_name):
+            return None
+        return self.caches.local_queues.get(f"{namespace}/{queue_name}")
+
+    def worker_quotas(self, worker: str, check_name: str, namespace: str, queue_name: str) -> WorkerQuotas | None:
+        """A worker's queues as the dispatch rules judge them: with the propagated LocalQueue
+        where the manager would create it before the copy (`queues.with_propagated_queue`)."""
+        remote = self.clusters.remotes.get(worker)
+        quotas = remote.quotas() if remote is not None else None
+        propagated = self._propagated_queue(check_name, namespace, queue_name)
+        if quotas is None or remote is None or propagated is None or not remote.serves(namespace):
+            return quotas
+        return with_propagated_queue(quotas, propagated, origin=self.settings.origin)
 
     def runnable(self) -> Runnable:
         """Dispatch and sync write on the manager and the workers, so only the lease holder
@@ -504,6 +527,19 @@ class WorkloadController:
             await client.delete(kueue.Workload, name, namespace=namespace)
 
     async def _create_remote(self, remote: RemoteCluster, key: str, local: kueue.Workload, check_name: str) -> bool:
+        """Make the copy, its namespace and LocalQueue first where its config propagates them;
+        returns True when it could not be made (the reason is kept for the manager's check message)."""
+        if self.propagation is None or not self.propagation.propagates(check_name):
+            return await self._create_copy(remote, key, local, check_name)
+        async with self.propagation.holding(remote.name):
+            if remote.serves(local.namespace):
+                problem = await self.propagation.ensure(remote, local)
+                if problem is not None:
+                    self._record(key, lambda state: state.with_problem(remote.name, problem))
+                    return True
+            return await self._create_copy(remote, key, local, check_name)
+
+    async def _create_copy(self, remote: RemoteCluster, key: str, local: kueue.Workload, check_name: str) -> bool:
         """Make the copy; returns True when it could not be made (the reason is kept for the
         manager's check message)."""
         client = remote.client
@@ -648,8 +684,10 @@ class _Workers:
     check_name: str
 
     def quotas(self, worker: str) -> WorkerQuotas | None:
-        remote = self.controller.clusters.remotes.get(worker)
-        return remote.quotas() if remote is not None else None
+        namespace = self.key.partition("/")[0]
+        local = self.controller.caches.workloads.get(self.key)
+        queue_name = (local.spec.queue_name or "") if local is not None else ""
+        return self.controller.worker_quotas(worker, self.check_name, namespace, queue_name)
 
     def in_flight(self, worker: str) -> Usages:
         """The usage of the other copies sent to `worker` that it has not reserved quota for

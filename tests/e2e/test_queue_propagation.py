@@ -1,0 +1,227 @@
+"""Queues that follow the manager, end to end: a Job in a namespace that exists only on the
+manager runs on a worker when its MultiKueueConfig propagates queues; without it, the worker's
+missing LocalQueue keeps it back as in Kueue. What the manager created is removed once unused;
+what an administrator created is never changed or deleted; a propagated LocalQueue whose
+ClusterQueue a worker lacks shows on the MultiKueueCluster and in `kfed clusters`.
+
+The session's federation serves these through MultiKueueConfigs of their own: the annotation
+turns propagation on for one config while the Configuration leaves it off for the rest."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from typing import Any
+
+import pytest
+
+from manager.api import constants as c
+from manager.api import kueue
+from manager.api.core import Job, Namespace
+from manager.api.meta import find_condition
+from manager.kube.client import KubeClient
+from manager.kube.errors import NotFoundError
+from manager.multikueue.capacity import NEVER_FITS
+from manager.multikueue.queues import (
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    PROPAGATE_QUEUES_ANNOTATION,
+    PROPAGATED_BY_LABEL,
+    QUEUES_CONDITION,
+    REASON_CLUSTER_QUEUE_MISSING,
+)
+from tests.conftest import REPO_ROOT
+from tests.e2e.federation import LQ, PARKED, RUNS, Clients, Federation, job_manifest, kueue_object
+from tests.harness import eventually
+
+ORIGIN = c.DEFAULT_MULTIKUEUE_ORIGIN
+OURS = {MANAGED_BY_LABEL: MANAGED_BY, PROPAGATED_BY_LABEL: ORIGIN}
+
+
+@pytest.fixture
+def tag() -> str:
+    return f"qp{uuid.uuid4().hex[:5]}"
+
+
+async def federate(kube: Clients, tag: str, *, propagate: bool | None, worker_queues: tuple[str, ...] = ("worker1", "worker2")) -> str:
+    """A MultiKueueConfig of both workers (annotated when `propagate` is not None), its check, and
+    a ClusterQueue of that name on the manager with the check and on each of `worker_queues`.
+    Returns the ClusterQueue's name."""
+    annotations = {PROPAGATE_QUEUES_ANNOTATION: str(propagate).lower()} if propagate is not None else None
+    config = kueue_object("MultiKueueConfig", tag, {"clusters": ["worker1", "worker2"]})
+    if annotations:
+        config["metadata"]["annotations"] = annotations
+    await kube.manager.create(kueue.MultiKueueConfig, config)
+    parameters = {"apiGroup": c.GROUP, "kind": "MultiKueueConfig", "name": tag}
+    check = kueue_object("AdmissionCheck", tag, {"controllerName": c.MULTIKUEUE_CONTROLLER_NAME, "parameters": parameters})
+    await kube.manager.create(kueue.AdmissionCheck, check)
+    await cluster_queue(kube.manager, tag, labels={}, check=tag)
+    for worker in worker_queues:
+        await cluster_queue(kube.workers[worker], tag, labels=RUNS)
+    return tag
+
+
+async def cluster_queue(client: KubeClient, name: str, *, labels: dict[str, str], check: str | None = None) -> None:
+    await client.create(kueue.ResourceFlavor, kueue_object("ResourceFlavor", f"{name}-flavor", {"nodeLabels": labels} if labels else {}))
+    flavor = {"name": f"{name}-flavor", "resources": [{"name": "cpu", "nominalQuota": 4}]}
+    spec: dict[str, Any] = {"namespaceSelector": {}, "resourceGroups": [{"coveredResources": ["cpu"], "flavors": [flavor]}]}
+    if check:
+        spec["admissionChecksStrategy"] = {"admissionChecks": [{"name": check}]}
+    await client.create(kueue.ClusterQueue, kueue_object("ClusterQueue", name, spec))
+
+
+async def namespace_with_queue(client: KubeClient, ns: str, cq: str, *, labels: dict[str, str] | None = None) -> None:
+    await client.request("POST", "/api/v1/namespaces", body={"metadata": {"name": ns, "labels": labels or {}}})
+    await client.create(kueue.LocalQueue, kueue_object("LocalQueue", LQ, {"clusterQueue": cq}, namespace=ns))
+
+
+async def completed(kube: Clients, ns: str, name: str) -> bool:
+    job = await kube.manager.get(Job, name, namespace=ns)
+    return any(cond.type == "Complete" and cond.status == "True" for cond in (job.status.conditions if job.status else None) or [])
+
+
+async def find(client: KubeClient, model: type[Any], name: str, namespace: str | None = None) -> Any:
+    try:
+        return await client.get(model, name, namespace=namespace)
+    except NotFoundError:
+        return None
+
+
+async def gone_from_workers(kube: Clients, ns: str, workers: tuple[str, ...] = ("worker1", "worker2")) -> None:
+    """The namespace (and so its LocalQueue) removed from each worker: absent, not just terminating."""
+
+    async def gone() -> bool:
+        return all([await find(kube.workers[w], Namespace, ns) is None for w in workers])
+
+    await eventually(gone, timeout=90, what=f"namespace {ns} removed from {', '.join(workers)}")
+
+
+# --- the tests --------------------------------------------------------------------------------------------------
+async def test_a_job_in_a_namespace_only_the_manager_has_runs_and_its_queues_go_after(fed: Federation, kube: Clients, tag: str) -> None:
+    cq = await federate(kube, tag, propagate=True)
+    ns = f"{tag}-only-here"
+    await namespace_with_queue(kube.manager, ns, cq)  # on the manager only
+    await kube.manager.create(Job, job_manifest("train", ns))
+
+    async def propagated() -> bool:
+        found = [await find(client, kueue.LocalQueue, LQ, ns) for client in kube.workers.values()]
+        return all(lq is not None for lq in found)
+
+    # Every dispatched copy needed them (AllAtOnce sends one to each worker).
+    await eventually(propagated, timeout=60, what=f"LocalQueue {ns}/{LQ} created on both workers")
+    for client in kube.workers.values():
+        lq = await client.get(kueue.LocalQueue, LQ, namespace=ns)
+        created = await client.get(Namespace, ns)
+        assert (lq.metadata.labels, lq.spec.cluster_queue) == (OURS, cq)
+        assert created.metadata.labels is not None and OURS.items() <= created.metadata.labels.items()
+    await eventually(lambda: completed(kube, ns, "train"), timeout=90, what=f"{ns}/train Complete on the manager")
+    wl = await kube.manager_workload(ns, "train")
+    assert wl is not None and wl.status is not None and wl.status.cluster_name in ("worker1", "worker2")
+    # Nothing uses them any more: the namespace and LocalQueue the manager created go.
+    await gone_from_workers(kube, ns)
+
+
+async def test_what_an_administrator_created_is_never_changed_or_deleted(fed: Federation, kube: Clients, tag: str) -> None:
+    cq = await federate(kube, tag, propagate=True)
+    ns = f"{tag}-admin"
+    await namespace_with_queue(kube.manager, ns, cq)
+    admin = {"team": "admins"}
+    # worker1: the administrator's namespace and LocalQueue; worker2: their namespace only.
+    await namespace_with_queue(kube.workers["worker1"], ns, cq, labels=admin)
+    await kube.workers["worker2"].request("POST", "/api/v1/namespaces", body={"metadata": {"name": ns, "labels": admin}})
+    admins_queue = await kube.workers["worker1"].get(kueue.LocalQueue, LQ, namespace=ns)
+    before: dict[str, Any] = {
+        "worker1 namespace": await kube.workers["worker1"].get(Namespace, ns),
+        "worker1 LocalQueue": admins_queue,
+        "worker2 namespace": await kube.workers["worker2"].get(Namespace, ns),
+    }
+    await kube.manager.create(Job, job_manifest("train", ns))
+
+    async def ours_in_theirs() -> Any:
+        return await find(kube.workers["worker2"], kueue.LocalQueue, LQ, ns)
+
+    made = await eventually(ours_in_theirs, timeout=60, what=f"the manager's LocalQueue in worker2's own namespace {ns}")
+    assert made.metadata.labels == OURS
+    await eventually(lambda: completed(kube, ns, "train"), timeout=90, what=f"{ns}/train Complete on the manager")
+
+    async def ours_removed() -> bool:
+        return await find(kube.workers["worker2"], kueue.LocalQueue, LQ, ns) is None
+
+    # A sweep after the finish removed what the manager created...
+    await eventually(ours_removed, timeout=60, what=f"the manager's LocalQueue removed from worker2's {ns}")
+    # ...and left every object the administrator made as it was.
+    after: dict[str, Any] = {
+        "worker1 namespace": await kube.workers["worker1"].get(Namespace, ns),
+        "worker1 LocalQueue": await kube.workers["worker1"].get(kueue.LocalQueue, LQ, namespace=ns),
+        "worker2 namespace": await kube.workers["worker2"].get(Namespace, ns),
+    }
+    for what, obj in before.items():
+        now = after[what]
+        assert now.metadata.uid == obj.metadata.uid, what
+        assert now.metadata.labels == obj.metadata.labels, what
+        assert now.metadata.deletion_timestamp is None, what
+    assert (await kube.workers["worker1"].get(kueue.LocalQueue, LQ, namespace=ns)).spec == admins_queue.spec
+
+
+async def test_with_propagation_off_a_missing_local_queue_keeps_the_job_back_as_in_kueue(kube: Clients, tag: str) -> None:
+    """The session's Configuration leaves propagation off; this config does not turn it on."""
+    cq = await federate(kube, tag, propagate=None)
+    ns = f"{tag}-off"
+    await namespace_with_queue(kube.manager, ns, cq)
+    await kube.manager.create(Job, job_manifest("train", ns))
+
+    async def refused() -> Any:
+        wl = await kube.manager_workload(ns, "train")
+        reserved = find_condition(wl.status.conditions if wl and wl.status else None, c.QUOTA_RESERVED)
+        return reserved if reserved is not None and reserved.message.startswith(NEVER_FITS) else None
+
+    reserved = await eventually(refused, timeout=60, what="the manager's Workload held back by the refusal")
+    assert reserved.status == "False"
+    for worker in ("worker1", "worker2"):
+        assert f"{worker}: LocalQueue {LQ} doesn't exist" in reserved.message, reserved.message
+    for name, client in kube.workers.items():
+        assert await find(client, Namespace, ns) is None, f"namespace {ns} created on {name}"
+
+
+async def test_a_propagated_queue_without_its_cluster_queue_is_reported_and_shown(fed: Federation, kube: Clients, tag: str) -> None:
+    cq = await federate(kube, tag, propagate=True, worker_queues=("worker1",))  # worker2 lacks the ClusterQueue
+    ns = f"{tag}-drift"
+    await namespace_with_queue(kube.manager, ns, cq)
+    job = job_manifest("parked", ns)
+    job["spec"]["template"]["spec"]["nodeSelector"] = PARKED  # stays running: the queues stay needed
+    await kube.manager.create(Job, job)
+    expected = f"LocalQueue {ns}/{LQ} points at ClusterQueue {cq}, which the worker does not have"
+
+    async def drift() -> Any:
+        cluster = await kube.manager.get(kueue.MultiKueueCluster, "worker2")
+        cond = find_condition(cluster.status.conditions if cluster.status else None, QUEUES_CONDITION)
+        return cond if cond is not None and cond.status == "False" and cond.message == expected else None
+
+    cond = await eventually(drift, timeout=60, what=f"worker2's {QUEUES_CONDITION} condition naming the missing ClusterQueue")
+    assert cond.reason == REASON_CLUSTER_QUEUE_MISSING
+    shown = kfed(fed, "clusters", "-o", "json")
+    rows = {row["name"]: row for row in json.loads(shown)}
+    assert rows["worker2"]["queueDrift"] == expected, rows
+    table = kfed(fed, "clusters", "-o", "wide")
+    assert REASON_CLUSTER_QUEUE_MISSING in next(line for line in table.splitlines() if line.startswith("worker2")), table
+    # The job goes, its queues with it, and the drift with them.
+    await kube.manager.delete(Job, "parked", namespace=ns, propagation="Background")
+    await gone_from_workers(kube, ns)
+
+    async def in_sync() -> bool:
+        cluster = await kube.manager.get(kueue.MultiKueueCluster, "worker2")
+        cond = find_condition(cluster.status.conditions if cluster.status else None, QUEUES_CONDITION)
+        return cond is not None and cond.status == "True"
+
+    await eventually(in_sync, timeout=60, what=f"worker2's {QUEUES_CONDITION} True again")
+
+
+def kfed(fed: Federation, *args: str) -> str:
+    result = subprocess.run(
+        [sys.executable, "-m", "manager.cli.main", *args, f"--kubeconfig={fed.manager.kubeconfig_path}"],
+        capture_output=True, text=True, cwd=REPO_ROOT, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
