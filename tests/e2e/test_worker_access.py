@@ -60,7 +60,9 @@ LOG_RIGHTS = ("list core/pods ", "get core/pods/log ")
 # Plain Pods and pod groups go through the same paths as Jobs too (manager/engine/integrations/pod.py),
 # run through MultiKueue in tests/e2e/test_pods.py; this flow runs batch/v1 Jobs.
 POD_RIGHTS = tuple(f"{verb} core/pods " for verb in ("create", "delete", "get", "list", "patch", "update", "watch"))
-ALLOWED_UNUSED: tuple[str, ...] = JOBSET_RIGHTS + QUEUE_RIGHTS + LOG_RIGHTS + POD_RIGHTS
+# LeaderWorkerSets too (manager/engine/integrations/lws.py), run through MultiKueue in tests/e2e/test_lws.py.
+LWS_RIGHTS = tuple(f"{verb} leaderworkerset.x-k8s.io/leaderworkersets " for verb in ("create", "delete", "get", "list", "watch"))
+ALLOWED_UNUSED: tuple[str, ...] = JOBSET_RIGHTS + QUEUE_RIGHTS + LOG_RIGHTS + POD_RIGHTS + LWS_RIGHTS
 PARKED = {"kfed-test/pool": "parked"}  # no node has it: the pod stays Pending, the Job active
 ORIGIN = c.DEFAULT_MULTIKUEUE_ORIGIN
 
