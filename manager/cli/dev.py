@@ -77,7 +77,9 @@ def cmd_up(args: argparse.Namespace) -> int:
         clusters = provider.create(names, jobs=args.jobs, aggregation=True)  # the manager serves the visibility API
         manager, workers = clusters[0], clusters[1:]
         _progress("installing CRDs and the federation's queues")
-        federation.install(manager, workers, federation.crd_manifests(checkout_crds_dir()))
+        # A playground should not need Kueue's chore of mirroring namespaces and LocalQueues
+        # onto every worker: the manager propagates them (and its credential may).
+        federation.install(manager, workers, federation.crd_manifests(checkout_crds_dir()), propagate_queues=True)
         if jobset_bin is not None:
             _progress("installing JobSet: its CRD on every cluster, its controller on each worker")
             for cluster in clusters:
@@ -97,7 +99,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     try:
         _progress("starting kfed's controllers: python -m manager on the manager, python -m worker_agent on each worker")
         config_file = directory / "kfed-configuration.yaml"
-        config_file.write_text(yaml.safe_dump(federation.kfed_configuration(integrations), sort_keys=False))
+        config_file.write_text(yaml.safe_dump(federation.kfed_configuration(integrations, propagate_queues=True), sort_keys=False))
         for cluster in clusters:
             start_controller(cluster, "manager" if cluster is manager else "worker_agent", config_file=config_file)
     except ClusterError as err:
