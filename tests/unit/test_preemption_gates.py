@@ -16,7 +16,7 @@ from manager.api.meta import find_condition, is_condition_true
 from manager.engine.state import AdmissionState
 from manager.engine.workload import has_closed_preemption_gate
 from manager.engine.writes import StatusWrite
-from tests.unit.test_admission_state import T0, cluster_queue, flavor, local_queue, run, stored, workload
+from tests.unit.test_admission_state import T0, cluster_queue, flavor, local_queue, released, run, stored, workload
 
 GATES_ON = Configuration.model_validate({"featureGates": {"MultiKueueOrchestratedPreemption": True}})
 
@@ -110,13 +110,7 @@ def test_the_gate_opened_by_the_manager_lets_it_preempt_and_its_admission_clears
     writes = {w.key: w for w in run(state, T0 + timedelta(seconds=1))}
     assert evicted_keys(list(writes.values())) == {"ns/low"}
     # The victim's Job stopped and gave the quota back: the preemptor is admitted, no longer blocked.
-    released = stored(writes["ns/low"], low, "9")
-    assert released.status is not None
-    released.status.admission = None
-    for cond in released.status.conditions or []:
-        if cond.type == c.QUOTA_RESERVED:
-            cond.status = "False"
-    state.upsert_workload(released, T0 + timedelta(seconds=2))
+    state.upsert_workload(released(writes["ns/low"], low, "9"), T0 + timedelta(seconds=2))
     admitted = {w.key: w for w in run(state, T0 + timedelta(seconds=2)) if w.admits}
     assert set(admitted) == {"ns/high"}
     cleared = find_condition(admitted["ns/high"].status.conditions, c.BLOCKED_ON_PREEMPTION_GATES)
