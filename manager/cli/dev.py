@@ -15,9 +15,9 @@ from typing import Any
 import yaml
 
 from manager.cli.files import checkout_crds_dir
-from manager.dev import federation, jobset, lws, supervise
+from manager.dev import controllers, federation, jobset, lws
 from manager.dev.binaries import REPO_ROOT, BinariesError, binary_dir, jobset_dir, lws_dir
-from manager.dev.local import ClusterError, Component, LocalCluster, LocalProvider, free_port, pid_alive, wait_ready
+from manager.dev.local import ClusterError, Component, LocalCluster, LocalProvider, free_port, pid_alive
 
 DEFAULT_DIR = Path(os.environ.get("KFED_DEV_DIR", Path.home() / ".kfed" / "dev"))
 
@@ -153,12 +153,7 @@ def start_controller(cluster: LocalCluster, component: str, *, config_file: Path
     )
     # Supervised, as a Deployment would be: a controller that exits (a lost lease after its
     # apiserver froze) is started again with backoff, and each restart is logged.
-    process = Component(component, supervise.command(component, argv), cluster.directory / "logs" / f"{component}.log")
-    process.start()
-    cluster.components[component] = process
-
-    wait_ready(process, health, what=f"{cluster.name} {component}")
-    return process
+    return controllers.start_supervised(cluster, component, argv, health_port=health)
 
 
 def _cluster_from_state(entry: dict[str, Any]) -> LocalCluster:
