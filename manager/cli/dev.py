@@ -15,8 +15,8 @@ from typing import Any
 import yaml
 
 from manager.cli.files import checkout_crds_dir
-from manager.dev import controllers, federation, jobset, lws
-from manager.dev.binaries import REPO_ROOT, BinariesError, binary_dir, jobset_dir, lws_dir
+from manager.dev import controllers, federation, jobset, kuberay, lws
+from manager.dev.binaries import REPO_ROOT, BinariesError, binary_dir, jobset_dir, kuberay_dir, lws_dir
 from manager.dev.local import ClusterError, Component, LocalCluster, LocalProvider, free_port, pid_alive
 
 DEFAULT_DIR = Path(os.environ.get("KFED_DEV_DIR", Path.home() / ".kfed" / "dev"))
@@ -64,6 +64,10 @@ def cmd_up(args: argparse.Namespace) -> int:
         if "lws" in integrations:
             _progress("locating or building the LeaderWorkerSet controller (the first build takes a few minutes)")
             lws_bin = lws_dir()
+        kuberay_bin: Path | None = None
+        if any(name in integrations for name in federation.KUBERAY_INTEGRATIONS):
+            _progress("locating or building the KubeRay operator (the first build takes a few minutes)")
+            kuberay_bin = kuberay_dir()
     except BinariesError as err:
         print(f"kfed dev up: {err}", file=sys.stderr)
         return 1
@@ -92,6 +96,12 @@ def cmd_up(args: argparse.Namespace) -> int:
                 lws.install_crd(cluster, lws_bin)
             for worker in workers:
                 lws.start_controller(worker, lws_bin)
+        if kuberay_bin is not None:
+            _progress("installing KubeRay: the RayCluster and RayJob CRDs on every cluster, its operator on each worker")
+            for cluster in clusters:
+                kuberay.install_crds(cluster, kuberay_bin)
+            for worker in workers:
+                kuberay.start_operator(worker, kuberay_bin)
     except ClusterError as err:
         provider.delete_all()
         print(f"kfed dev up: {err}", file=sys.stderr)
@@ -223,7 +233,7 @@ def add_commands(commands: Any) -> None:
         metavar="NAME[,NAME]",
         help=f"job kinds besides batch/v1 Job (always on), by short name ({', '.join(federation.INTEGRATIONS)}) or Kueue's "
         "framework name; jobset (and lws) installs JobSet's (LeaderWorkerSet's) CRD everywhere and runs its controller on each "
-        "worker; pods run with --jobs",
+        "worker, rayjob and raycluster KubeRay's CRDs and operator; pods run with --jobs",
     )
     up.add_argument("--dir", default=str(DEFAULT_DIR))
     up.set_defaults(func=cmd_up)

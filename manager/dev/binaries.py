@@ -1,5 +1,6 @@
 """Find or build the binaries of local clusters: the control plane (hack/kube/build.sh) and the
-JobSet and LeaderWorkerSet controllers (hack/jobset/build.sh, hack/lws/build.sh), each cached by version by its script."""
+JobSet and LeaderWorkerSet controllers and the KubeRay operator (hack/jobset/build.sh,
+hack/lws/build.sh, hack/kuberay/build.sh), each cached by version by its script."""
 
 from __future__ import annotations
 
@@ -17,6 +18,9 @@ JOBSET_FILES = ("jobset-controller", "crds/jobset.x-k8s.io_jobsets.yaml", "webho
 LWS_BUILD_SCRIPT = REPO_ROOT / "hack" / "lws" / "build.sh"
 # What hack/lws/build.sh leaves in its directory.
 LWS_FILES = ("lws-controller", "crds/leaderworkerset.x-k8s.io_leaderworkersets.yaml", "webhook-manifests.yaml")
+KUBERAY_BUILD_SCRIPT = REPO_ROOT / "hack" / "kuberay" / "build.sh"
+# What hack/kuberay/build.sh leaves in its directory.
+KUBERAY_FILES = ("ray-operator", "crds/ray.io_rayclusters.yaml", "crds/ray.io_rayjobs.yaml")
 
 
 class BinariesError(RuntimeError):
@@ -61,3 +65,11 @@ def lws_dir() -> Path:
     """The directory with the LeaderWorkerSet controller, its CRD and its webhook manifests,
     building it first if needed. `KFED_LWS_BIN_DIR` points at a prepared directory instead."""
     return _built(override_variable="KFED_LWS_BIN_DIR", script=LWS_BUILD_SCRIPT, required=LWS_FILES, what="the LeaderWorkerSet controller")
+
+
+def kuberay_dir() -> Path:
+    """The directory with the KubeRay operator and its RayCluster and RayJob CRDs, building it
+    first if needed. `KFED_KUBERAY_BIN_DIR` points at a prepared directory instead."""
+    return _built(
+        override_variable="KFED_KUBERAY_BIN_DIR", script=KUBERAY_BUILD_SCRIPT, required=KUBERAY_FILES, what="the KubeRay operator"
+    )

@@ -64,7 +64,12 @@ LOG_RIGHTS = ("list core/pods ", "get core/pods/log ")
 POD_RIGHTS = tuple(f"{verb} core/pods " for verb in ("create", "delete", "get", "list", "patch", "update", "watch"))
 # LeaderWorkerSets too (manager/engine/integrations/lws.py), run through MultiKueue in tests/e2e/test_lws.py.
 LWS_RIGHTS = tuple(f"{verb} leaderworkerset.x-k8s.io/leaderworkersets " for verb in ("create", "delete", "get", "list", "watch"))
-ALLOWED_UNUSED: tuple[str, ...] = JOBSET_RIGHTS + QUEUE_RIGHTS + LOG_RIGHTS + POD_RIGHTS + LWS_RIGHTS
+# RayJobs and RayClusters too (manager/engine/integrations/rayjob.py, raycluster.py), run through
+# MultiKueue in tests/e2e/test_ray.py.
+RAY_RIGHTS = tuple(
+    f"{verb} ray.io/{plural} " for plural in ("rayclusters", "rayjobs") for verb in ("create", "delete", "get", "list", "watch")
+)
+ALLOWED_UNUSED: tuple[str, ...] = JOBSET_RIGHTS + QUEUE_RIGHTS + LOG_RIGHTS + POD_RIGHTS + LWS_RIGHTS + RAY_RIGHTS
 PARKED = {"kfed-test/pool": "parked"}  # no node has it: the pod stays Pending, the Job active
 ORIGIN = c.DEFAULT_MULTIKUEUE_ORIGIN
 

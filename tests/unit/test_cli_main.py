@@ -84,11 +84,14 @@ def test_objects_are_named_as_kubectl_names_them(text: str, default: str, expect
     assert parse_object_name(text, default) == expected
 
 
+FORMS = "NAME, job/NAME, jobset/NAME, lws/NAME, pod/NAME, raycluster/NAME, rayjob/NAME or workload/NAME"
+
+
 @pytest.mark.parametrize(
     ("text", "default", "error"),
     [
-        ("deployment/x", "", '"deployment/x": expected NAME, job/NAME, jobset/NAME, lws/NAME, pod/NAME or workload/NAME'),
-        ("job/", "", '"job/": expected NAME, job/NAME, jobset/NAME, lws/NAME, pod/NAME or workload/NAME'),
+        ("deployment/x", "", f'"deployment/x": expected {FORMS}'),
+        ("job/", "", f'"job/": expected {FORMS}'),
         ("workload/x", "job", '"workload/x": this command takes Jobs: name them NAME or job/NAME'),
     ],
 )
