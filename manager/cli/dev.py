@@ -15,8 +15,8 @@ from typing import Any
 import yaml
 
 from manager.cli.files import checkout_crds_dir
-from manager.dev import federation, jobset, lws, supervise
-from manager.dev.binaries import REPO_ROOT, BinariesError, binary_dir, jobset_dir, lws_dir
+from manager.dev import federation, jobset, lws, mpijob, supervise
+from manager.dev.binaries import REPO_ROOT, BinariesError, binary_dir, jobset_dir, lws_dir, mpijob_dir
 from manager.dev.local import ClusterError, Component, LocalCluster, LocalProvider, free_port, pid_alive, wait_ready
 
 DEFAULT_DIR = Path(os.environ.get("KFED_DEV_DIR", Path.home() / ".kfed" / "dev"))
@@ -64,6 +64,10 @@ def cmd_up(args: argparse.Namespace) -> int:
         if "lws" in integrations:
             _progress("locating or building the LeaderWorkerSet controller (the first build takes a few minutes)")
             lws_bin = lws_dir()
+        mpijob_bin: Path | None = None
+        if "mpijob" in integrations:
+            _progress("locating or building the MPI Operator (the first build takes a few minutes)")
+            mpijob_bin = mpijob_dir()
     except BinariesError as err:
         print(f"kfed dev up: {err}", file=sys.stderr)
         return 1
@@ -90,6 +94,12 @@ def cmd_up(args: argparse.Namespace) -> int:
                 lws.install_crd(cluster, lws_bin)
             for worker in workers:
                 lws.start_controller(worker, lws_bin)
+        if mpijob_bin is not None:
+            _progress("installing MPIJob: its CRD on every cluster, the MPI Operator on each worker")
+            for cluster in clusters:
+                mpijob.install_crd(cluster, mpijob_bin)
+            for worker in workers:
+                mpijob.start_controller(worker, mpijob_bin)
     except ClusterError as err:
         provider.delete_all()
         print(f"kfed dev up: {err}", file=sys.stderr)
@@ -225,8 +235,8 @@ def add_commands(commands: Any) -> None:
         default=federation.JOB_INTEGRATION,
         metavar="NAME[,NAME]",
         help=f"job kinds besides batch/v1 Job (always on), by short name ({', '.join(federation.INTEGRATIONS)}) or Kueue's "
-        "framework name; jobset (and lws) installs JobSet's (LeaderWorkerSet's) CRD everywhere and runs its controller on each "
-        "worker; pods run with --jobs",
+        "framework name; jobset (lws, mpijob) installs JobSet's (LeaderWorkerSet's, MPIJob's) CRD everywhere and runs its "
+        "controller (the MPI Operator) on each worker; pods (and an MPIJob's launcher) run with --jobs",
     )
     up.add_argument("--dir", default=str(DEFAULT_DIR))
     up.set_defaults(func=cmd_up)

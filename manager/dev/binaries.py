@@ -1,5 +1,6 @@
 """Find or build the binaries of local clusters: the control plane (hack/kube/build.sh) and the
-JobSet and LeaderWorkerSet controllers (hack/jobset/build.sh, hack/lws/build.sh), each cached by version by its script."""
+JobSet and LeaderWorkerSet controllers and the MPI Operator (hack/jobset/build.sh, hack/lws/build.sh,
+hack/mpijob/build.sh), each cached by version by its script."""
 
 from __future__ import annotations
 
@@ -17,6 +18,9 @@ JOBSET_FILES = ("jobset-controller", "crds/jobset.x-k8s.io_jobsets.yaml", "webho
 LWS_BUILD_SCRIPT = REPO_ROOT / "hack" / "lws" / "build.sh"
 # What hack/lws/build.sh leaves in its directory.
 LWS_FILES = ("lws-controller", "crds/leaderworkerset.x-k8s.io_leaderworkersets.yaml", "webhook-manifests.yaml")
+MPIJOB_BUILD_SCRIPT = REPO_ROOT / "hack" / "mpijob" / "build.sh"
+# What hack/mpijob/build.sh leaves in its directory (the operator serves no webhook).
+MPIJOB_FILES = ("mpi-operator", "crds/kubeflow.org_mpijobs.yaml")
 
 
 class BinariesError(RuntimeError):
@@ -61,3 +65,9 @@ def lws_dir() -> Path:
     """The directory with the LeaderWorkerSet controller, its CRD and its webhook manifests,
     building it first if needed. `KFED_LWS_BIN_DIR` points at a prepared directory instead."""
     return _built(override_variable="KFED_LWS_BIN_DIR", script=LWS_BUILD_SCRIPT, required=LWS_FILES, what="the LeaderWorkerSet controller")
+
+
+def mpijob_dir() -> Path:
+    """The directory with the MPI Operator and the MPIJob CRD, building it first if needed.
+    `KFED_MPIJOB_BIN_DIR` points at a prepared directory instead."""
+    return _built(override_variable="KFED_MPIJOB_BIN_DIR", script=MPIJOB_BUILD_SCRIPT, required=MPIJOB_FILES, what="the MPI Operator")

@@ -18,7 +18,7 @@ import yaml
 from manager.api import constants as c
 from manager.api import kueue
 from manager.api.core import Job, Secret
-from manager.dev import federation, jobset, lws
+from manager.dev import federation, jobset, lws, mpijob
 from manager.dev.local import LocalCluster, free_port
 from manager.kube.client import KubeClient
 from tests.conftest import REPO_ROOT
@@ -114,6 +114,7 @@ def build(
     worker_config: dict[str, Any] | None = None,
     jobset_bin: Path | None = None,
     lws_bin: Path | None = None,
+    mpijob_bin: Path | None = None,
     integrations: tuple[str, ...] = (),
     multikueue: dict[str, Any] | None = None,
     manager_config: dict[str, Any] | None = None,
@@ -123,7 +124,8 @@ def build(
     its JobSet controller, and kfed's processes integrate JobSets as well as Jobs, as
     `kfed dev up --integrations jobset` sets them up. `integrations` names more job kinds
     kfed's processes integrate (`kfed dev up --integrations`' short names, such as `pod`); with
-    `lws_bin` (hack/lws/build.sh's output), LeaderWorkerSets as `jobset_bin` does JobSets.
+    `lws_bin` (hack/lws/build.sh's output), LeaderWorkerSets as `jobset_bin` does JobSets, and
+    with `mpijob_bin` (hack/mpijob/build.sh's output) MPIJobs, the MPI Operator on each worker.
     `manager_config` adds sections to the manager's Configuration (`featureGates`, ...)."""
     suffix = uuid.uuid4().hex[:4]
     manager = provider.create([f"mk-manager-{suffix}"], aggregation=True)[0]
@@ -134,7 +136,12 @@ def build(
         federation.install_crds(cluster, crds)
         ensure_namespace(cluster, SYSTEM_NAMESPACE)
     federation.create(manager, federation.visibility_service())
-    names = (*integrations, *(("jobset",) if jobset_bin is not None else ()), *(("lws",) if lws_bin is not None else ()))
+    names = (
+        *integrations,
+        *(("jobset",) if jobset_bin is not None else ()),
+        *(("lws",) if lws_bin is not None else ()),
+        *(("mpijob",) if mpijob_bin is not None else ()),
+    )
     more: dict[str, Any] = {"integrations": federation.kfed_configuration(names)["integrations"]} if names else {}
     if jobset_bin is not None:
         for cluster in [manager, w1, w2]:
@@ -146,6 +153,11 @@ def build(
             lws.install_crd(cluster, lws_bin)
         for worker in (w1, w2):
             lws.start_controller(worker, lws_bin)
+    if mpijob_bin is not None:  # as `kfed dev up --integrations mpijob`: the operator on the workers only
+        for cluster in [manager, w1, w2]:
+            mpijob.install_crd(cluster, mpijob_bin)
+        for worker in (w1, w2):
+            mpijob.start_controller(worker, mpijob_bin)
     for name, worker in fed.workers.items():
         extra = []
         if worker_config is not None or more:

@@ -87,8 +87,8 @@ def test_objects_are_named_as_kubectl_names_them(text: str, default: str, expect
 @pytest.mark.parametrize(
     ("text", "default", "error"),
     [
-        ("deployment/x", "", '"deployment/x": expected NAME, job/NAME, jobset/NAME, lws/NAME, pod/NAME or workload/NAME'),
-        ("job/", "", '"job/": expected NAME, job/NAME, jobset/NAME, lws/NAME, pod/NAME or workload/NAME'),
+        ("deployment/x", "", '"deployment/x": expected NAME, job/NAME, jobset/NAME, mpijob/NAME, lws/NAME, pod/NAME or workload/NAME'),
+        ("job/", "", '"job/": expected NAME, job/NAME, jobset/NAME, mpijob/NAME, lws/NAME, pod/NAME or workload/NAME'),
         ("workload/x", "job", '"workload/x": this command takes Jobs: name them NAME or job/NAME'),
     ],
 )
