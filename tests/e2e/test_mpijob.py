@@ -195,7 +195,7 @@ async def test_an_mpijob_on_a_single_cluster_waits_suspended_starts_with_its_fla
 async def test_an_mpijob_submitted_to_the_manager_runs_on_one_worker_and_its_status_comes_back(kube: Clients) -> None:
     ns = f"mj{uuid.uuid4().hex[:6]}"
     await kube.queues(ns, manager_cpu=8, worker_cpu={"worker1": 8, "worker2": 8}, labels=RUNS, tag=ns)
-    created = await kube.manager.create(MPIJob, mpijob_manifest("pi", ns, run_time="5s"))
+    created = await kube.manager.create(MPIJob, mpijob_manifest("pi", ns, run_time="10s"))
     # Kueue's defaulting webhook: an MPIJob queued through MultiKueue is managed by it.
     assert created.to_dict()["spec"]["runPolicy"]["managedBy"] == c.MULTIKUEUE_CONTROLLER_NAME
     assert created.to_dict()["spec"]["runPolicy"]["suspend"] is True
