@@ -213,12 +213,18 @@ class Integrations(KubeModel):
 # Kueue v0.19.2's defaults (pkg/features/kube_features.go) for the gates that change what kfed does.
 UNADMITTED_WORKLOADS_OBSERVABILITY = "UnadmittedWorkloadsObservability"
 MULTIKUEUE_MANAGER_QUOTA_AUTOMATION = "MultiKueueManagerQuotaAutomation"
+MULTIKUEUE_ORCHESTRATED_PREEMPTION = "MultiKueueOrchestratedPreemption"
+CONCURRENT_ADMISSION = "ConcurrentAdmission"
 FEATURE_DEFAULTS: dict[str, bool] = {
     # Off: a workload parked with an equivalent one that failed keeps its condition as it was;
     # on, the workload controller writes "Bypassed scheduling evaluation ..." on it.
     UNADMITTED_WORKLOADS_OBSERVABILITY: False,
     # Off (alpha since Kueue 0.18): a MultiKueueConfig's quotaManagement: Automated is not acted on.
     MULTIKUEUE_MANAGER_QUOTA_AUTOMATION: False,
+    # Off (alpha since Kueue 0.17): the manager gates its copies and opens one worker's gate at a
+    # time; a worker with it (or ConcurrentAdmission, alpha since 0.18) on honours closed gates.
+    MULTIKUEUE_ORCHESTRATED_PREEMPTION: False,
+    CONCURRENT_ADMISSION: False,
 }
 
 
@@ -257,6 +263,12 @@ class Configuration(OpenModel):
         if self.feature_gates and gate in self.feature_gates:
             return self.feature_gates[gate]
         return FEATURE_DEFAULTS[gate]
+
+    @property
+    def honours_preemption_gates(self) -> bool:
+        """Kueue's scheduler leaves a Workload with a closed preemption gate unpreempting only
+        with one of these gates on; otherwise the gates are ignored."""
+        return self.feature_enabled(MULTIKUEUE_ORCHESTRATED_PREEMPTION) or self.feature_enabled(CONCURRENT_ADMISSION)
 
     @property
     def effective_namespace(self) -> str:

@@ -50,6 +50,11 @@ PREEMPTED = "Preempted"
 REQUEUED = "Requeued"
 PODS_READY = "PodsReady"
 FINISHED = "Finished"
+# True while the Workload needs to preempt but a preemption gate of its spec is closed (Kueue's
+# reason PreemptionGated); the MultiKueue manager opens its own gate on one worker at a time.
+BLOCKED_ON_PREEMPTION_GATES = "BlockedOnPreemptionGates"
+REASON_PREEMPTION_GATED = "PreemptionGated"
+MULTIKUEUE_PREEMPTION_GATE = "kueue.x-k8s.io/multikueue"
 
 # ClusterQueue, LocalQueue, AdmissionCheck and MultiKueueCluster condition type.
 ACTIVE = "Active"

@@ -15,9 +15,9 @@ from typing import Any
 import yaml
 
 from manager.cli.files import checkout_crds_dir
-from manager.dev import federation, jobset, lws, mpijob, supervise
+from manager.dev import controllers, federation, jobset, lws, mpijob
 from manager.dev.binaries import REPO_ROOT, BinariesError, binary_dir, jobset_dir, lws_dir, mpijob_dir
-from manager.dev.local import ClusterError, Component, LocalCluster, LocalProvider, free_port, pid_alive, wait_ready
+from manager.dev.local import ClusterError, Component, LocalCluster, LocalProvider, free_port, pid_alive
 
 DEFAULT_DIR = Path(os.environ.get("KFED_DEV_DIR", Path.home() / ".kfed" / "dev"))
 
@@ -81,7 +81,9 @@ def cmd_up(args: argparse.Namespace) -> int:
         clusters = provider.create(names, jobs=args.jobs, aggregation=True)  # the manager serves the visibility API
         manager, workers = clusters[0], clusters[1:]
         _progress("installing CRDs and the federation's queues")
-        federation.install(manager, workers, federation.crd_manifests(checkout_crds_dir()))
+        # A playground should not need Kueue's chore of mirroring namespaces and LocalQueues
+        # onto every worker: the manager propagates them (and its credential may).
+        federation.install(manager, workers, federation.crd_manifests(checkout_crds_dir()), propagate_queues=True)
         if jobset_bin is not None:
             _progress("installing JobSet: its CRD on every cluster, its controller on each worker")
             for cluster in clusters:
@@ -107,7 +109,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     try:
         _progress("starting kfed's controllers: python -m manager on the manager, python -m worker_agent on each worker")
         config_file = directory / "kfed-configuration.yaml"
-        config_file.write_text(yaml.safe_dump(federation.kfed_configuration(integrations), sort_keys=False))
+        config_file.write_text(yaml.safe_dump(federation.kfed_configuration(integrations, propagate_queues=True), sort_keys=False))
         for cluster in clusters:
             start_controller(cluster, "manager" if cluster is manager else "worker_agent", config_file=config_file)
     except ClusterError as err:
@@ -161,12 +163,7 @@ def start_controller(cluster: LocalCluster, component: str, *, config_file: Path
     )
     # Supervised, as a Deployment would be: a controller that exits (a lost lease after its
     # apiserver froze) is started again with backoff, and each restart is logged.
-    process = Component(component, supervise.command(component, argv), cluster.directory / "logs" / f"{component}.log")
-    process.start()
-    cluster.components[component] = process
-
-    wait_ready(process, health, what=f"{cluster.name} {component}")
-    return process
+    return controllers.start_supervised(cluster, component, argv, health_port=health)
 
 
 def _cluster_from_state(entry: dict[str, Any]) -> LocalCluster:

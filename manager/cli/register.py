@@ -90,10 +90,12 @@ async def check_worker(
     config: str,
     namespaces: tuple[str, ...] | None = None,
     admin: KubeClient | None = None,
+    propagate_queues: bool = False,
 ) -> list[Check]:
     """The checklist for `worker`, the identity the manager will use there. `namespaces`: the
     only ones it may use (None: the whole cluster). The LocalQueues are read by `admin` when
-    given (the manager's identity may not read them: MultiKueue never does)."""
+    given (the manager's identity may not read them: MultiKueue never does); with
+    `propagate_queues` the missing ones are the manager's to create, not a failure."""
     checks: list[Check] = []
     try:
         await worker.request("GET", "/version")
@@ -136,6 +138,10 @@ async def check_worker(
         checks.append(Check(False, LOCAL_QUEUES, str(err)))
         return checks
     absent = [key for key in wanted if key not in theirs]
+    if absent and propagate_queues:
+        detail = f"missing {', '.join(absent)}: the manager creates them when a job needs them (--propagate-queues)"
+        checks.append(Check(True, LOCAL_QUEUES, detail))
+        return checks
     detail = f"missing {', '.join(absent)} (create the namespace and LocalQueue there)" if absent else f"{len(wanted)} present"
     checks.append(Check(not absent, LOCAL_QUEUES, detail))
     return checks
@@ -189,16 +195,24 @@ async def cmd_register(args: argparse.Namespace) -> int:
                     f"{args.worker_kubeconfig} points at the manager's own cluster (kube-system has uid {own} on both); "
                     "a worker must be another cluster"
                 )
+            if args.propagate_queues and not args.create_service_account:
+                raise CommandError("--propagate-queues grants rights to the ServiceAccount that --create-service-account makes: give both")
             if args.create_service_account and not args.dry_run:
                 try:
                     kubeconfig = await create_service_account(
-                        worker, kubeconfig, namespace=args.system_namespace, worker_namespaces=namespaces
+                        worker,
+                        kubeconfig,
+                        namespace=args.system_namespace,
+                        worker_namespaces=namespaces,
+                        propagate_queues=args.propagate_queues,
                     )
                 except WorkerAccessError as err:
                     raise CommandError(str(err)) from None
                 admin = worker
                 worker = await KubeClient.from_kubeconfig(kubeconfig, name=args.name, where="the new ServiceAccount's kubeconfig")
-            checks = await check_worker(worker, manager, config=args.config, namespaces=namespaces, admin=admin)
+            checks = await check_worker(
+                worker, manager, config=args.config, namespaces=namespaces, admin=admin, propagate_queues=args.propagate_queues
+            )
         finally:
             for client in (worker, admin):
                 if client is not None:
@@ -338,6 +352,12 @@ def add_commands(commands: Any) -> None:
         metavar="NAMESPACE",
         help="a worker namespace the manager may use, and the only ones it then uses there (repeatable; default: the whole "
         "cluster); with --create-service-account the Job and Workload rights are granted there only, by RoleBindings",
+    )
+    register.add_argument(
+        "--propagate-queues",
+        action="store_true",
+        help="with --create-service-account: also grant what a manager that propagates queues does on the worker "
+        "(create and delete its LocalQueues; cluster-wide, its namespaces too)",
     )
     register.add_argument("--manager-kubeconfig", dest="kubeconfig", help="the manager's kubeconfig (default: $KUBECONFIG)")
     register.add_argument("--manager-context", dest="context", help="the manager's kubeconfig context")

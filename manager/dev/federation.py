@@ -69,14 +69,18 @@ def parse_integrations(text: str) -> tuple[str, ...]:
     return tuple(name for name in INTEGRATIONS if name in names)
 
 
-def kfed_configuration(integrations: tuple[str, ...]) -> dict[str, Any]:
+def kfed_configuration(integrations: tuple[str, ...], *, propagate_queues: bool = False) -> dict[str, Any]:
     """The Configuration file of kfed's processes (`--config`): the job kinds they manage, in
-    Kueue's `integrations.frameworks` list."""
-    return {
+    Kueue's `integrations.frameworks` list; with `propagate_queues`, the manager keeps the
+    namespaces and LocalQueues its Workloads need on the workers (the agents ignore it)."""
+    config: dict[str, Any] = {
         "apiVersion": f"{c.CONFIG_GROUP}/v1beta2",
         "kind": "Configuration",
         "integrations": {"frameworks": [JOB_FRAMEWORK, *(INTEGRATIONS[name].framework for name in integrations)]},
     }
+    if propagate_queues:
+        config["multiKueue"] = {"propagateQueues": True}
+    return config
 
 
 def _cluster_queue(cpu: int, memory_gi: int, *, admission_check: str | None = None) -> dict[str, Any]:
@@ -304,9 +308,10 @@ def served_paths(crds: list[dict[str, Any]]) -> list[str]:
     return list(dict.fromkeys(paths))
 
 
-def least_privilege_kubeconfig(worker: LocalCluster) -> dict[str, Any]:
+def least_privilege_kubeconfig(worker: LocalCluster, *, propagate_queues: bool = False) -> dict[str, Any]:
     """What the manager gets for a worker: the kubeconfig `kfed register --create-service-account`
-    makes (a ServiceAccount with only MultiKueue's verbs and its token), never the worker's
+    makes (a ServiceAccount with only MultiKueue's verbs and its token, and the queues' rights
+    with `propagate_queues`, as `--propagate-queues` grants them), never the worker's
     system:masters certificate. The same function, run on its own event loop in a thread so
     that callers inside a loop (benchmarks) can use this synchronous installer too."""
 
@@ -317,7 +322,9 @@ def least_privilege_kubeconfig(worker: LocalCluster) -> dict[str, Any]:
             # Only a worker with Job controllers runs the token controller; the others get a
             # TokenRequest token at once.
             wait = worker_access.TOKEN_WAIT_SECONDS if worker.jobs else 0.0
-            return await worker_access.create_service_account(client, admin, namespace=SYSTEM_NAMESPACE, token_wait=wait)
+            return await worker_access.create_service_account(
+                client, admin, namespace=SYSTEM_NAMESPACE, propagate_queues=propagate_queues, token_wait=wait
+            )
         finally:
             await client.close()
 
@@ -328,15 +335,17 @@ def least_privilege_kubeconfig(worker: LocalCluster) -> dict[str, Any]:
             raise ClusterError(f"{worker.name}: cannot make the manager's ServiceAccount: {err}") from None
 
 
-def install(manager: LocalCluster, workers: list[LocalCluster], crds: list[dict[str, Any]]) -> float:
-    """Install CRDs and the federation's objects; returns the seconds it took."""
+def install(manager: LocalCluster, workers: list[LocalCluster], crds: list[dict[str, Any]], *, propagate_queues: bool = False) -> float:
+    """Install CRDs and the federation's objects (the manager's credential for each worker
+    with the queues' rights, for a manager that propagates them); returns the seconds it took."""
     started = time.monotonic()
     for cluster in [manager, *workers]:
         install_crds(cluster, crds)
     for worker in workers:
         for obj in worker_objects():
             create(worker, obj)
-    for obj in manager_objects({worker.name: least_privilege_kubeconfig(worker) for worker in workers}):
+    credentials = {worker.name: least_privilege_kubeconfig(worker, propagate_queues=propagate_queues) for worker in workers}
+    for obj in manager_objects(credentials):
         create(manager, obj)
     return time.monotonic() - started
 
@@ -395,6 +404,8 @@ def next_steps(
             f"The manager's ClusterQueue \"{CLUSTER_QUEUE}\" holds {quota_summary(workers)}; each worker's holds "
             f"{WORKER_CPU} cpu and {WORKER_MEMORY_GI}Gi. Worker kubeconfigs: {directory}/worker<i>.kubeconfig.",
             f"Job kinds: {', '.join(kinds)}.",
+            "Queues follow the manager (multiKueue.propagateQueues): a namespace and LocalQueue made on the manager are made "
+            "on a worker when a job there needs them.",
             "",
             "Next:",
             *lines,

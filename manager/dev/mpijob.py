@@ -23,9 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from manager.dev import federation, supervise
+from manager.dev import controllers, supervise
 from manager.dev.local import ClusterError, Component, LocalCluster, free_port, wait_for
 
 COMPONENT = "mpi-operator"
@@ -38,16 +36,11 @@ HEALTH_ADDRESS_VARIABLE = "KFED_MPI_OPERATOR_HEALTH_ADDR"
 
 
 def crd(bin_dir: Path) -> dict[str, Any]:
-    loaded = yaml.safe_load((bin_dir / CRD_FILE).read_text())
-    if not isinstance(loaded, dict) or loaded.get("kind") != "CustomResourceDefinition":
-        raise ClusterError(f"{bin_dir / CRD_FILE} holds no CustomResourceDefinition")
-    return loaded
+    return controllers.load_crds(bin_dir, [CRD_FILE])[0]
 
 
 def install_crd(cluster: LocalCluster, bin_dir: Path) -> None:
-    definition = crd(bin_dir)
-    federation.apply(cluster, definition)
-    federation.wait_established(cluster, [definition])
+    controllers.install_crds(cluster, bin_dir, [CRD_FILE])
 
 
 def command(bin_dir: Path, *, kubeconfig: Path, health_port: int) -> list[str]:
@@ -75,7 +68,9 @@ class MPIOperator:
     health_port: int = field(default_factory=free_port)
 
     def start(self) -> Component:
-        """Start the operator supervised, and return once it leads (it runs MPIJobs only then)."""
+        """Start the operator supervised, and return once it leads (it runs MPIJobs only then).
+        Not `controllers.start_supervised`: the operator answers /healthz, not /readyz, and
+        only its Lease says it works."""
         argv = command(self.bin_dir, kubeconfig=self.cluster.kubeconfig_path, health_port=self.health_port)
         process = Component(COMPONENT, supervise.command(COMPONENT, argv), self.cluster.directory / "logs" / f"{COMPONENT}.log")
         process.start()

@@ -16,6 +16,7 @@ PREEMPTION_FAILED = "PreemptionFailed"
 NAMESPACE_MISMATCH = "NamespaceMismatch"
 FAILED_AFTER_NOMINATION = "FailedAfterNomination"
 GENERIC = "Generic"
+PREEMPTION_GATED = "PreemptionGated"  # needs to preempt, a preemption gate is closed: parked until it opens
 
 _BEST_EFFORT_IMMEDIATE = {FAILED_AFTER_NOMINATION, PENDING_PREEMPTION, PREEMPTION_FAILED}
 

@@ -33,6 +33,7 @@ from manager.engine.queues import (
     GENERIC,
     NAMESPACE_MISMATCH,
     PENDING_PREEMPTION,
+    PREEMPTION_GATED,
     PREEMPTION_NO_CANDIDATES,
     ClusterQueueQueue,
 )
@@ -44,6 +45,8 @@ from manager.engine.selectors import selector_matches
 from manager.engine.units import FlavorResource
 from manager.engine.workload import (
     NAMESPACE_NOT_SELECTED_MESSAGE,
+    PREEMPTION_GATED_MESSAGE,
+    REASON_ADMISSION_GATED,
     REASON_EXCEEDS_MAX_QUOTA,
     REASON_MISCONFIGURED,
     REASON_PENDING_EVALUATION,
@@ -55,6 +58,7 @@ from manager.engine.workload import (
     AssignedPodSet,
     WorkloadInfo,
     admitted_condition,
+    has_closed_preemption_gate,
     missing_namespace_message,
 )
 
@@ -198,6 +202,7 @@ class Scheduler:
         # Whether the workloads parked with a failed head of their equivalence class are told so
         # (one status write each); Kueue writes nothing on them unless this gate is on.
         self.explain_bypassed = self.config.feature_enabled(UNADMITTED_WORKLOADS_OBSERVABILITY)
+        self.honour_preemption_gates = self.config.honours_preemption_gates
         self._now: datetime | None = None
         self.cycle_number = 0
         # ClusterQueue name -> the cycle in which an immediate requeue was asked for its tree.
@@ -537,6 +542,14 @@ class Scheduler:
                     cq.node.add_usages(reserved)
                     undo.append((cq, reserved))
             return
+        if mode == PREEMPT and self.honour_preemption_gates and has_closed_preemption_gate(wl.obj):
+            # Kueue's markPreemptionGated: it may not preempt yet; parked until the gate opens
+            # (an update of the Workload), and it says so for the MultiKueue manager to see.
+            entry.skip_reason, entry.skip_message = REASON_ADMISSION_GATED, PREEMPTION_GATED_MESSAGE
+            entry.requeue_reason = PREEMPTION_GATED
+            wl.set_condition(c.BLOCKED_ON_PREEMPTION_GATES, "True", c.REASON_PREEMPTION_GATED, PREEMPTION_GATED_MESSAGE, now)
+            wl.last_assignment = None
+            return
         if any(t.wl.key in preempted for t in entry.targets):
             # Kueue v0.19.2 with its default gates (RecomputeAssignmentUponPreemptionTargetsOverlap
             # is off): a workload whose targets overlap an earlier preemptor's is skipped for this
@@ -685,7 +698,7 @@ class Scheduler:
         if self.afs_enabled and cq.admission_fair_sharing:
             self._afs_charge(wl, wl.usage)
         wl.set_condition(c.QUOTA_RESERVED, "True", REASON_QUOTA_RESERVED, f"Quota reserved in ClusterQueue {cq.name}", now)
-        for kind in (c.EVICTED, c.PREEMPTED):
+        for kind in (c.EVICTED, c.PREEMPTED, c.BLOCKED_ON_PREEMPTION_GATES):
             old = wl.conditions.get(kind)
             if old is not None and old.status == "True":
                 wl.set_condition(kind, "False", REASON_QUOTA_RESERVED, f"Previously: {old.message}", now)

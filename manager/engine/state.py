@@ -42,6 +42,7 @@ from manager.engine.workload import (
     has_quota_reservation,
     is_active,
     is_finished,
+    preemption_gates_view,
     reserved_eviction,
     workload_priority,
 )
@@ -267,6 +268,8 @@ class AdmissionState(WriteBookkeeping, Deadlines):
             and old.obj.spec == wl.spec
             and old.active == is_active(wl)
             and _backoff_view(old.obj) == _backoff_view(wl)
+            # A gate opened by the MultiKueue manager: the parked Workload may preempt now.
+            and preemption_gates_view(old.obj) == preemption_gates_view(wl)
         ):
             self._refresh_pending(old, wl)
             return

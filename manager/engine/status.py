@@ -24,6 +24,7 @@ from manager.api.kueue import (
     LocalQueueStatus,
     PodSetAssignment,
     PodSetRequest,
+    PreemptionGateState,
     ResourceUsage,
     WorkloadStatus,
 )
@@ -34,7 +35,7 @@ from manager.engine.scheduler import Scheduler
 from manager.engine.units import FlavorResource, to_quantity
 from manager.engine.workload import DEACTIVATION_TARGET, OWNED_CONDITIONS, WorkloadInfo, to_condition
 
-CONDITION_ORDER = [c.QUOTA_RESERVED, c.ADMITTED, c.EVICTED, c.PREEMPTED, c.REQUEUED]
+CONDITION_ORDER = [c.QUOTA_RESERVED, c.ADMITTED, c.EVICTED, c.PREEMPTED, c.REQUEUED, c.BLOCKED_ON_PREEMPTION_GATES]
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,11 @@ def workload_status(info: WorkloadInfo, *, now: datetime) -> WorkloadStatus:
         status.nominated_cluster_names = None
     if info.requeue_state_write is not None:
         status.requeue_state = info.requeue_state_write[0]
+    if info.close_preemption_gates and any(gate.position == "Open" for gate in status.preemption_gates or []):
+        # Kueue's eviction closes every preemption gate: a Workload admitted again asks again.
+        status.preemption_gates = [
+            PreemptionGateState(name=gate.name, position="Closed", last_transition_time=now) for gate in status.preemption_gates or []
+        ]
     if info.evicted:
         # Same as Kueue: the deactivation target is consumed by the eviction it caused.
         status.conditions = [cond for cond in status.conditions or [] if cond.type != DEACTIVATION_TARGET] or None
@@ -122,6 +128,7 @@ def status_view(info: WorkloadInfo) -> tuple[Any, ...]:
         dict(info.check_resets),
         info.reset_nomination,
         info.requeue_state_write,
+        info.close_preemption_gates,
         info.evicted,
         list(info.resource_requests) if info.resource_requests is not None else None,
     )

@@ -57,7 +57,11 @@ DEACTIVATION_TARGET = "DeactivationTarget"
 
 # Conditions the admission side owns; the others (Finished, PodsReady, ...) belong to the
 # job integration and are carried over untouched.
-OWNED_CONDITIONS = (c.QUOTA_RESERVED, c.ADMITTED, c.EVICTED, c.PREEMPTED, c.REQUEUED)
+OWNED_CONDITIONS = (c.QUOTA_RESERVED, c.ADMITTED, c.EVICTED, c.PREEMPTED, c.REQUEUED, c.BLOCKED_ON_PREEMPTION_GATES)
+# What the scheduler says of a Workload that needs to preempt while one of its preemption gates is
+# closed (Kueue's markPreemptionGated): its QuotaReserved reason and both conditions' message.
+REASON_ADMISSION_GATED = "AdmissionGated"
+PREEMPTION_GATED_MESSAGE = "Workload requires preemption, but it's gated"
 
 NO_RESERVATION_MESSAGE = "The workload has no reservation"
 ADMITTED_MESSAGE = "The workload is admitted"
@@ -146,6 +150,7 @@ class WorkloadInfo:
     # MultiKueue cluster nomination cleared, to be written with the eviction.
     check_resets: dict[str, tuple[str, int | None]] = field(default_factory=dict)
     reset_nomination: bool = False
+    close_preemption_gates: bool = False  # the eviction closes them, in the same write
     # The ClusterQueue of the workload that preempted this one (Kueue's preempting_cluster_queue
     # label, reported once the eviction is written).
     preempted_by: str = ""
@@ -196,6 +201,9 @@ class WorkloadInfo:
         if kind == c.EVICTED:
             if status == "True" and not self.evicted:
                 self._prepare_for_eviction()
+                # Kueue's eviction says, with its own reason, that the gate no longer blocks it.
+                if self.condition_true(c.BLOCKED_ON_PREEMPTION_GATES):
+                    self.set_condition(c.BLOCKED_ON_PREEMPTION_GATES, "False", reason, message, now)
             if self.evicted != (status == "True"):
                 self.evicted = status == "True"
                 self.forget_key()  # evicted workloads sort first among preemption candidates
@@ -215,6 +223,7 @@ class WorkloadInfo:
             self.check_resets[name] = (f"Reset to Pending after eviction. Previously: {state}", retry_count)
             self.checks[name] = "Pending"
         self.reset_nomination = True
+        self.close_preemption_gates = True
 
     def forget_unwritten_blocker(self) -> None:
         """A `Misconfigured` QuotaReserved=False set in memory but never written (a LocalQueue,
@@ -251,6 +260,18 @@ class WorkloadInfo:
 
     def frs(self) -> set[FlavorResource]:
         return set(self.usage)
+
+
+def has_closed_preemption_gate(wl: Workload) -> bool:
+    """Kueue's HasClosedPreemptionGate: a gate of the spec whose state in the status is not Open
+    (a gate only in the spec counts as closed, so that a Workload can be created gated)."""
+    positions = {state.name: state.position for state in (wl.status.preemption_gates if wl.status else None) or []}
+    return any(positions.get(gate.name, "Closed") == "Closed" for gate in wl.spec.preemption_gates or [])
+
+
+def preemption_gates_view(wl: Workload) -> tuple[tuple[str, str], ...]:
+    """The gates' positions, to tell whether an update opened one (the Workload is then tried again)."""
+    return tuple((state.name, state.position) for state in (wl.status.preemption_gates if wl.status else None) or [])
 
 
 def stable_uid(key: str) -> str:

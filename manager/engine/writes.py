@@ -124,6 +124,7 @@ class WriteBookkeeping:
         info.obj = newest_copy(stored, info.obj) or stored  # a newer event may have come first
         info.check_resets.clear()
         info.reset_nomination = False
+        info.close_preemption_gates = False
         info.requeue_state_write = None
         if write.admits:
             self.assumed.discard(write.key)

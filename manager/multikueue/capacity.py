@@ -15,9 +15,10 @@ queue empty is said so, with each worker's largest offer.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 from manager.api.kueue import ClusterQueue, Cohort, LocalQueue, ResourceFlavor, Workload
 from manager.engine.cache import Cache, ClusterQueueInfo
@@ -39,6 +40,19 @@ class WorkerQuotas:
     cluster_queues: Sequence[ClusterQueue] = ()
     cohorts: Sequence[Cohort] = ()
     local_queues: Sequence[LocalQueue] = ()
+    # Names these objects' specs (the worker and its spec version), so that the quota tree built
+    # from them is built once and reused for every fit until a spec changes; None: built each time.
+    spec_key: Hashable | None = None
+
+
+def may_free_room(kind: str, old: Any, new: Any) -> bool:
+    """Whether a status-only change of a worker's queue object could let a waiting Workload fit
+    there: a ClusterQueue whose reservations went down somewhere. An admission there only adds
+    to them, and a LocalQueue's or flavor's status says nothing a fit reads."""
+    if kind != ClusterQueue.KIND or old is None or new is None:
+        return old is None or new is None
+    before, after = _usage_of(old), _usage_of(new)
+    return any(after.get(fr, 0) < value for fr, value in before.items())
 
 
 @dataclass(frozen=True)
@@ -90,6 +104,27 @@ def workload_info(wl: Workload) -> WorkloadInfo:
     return build_info(wl, priority=0, created=created)
 
 
+# The empty fits of `_fit_when_empty`, by the worker's spec key and the Workload's queue and
+# shape; bounded, and dropped whole when full (a spec change makes new keys).
+_EMPTY_FITS: dict[Hashable, tuple[Fit, Cache | None, ClusterQueueInfo | None]] = {}
+MAX_EMPTY_FITS = 4096
+
+
+def _remembered_fit_when_empty(info: WorkloadInfo, quotas: WorkerQuotas) -> tuple[Fit, Cache | None, ClusterQueueInfo | None]:
+    """`_fit_when_empty`, reused while the worker's specs are the same: a placement over ten
+    workers built ten quota trees, again for every Workload at every capacity change. The tree
+    comes back with no usage in it; `fit_on` adds usage and takes it out again."""
+    if quotas.spec_key is None:
+        return _fit_when_empty(info, quotas)
+    key = (quotas.spec_key, info.namespace, info.queue_name, info.scheduling_hash)
+    found = _EMPTY_FITS.get(key)
+    if found is None:
+        if len(_EMPTY_FITS) >= MAX_EMPTY_FITS:
+            _EMPTY_FITS.clear()
+        found = _EMPTY_FITS[key] = _fit_when_empty(info, quotas)
+    return found
+
+
 def _fit_when_empty(info: WorkloadInfo, quotas: WorkerQuotas) -> tuple[Fit, Cache | None, ClusterQueueInfo | None]:
     """The fit with the worker's queues empty, and the quota tree to go on with when it fits."""
     where = f"{info.namespace}/{info.queue_name}"
@@ -131,7 +166,7 @@ def fit_on(
     and not admitted yet, each with its ClusterQueue (the worker's ClusterQueue status does not
     count them); `reserved`, that of our copies the worker reserved quota for, which its
     ClusterQueue status may not show yet (it is written after the reservation)."""
-    empty, cache, cq = _fit_when_empty(info, quotas)
+    empty, cache, cq = _remembered_fit_when_empty(info, quotas)
     if cache is None or cq is None:
         return empty
     ours: dict[str, dict[FlavorResource, int]] = {}
@@ -139,24 +174,31 @@ def fit_on(
         summed = ours.setdefault(queue_name, {})
         for fr, value in usage.items():
             summed[fr] = summed.get(fr, 0) + value
+    added: list[tuple[ClusterQueueInfo, dict[FlavorResource, int]]] = []
     for obj in quotas.cluster_queues:
         queue = cache.cluster_queues.get(obj.name)
         if queue is not None:
             reported, mine = _usage_of(obj), ours.get(obj.name, {})
-            queue.node.add_usages({fr: max(reported.get(fr, 0), mine.get(fr, 0)) for fr in reported.keys() | mine.keys()})
+            added.append((queue, {fr: max(reported.get(fr, 0), mine.get(fr, 0)) for fr in reported.keys() | mine.keys()}))
     for queue_name, usage in in_flight:
         queue = cache.cluster_queues.get(queue_name)
         if queue is not None:
-            queue.node.add_usages(dict(usage))
-    now = _assign(cache, cq, info)
-    if now.representative_mode() != FIT:
-        return dataclasses.replace(empty, reason=now.no_fit_reason)
-    shares = []
-    for fr, value in now.usage.items():
-        total = cq.node.potential_available(fr)
-        if total > 0:
-            shares.append((cq.node.available(fr) - value) / total)
-    return Fit(True, True, free_after=min(shares, default=1.0), offers=empty.offers, usage=dict(now.usage), cluster_queue=cq.name)
+            added.append((queue, dict(usage)))
+    for queue, usage in added:
+        queue.node.add_usages(usage)
+    try:
+        now = _assign(cache, cq, info)
+        if now.representative_mode() != FIT:
+            return dataclasses.replace(empty, reason=now.no_fit_reason)
+        shares = []
+        for fr, value in now.usage.items():
+            total = cq.node.potential_available(fr)
+            if total > 0:
+                shares.append((cq.node.available(fr) - value) / total)
+        return Fit(True, True, free_after=min(shares, default=1.0), offers=empty.offers, usage=dict(now.usage), cluster_queue=cq.name)
+    finally:
+        for queue, usage in reversed(added):  # the tree goes back empty, for the next fit
+            queue.node.remove_usages(usage)
 
 
 def never_fits(info: WorkloadInfo, workers: Mapping[str, WorkerQuotas | None]) -> str | None:

@@ -121,6 +121,9 @@ class WorkloadInputs:
     # other component's (index, the worker that admitted it or ""); all run on one worker.
     component_index: int | None = None
     siblings: Mapping[str, tuple[int, str]] = field(default_factory=dict)
+    # Kueue's MultiKueueOrchestratedPreemption: copies carry the manager's preemption gate, and
+    # one worker at a time may preempt for the Workload (`preemption_gate_to_open`).
+    orchestrated_preemption: bool = False
 
 
 @dataclass(frozen=True)
@@ -147,6 +150,8 @@ class Plan:
     finish: tuple[str, str] | None = None  # (reason, message) for the manager Workload's Finished
     nominate: list[str] | None = None  # new status.nominatedClusterNames
     create: list[str] = field(default_factory=list)  # make a copy on these clusters
+    gate_copies: bool = False  # the copies made carry the manager's preemption gate
+    open_gate: str | None = None  # open the manager's preemption gate of the copy on this cluster
     check: CheckUpdate | None = None
     events: list[tuple[str, str]] = field(default_factory=list)  # (type, message), reason MultiKueue
     requeue_after: float | None = None
@@ -272,15 +277,63 @@ def made_for_this_round(made_for: str | None, local: Workload, check: AdmissionC
     return False
 
 
-def remote_copy(local: Workload, *, origin: str, check_name: str) -> dict[str, Any]:
+def remote_copy(local: Workload, *, origin: str, check_name: str, gated: bool = False) -> dict[str, Any]:
     """Kueue's clone for a worker: name, namespace, labels (without the job UID, with our
-    origin), annotations and the whole spec; no owner, no status. kfed adds the dispatch round."""
+    origin), annotations and the whole spec; no owner, no status. kfed adds the dispatch round.
+    `gated` (orchestrated preemption): the manager's own gates stay here, and the copy gets the
+    MultiKueue preemption gate alone, closed until `preemption_gate_to_open` picks its worker."""
     labels = {k: v for k, v in (local.metadata.labels or {}).items() if k != c.JOB_UID_LABEL}
     labels[c.MULTIKUEUE_ORIGIN_LABEL] = origin
     annotations = dict(local.metadata.annotations or {})
     annotations[DISPATCH_ROUND_ANNOTATION] = dispatch_round(local, admission_check_state(local, check_name))
     metadata: dict[str, Any] = {"name": local.name, "namespace": local.namespace, "labels": labels, "annotations": annotations}
-    return {"apiVersion": f"{c.GROUP}/{c.STORAGE_VERSION}", "kind": "Workload", "metadata": metadata, "spec": local.spec.to_dict()}
+    spec = local.spec.to_dict()
+    if gated:
+        spec["preemptionGates"] = [{"name": c.MULTIKUEUE_PREEMPTION_GATE}]
+    return {"apiVersion": f"{c.GROUP}/{c.STORAGE_VERSION}", "kind": "Workload", "metadata": metadata, "spec": spec}
+
+
+# Kueue's singleClusterPreemptionTimeout: how long one worker may preempt for a Workload before
+# the next worker that asked may preempt too.
+SINGLE_CLUSTER_PREEMPTION_TIMEOUT = timedelta(minutes=5)
+
+
+def preemption_gate_to_open(remotes: Mapping[str, Workload], *, now: datetime) -> tuple[str | None, timedelta | None]:
+    """Kueue's workloadToOpenPreemptionGate: (the worker whose copy's gate to open, when to look
+    again). The copy blocked on its gate the longest is opened, unless another copy's gate was
+    opened less than SINGLE_CLUSTER_PREEMPTION_TIMEOUT ago: then nothing until that time is up.
+    Ties go to the first worker by name (Kueue's map order is random)."""
+    latest_opened: datetime | None = None
+    oldest_blocked: tuple[datetime, str] | None = None
+    for cluster in sorted(remotes):
+        copy = remotes[cluster]
+        gate = next(
+            (g for g in (copy.status.preemption_gates if copy.status else None) or [] if g.name == c.MULTIKUEUE_PREEMPTION_GATE), None
+        )
+        if gate is not None and gate.position == "Open":
+            opened = gate.last_transition_time or now
+            latest_opened = opened if latest_opened is None or opened > latest_opened else latest_opened
+            continue
+        blocked = find_condition(_conditions(copy), c.BLOCKED_ON_PREEMPTION_GATES)
+        if blocked is None or blocked.status != "True":
+            continue
+        since = blocked.last_transition_time or now
+        if oldest_blocked is None or since < oldest_blocked[0]:
+            oldest_blocked = (since, cluster)
+    if oldest_blocked is None:
+        return None, None
+    if latest_opened is not None and now - latest_opened < SINGLE_CLUSTER_PREEMPTION_TIMEOUT:
+        return None, SINGLE_CLUSTER_PREEMPTION_TIMEOUT - (now - latest_opened)
+    return oldest_blocked[1], SINGLE_CLUSTER_PREEMPTION_TIMEOUT
+
+
+def open_gate_patch(copy: Workload, *, now: datetime) -> Patch:
+    """The copy's status write that opens the manager's preemption gate (Kueue's
+    OpenPreemptionGate), guarded by the resourceVersion it was read at: the worker writes the
+    same list when an eviction closes it."""
+    states = [g.to_dict() for g in (copy.status.preemption_gates if copy.status else None) or [] if g.name != c.MULTIKUEUE_PREEMPTION_GATE]
+    states.append({"name": c.MULTIKUEUE_PREEMPTION_GATE, "position": "Open", "lastTransitionTime": format_time(now)})
+    return status_patch(copy, {"preemptionGates": states})
 
 
 # --- the workload planner --------------------------------------------------------------------------
@@ -406,6 +459,7 @@ def _reconcile_group(group: _Group, plan: Plan, *, refusal: str | None, placemen
         _follow_an_eviction,
         _sync_specs,
         _sync_admitting_remote_state,
+        _open_a_preemption_gate,
     )
     for step in steps:
         if step(group, plan):
@@ -592,6 +646,19 @@ def _retry_a_lost_winner(group: _Group, plan: Plan) -> bool:
     return True
 
 
+def _open_a_preemption_gate(group: _Group, plan: Plan) -> bool:
+    """Kueue's step 7 under orchestrated preemption: no copy admitted yet, so the worker whose
+    copy has waited longest to preempt may preempt now, one worker per timeout. Never ends the pass."""
+    if not group.inputs.orchestrated_preemption:
+        return False
+    candidates = {k: v for k, v in group.remotes.items() if k not in group.blocked and k not in plan.delete}
+    plan.open_gate, look_again = preemption_gate_to_open(candidates, now=group.inputs.now)
+    if look_again is not None:
+        seconds = look_again.total_seconds()
+        plan.requeue_after = seconds if plan.requeue_after is None else min(plan.requeue_after, seconds)
+    return False
+
+
 def component_placement(index: int, siblings: Mapping[str, tuple[int, str]]) -> tuple[bool, str | None]:
     """Kueue's component Workloads under MultiKueue (isPrimaryComponentWorkload and
     getComponentWorkloadsClusterName): (whether this one may pick its worker, the worker its
@@ -660,6 +727,9 @@ def _nominate_and_synchronize_workers(group: _Group, plan: Plan, *, refusal: str
     for cluster in nominated:
         if cluster in group.available and cluster in accepting and cluster not in remotes:
             plan.create.append(cluster)
+    # Kueue gates the copies of every dispatcher's nomination, not those of a component
+    # following its siblings (one worker, where the rest of its job already runs).
+    plan.gate_copies = inputs.orchestrated_preemption
     plan.delete += [cluster for cluster in sorted(remotes) if cluster not in nominated and cluster not in plan.delete]
     # One message says all that holds the Workload back (the capacity-aware dispatcher's reason
     # for sending no copy, then the workers' problems), so that no two rules take turns at it.

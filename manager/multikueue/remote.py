@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -33,10 +34,11 @@ from manager.kube.client import KubeClient, KubeconfigError
 from manager.kube.errors import ForbiddenError, KubeError, NotFoundError, TransientError
 from manager.kube.informer import InformerSet
 from manager.multikueue.agent_health import AGENT_LEASE_NAME, AGENT_LEASE_NAMESPACE, AgentLeaseWatch, AgentVerdict, LeaseSighting
-from manager.multikueue.capacity import WorkerQuotas
+from manager.multikueue.capacity import WorkerQuotas, may_free_room
 from manager.runtime.tasks import cancel_and_wait
 
 log = logging.getLogger("kfed.multikueue.remote")
+_SERIALS = itertools.count()
 
 RETRY_BASE_SECONDS = 5
 RETRY_MAX_SECONDS = 320
@@ -117,6 +119,9 @@ class RemoteCluster:
         # Counts changes to what the worker's queues could ever give (their specs, or whether
         # they are known at all), not to their usage: what MultiKueue's refusal reads.
         self.quota_spec_version = 0
+        # Unique in the process: with the version, it names the queue specs last seen here (a
+        # RemoteCluster made again for the same worker starts its versions again).
+        self.serial = next(_SERIALS)
         # The job kinds to watch (as Kueue does, a worker must serve each: a watch that cannot
         # be opened fails the connection).
         self.adapters = tuple(adapters)
@@ -343,9 +348,13 @@ class RemoteCluster:
             await asyncio.sleep(QUOTA_WATCH_RETRY_SECONDS)
 
     def _on_quota_object(self, kind: str, old: Any, new: Any) -> None:
-        if old is None or new is None or old.spec != new.spec:
+        changed = old is None or new is None or old.spec != new.spec
+        if changed:
             self.quota_spec_version += 1
-        self._quotas_changed()
+        # Status-only changes wake the Workloads waiting for room only when they may have made
+        # some: an admission there (most of them) cannot.
+        if changed or may_free_room((new or old).KIND, old, new):
+            self._quotas_changed()
 
     def _quotas_changed(self) -> None:
         if self.on_quotas is not None:
@@ -361,6 +370,7 @@ class RemoteCluster:
             cluster_queues=informers[ClusterQueue.KIND].items(),
             cohorts=informers[Cohort.KIND].items() if Cohort.KIND in informers else [],
             local_queues=informers[LocalQueue.KIND].items(),
+            spec_key=(self.serial, self.quota_spec_version),
         )
 
     # --- the admission side ---------------------------------------------------------------------------

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from manager.api import constants as c
-from manager.api.config import Configuration, parse_duration
+from manager.api.config import MULTIKUEUE_ORCHESTRATED_PREEMPTION, Configuration, parse_duration
 from manager.multikueue.kubeconfig import DEFAULT_PATH_PREFIX
 
 DEFAULT_GC_INTERVAL = timedelta(minutes=1)
@@ -27,12 +27,16 @@ class Settings:
     # kfed's own: the manager keeps the namespaces and LocalQueues its Workloads need on each
     # worker (a MultiKueueConfig's `kfed.dev/propagate-queues` annotation overrides it).
     propagate_queues: bool = False
+    # Kueue's MultiKueueOrchestratedPreemption gate: copies carry a preemption gate, opened on
+    # one worker at a time.
+    orchestrated_preemption: bool = False
 
     @classmethod
     def from_configuration(cls, config: Configuration, *, kubeconfig_path_prefix: str = DEFAULT_PATH_PREFIX) -> Settings:
         mk = config.multi_kueue
+        orchestrated = config.feature_enabled(MULTIKUEUE_ORCHESTRATED_PREEMPTION)
         if mk is None:
-            return cls(kubeconfig_path_prefix=kubeconfig_path_prefix)
+            return cls(kubeconfig_path_prefix=kubeconfig_path_prefix, orchestrated_preemption=orchestrated)
         if mk.origin == "":
             raise ValueError("multiKueue.origin: Invalid value: must not be empty")
         step = mk.incremental_dispatcher_config.step_size if mk.incremental_dispatcher_config else None
@@ -54,6 +58,7 @@ class Settings:
             admission_timeout=_duration(capacity.admission_timeout if capacity else None, DEFAULT_ADMISSION_TIMEOUT),
             kubeconfig_path_prefix=kubeconfig_path_prefix,
             propagate_queues=bool(mk.propagate_queues),
+            orchestrated_preemption=orchestrated,
         )
 
 

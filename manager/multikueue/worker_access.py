@@ -67,6 +67,23 @@ WORKLOAD_RULES: list[dict[str, list[str]]] = [
     *LOG_READ_RULES,
 ]
 OPTIONAL_RULES = (QUEUE_READ_RULE, *LOG_READ_RULES)  # register's checklist does not require them
+# Queues that follow the manager (propagation.py, `kfed register --propagate-queues`): a second
+# ClusterRole, granted only to a manager that propagates. It creates the LocalQueue a copy needs
+# and deletes the ones it created; cluster-wide it also creates the namespace, lists its own (by
+# label) and deletes them. A credential bound to some namespaces is given those: they exist.
+QUEUES_ROLE = f"{SERVICE_ACCOUNT}-queues"
+LOCAL_QUEUE_WRITE_RULES: list[dict[str, list[str]]] = [
+    {"apiGroups": [c.GROUP], "resources": ["localqueues"], "verbs": ["create", "delete"]},
+]
+NAMESPACE_WRITE_RULES: list[dict[str, list[str]]] = [
+    {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["create", "delete", "list"]},
+]
+
+
+def queue_propagation_rules(worker_namespaces: tuple[str, ...] | None) -> list[dict[str, list[str]]]:
+    return [*LOCAL_QUEUE_WRITE_RULES, *(NAMESPACE_WRITE_RULES if worker_namespaces is None else [])]
+
+
 # Whether the worker's kfed agent runs (remote.py reads its leader-election Lease): that one
 # Lease, read only, through a Role in its namespace.
 AGENT_LEASE_RULES: list[dict[str, list[str]]] = [
@@ -90,10 +107,13 @@ def _rbac(kind: str, name: str, namespace: str | None = None, **content: Any) ->
     return path, {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": kind, "metadata": metadata, **content}
 
 
-def worker_access_rbac(namespace: str, worker_namespaces: tuple[str, ...] | None) -> list[tuple[str, dict[str, Any]]]:
+def worker_access_rbac(
+    namespace: str, worker_namespaces: tuple[str, ...] | None, *, propagate_queues: bool = False
+) -> list[tuple[str, dict[str, Any]]]:
     """The RBAC objects of the manager's ServiceAccount (in `namespace`), each with the path it
-    is applied at: the ClusterRole bound cluster-wide, or in each of `worker_namespaces`; and
-    the agent Lease's Role, bound in the Lease's namespace."""
+    is applied at: the ClusterRole bound cluster-wide, or in each of `worker_namespaces`; the
+    agent Lease's Role, bound in the Lease's namespace; and with `propagate_queues`, the queues'
+    ClusterRole, bound the same way as the first."""
     subjects = [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": namespace}]
     role = {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": SERVICE_ACCOUNT}
     lease_role = {**role, "kind": "Role", "name": AGENT_LEASE_ROLE}
@@ -101,10 +121,22 @@ def worker_access_rbac(namespace: str, worker_namespaces: tuple[str, ...] | None
         _rbac("ClusterRole", SERVICE_ACCOUNT, rules=WORKLOAD_RULES),
         _rbac("Role", AGENT_LEASE_ROLE, AGENT_LEASE_NAMESPACE, rules=AGENT_LEASE_RULES),
         _rbac("RoleBinding", AGENT_LEASE_ROLE, AGENT_LEASE_NAMESPACE, roleRef=lease_role, subjects=subjects),
+        *_bound(SERVICE_ACCOUNT, worker_namespaces, subjects),
     ]
+    if propagate_queues:
+        objects.append(_rbac("ClusterRole", QUEUES_ROLE, rules=queue_propagation_rules(worker_namespaces)))
+        objects.extend(_bound(QUEUES_ROLE, worker_namespaces, subjects))
+    return objects
+
+
+def _bound(
+    cluster_role: str, worker_namespaces: tuple[str, ...] | None, subjects: list[dict[str, str]]
+) -> list[tuple[str, dict[str, Any]]]:
+    """The bindings of a ClusterRole: cluster-wide, or a RoleBinding in each named namespace."""
+    role = {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": cluster_role}
     if worker_namespaces is None:
-        return [*objects, _rbac("ClusterRoleBinding", SERVICE_ACCOUNT, roleRef=role, subjects=subjects)]
-    return [*objects, *(_rbac("RoleBinding", SERVICE_ACCOUNT, ns, roleRef=role, subjects=subjects) for ns in worker_namespaces)]
+        return [_rbac("ClusterRoleBinding", cluster_role, roleRef=role, subjects=subjects)]
+    return [_rbac("RoleBinding", cluster_role, ns, roleRef=role, subjects=subjects) for ns in worker_namespaces]
 
 
 async def create_service_account(
@@ -113,25 +145,31 @@ async def create_service_account(
     *,
     namespace: str,
     worker_namespaces: tuple[str, ...] | None = None,
+    propagate_queues: bool = False,
     token_wait: float = TOKEN_WAIT_SECONDS,
 ) -> dict[str, Any]:
     """Kueue's setup script, done through the API: a ServiceAccount with only MultiKueue's
-    verbs (in `worker_namespaces` only, when named), a long-lived token for it, and a kubeconfig
-    that uses that token. Run again, it brings the rights to what this kfed grants."""
+    verbs (in `worker_namespaces` only, when named; with the queues' rights when the manager
+    propagates them), a long-lived token for it, and a kubeconfig that uses that token. Run
+    again, it brings the rights to what this kfed grants, and removes those it no longer does."""
     for ns in dict.fromkeys([namespace, AGENT_LEASE_NAMESPACE]):
         with contextlib.suppress(AlreadyExistsError):
             await worker.request("POST", "/api/v1/namespaces", body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
     service_account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": SERVICE_ACCOUNT, "namespace": namespace}}
     with contextlib.suppress(AlreadyExistsError):
         await worker.request("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts", body=service_account)
-    for path, body in worker_access_rbac(namespace, worker_namespaces):
+    for path, body in worker_access_rbac(namespace, worker_namespaces, propagate_queues=propagate_queues):
         try:
             # Server-side apply: a role left by an earlier kfed gets exactly these rules.
             await worker.request("PATCH", path, query=[("fieldManager", "kfed"), ("force", "true")], body=body, content_type=APPLY_PATCH)
         except NotFoundError:
             ns = body["metadata"].get("namespace", "")
             raise WorkerAccessError(f"--worker-namespace {ns}: namespace not found on the worker (create it and its LocalQueue)") from None
-    await _remove_stale_bindings(worker, worker_namespaces)
+    await _remove_stale_bindings(worker, SERVICE_ACCOUNT, worker_namespaces)
+    await _remove_stale_bindings(worker, QUEUES_ROLE, worker_namespaces if propagate_queues else ())
+    if not propagate_queues:
+        with contextlib.suppress(NotFoundError):
+            await worker.request("DELETE", f"{RBAC_PATH}/clusterroles/{QUEUES_ROLE}")
     token_secret = {
         "apiVersion": "v1",
         "kind": "Secret",
@@ -151,20 +189,21 @@ async def create_service_account(
     return out
 
 
-async def _remove_stale_bindings(worker: KubeClient, worker_namespaces: tuple[str, ...] | None) -> None:
-    """An earlier registration's bindings that this one does not make: the cluster-wide one
-    when namespaces are named now, and those in namespaces no longer named."""
+async def _remove_stale_bindings(worker: KubeClient, name: str, worker_namespaces: tuple[str, ...] | None) -> None:
+    """An earlier registration's bindings named `name` that this one does not make: the
+    cluster-wide one when namespaces are named now (`()`: none is bound at all), and those in
+    namespaces no longer named."""
     if worker_namespaces is not None:
         with contextlib.suppress(NotFoundError):
-            await worker.request("DELETE", f"{RBAC_PATH}/clusterrolebindings/{SERVICE_ACCOUNT}")
+            await worker.request("DELETE", f"{RBAC_PATH}/clusterrolebindings/{name}")
     ours = ",".join(f"{key}={value}" for key, value in MANAGED_BY.items())
-    query = [("labelSelector", ours), ("fieldSelector", f"metadata.name={SERVICE_ACCOUNT}")]
+    query = [("labelSelector", ours), ("fieldSelector", f"metadata.name={name}")]
     listed = await worker.request("GET", f"{RBAC_PATH}/rolebindings", query=query)
     for item in listed.get("items") or []:
         ns = item["metadata"]["namespace"]
         if worker_namespaces is None or ns not in worker_namespaces:
             with contextlib.suppress(NotFoundError):
-                await worker.request("DELETE", f"{RBAC_PATH}/namespaces/{ns}/rolebindings/{SERVICE_ACCOUNT}")
+                await worker.request("DELETE", f"{RBAC_PATH}/namespaces/{ns}/rolebindings/{name}")
 
 
 async def _issued_token(worker: KubeClient, namespace: str, wait: float) -> str:

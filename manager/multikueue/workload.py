@@ -63,6 +63,7 @@ from manager.multikueue.plan import (
     WorkloadInputs,
     check_patch,
     may_still_run_on,
+    open_gate_patch,
     plan_workload,
     remote_copy,
 )
@@ -396,6 +397,7 @@ class WorkloadController:
             remote_jobs=frozenset(name for name, remote in connected.items() if remote.jobs_for(key)),
             component_index=component_index(local),
             siblings=self._siblings(local),
+            orchestrated_preemption=self.settings.orchestrated_preemption,
         )
         plan = plan_workload(inputs)
         if not plan.forget:
@@ -485,8 +487,10 @@ class WorkloadController:
             reason, message = plan.finish
             await self._patch_local(local, finish_patch(local, reason=reason, message=message, now=self.clock()))
             return Result(requeue_after=plan.requeue_after) if plan.requeue_after is not None else None
+        if plan.open_gate is not None:
+            await self._open_gate(connected[plan.open_gate], key)
         for cluster in plan.create:
-            if await self._create_remote(connected[cluster], key, local, check_name):
+            if await self._create_remote(connected[cluster], key, local, check_name, gated=plan.gate_copies):
                 requeue = PROBLEM_RETRY if requeue is None else min(requeue, PROBLEM_RETRY)
         if not recorded_first and (plan.check is not None or plan.nominate is not None):
             await self._write_check(local, check_name, plan)
@@ -527,20 +531,20 @@ class WorkloadController:
         with contextlib.suppress(NotFoundError):
             await client.delete(kueue.Workload, name, namespace=namespace)
 
-    async def _create_remote(self, remote: RemoteCluster, key: str, local: kueue.Workload, check_name: str) -> bool:
+    async def _create_remote(self, remote: RemoteCluster, key: str, local: kueue.Workload, check_name: str, *, gated: bool) -> bool:
         """Make the copy, its namespace and LocalQueue first where its config propagates them;
         returns True when it could not be made (the reason is kept for the manager's check message)."""
         if self.propagation is None or not self.propagation.propagates(check_name):
-            return await self._create_copy(remote, key, local, check_name)
+            return await self._create_copy(remote, key, local, check_name, gated=gated)
         async with self.propagation.holding(remote.name):
             if remote.serves(local.namespace):
                 problem = await self.propagation.ensure(remote, local)
                 if problem is not None:
                     self._record(key, lambda state: state.with_problem(remote.name, problem))
                     return True
-            return await self._create_copy(remote, key, local, check_name)
+            return await self._create_copy(remote, key, local, check_name, gated=gated)
 
-    async def _create_copy(self, remote: RemoteCluster, key: str, local: kueue.Workload, check_name: str) -> bool:
+    async def _create_copy(self, remote: RemoteCluster, key: str, local: kueue.Workload, check_name: str, *, gated: bool) -> bool:
         """Make the copy; returns True when it could not be made (the reason is kept for the
         manager's check message)."""
         client = remote.client
@@ -552,7 +556,9 @@ class WorkloadController:
             return True
         try:
             await client.create(
-                kueue.Workload, remote_copy(local, origin=self.settings.origin, check_name=check_name), namespace=local.namespace
+                kueue.Workload,
+                remote_copy(local, origin=self.settings.origin, check_name=check_name, gated=gated),
+                namespace=local.namespace,
             )
         except AlreadyExistsError:
             pass
@@ -577,6 +583,18 @@ class WorkloadController:
         patch = {"spec": {name: spec.get(name) for name in ("priority", "priorityClassRef")}}
         with contextlib.suppress(NotFoundError):
             await remote.client.patch(kueue.Workload, local.name, patch, namespace=local.namespace)
+
+    async def _open_gate(self, remote: RemoteCluster, key: str) -> None:
+        """Let this worker preempt for the Workload (Kueue's OpenPreemptionGate). A write that
+        loses a race with the worker's own is planned again from the newer copy."""
+        copy = remote.workload(key)
+        if copy is None or remote.client is None:
+            return
+        log.info("preemption gate opened", extra={"key": key, "cluster": remote.name})
+        with contextlib.suppress(NotFoundError):
+            await remote.client.patch(
+                kueue.Workload, copy.name, open_gate_patch(copy, now=self.clock()), namespace=copy.namespace, subresource="status"
+            )
 
     async def _deactivate_remote(self, remote: RemoteCluster, key: str, message: str) -> None:
         """Kueue's SetDeactivationTarget on the copy: the worker evicts it and stops its Job."""

@@ -26,7 +26,7 @@ import pytest
 
 from manager.api import constants as c
 from manager.api import kueue
-from manager.api.core import Job
+from manager.api.core import Job, Namespace
 from manager.api.meta import find_condition, is_condition_true
 from manager.api.rbac import Grant, Request, allows, grants_for, service_account_user, unused_rights
 from manager.dev import federation
@@ -38,6 +38,7 @@ from manager.kube.errors import NotFoundError
 from manager.multikueue import worker_access
 from manager.multikueue.agent_health import AGENT_LEASE_NAMESPACE
 from manager.multikueue.plan import WORKER_NAMESPACES_ANNOTATION
+from manager.multikueue.queues import PROPAGATE_QUEUES_ANNOTATION
 from tests.conftest import REPO_ROOT
 from tests.e2e.federation import LQ, job_manifest, kueue_object, write_config
 from tests.harness import Provider, eventually
@@ -46,7 +47,8 @@ from tests.integration.controllers import SYSTEM_NAMESPACE, ControllerProcess, e
 SA = service_account_user(SYSTEM_NAMESPACE, worker_access.SERVICE_ACCOUNT)
 # The roles `kfed register` makes; the others the ServiceAccount has are every identity's
 # (discovery, SelfSubjectAccessReview), which register's checklist uses.
-OURS = (f"ClusterRole {worker_access.SERVICE_ACCOUNT}", f"Role {AGENT_LEASE_NAMESPACE}/{worker_access.AGENT_LEASE_ROLE}")
+QUEUES_ROLE = f"ClusterRole {worker_access.QUEUES_ROLE}"  # `kfed register --propagate-queues` only
+OURS = (f"ClusterRole {worker_access.SERVICE_ACCOUNT}", f"Role {AGENT_LEASE_NAMESPACE}/{worker_access.AGENT_LEASE_ROLE}", QUEUES_ROLE)
 # Rights of our roles that the flow below does not use, each with the code path that needs
 # it: JobSets go through the same paths as Jobs (manager/engine/integrations/jobset.py), for a
 # manager that enables them; this flow runs batch/v1 Jobs. The worker's queues are read
@@ -422,3 +424,35 @@ async def test_named_namespaces_get_the_job_and_workload_rights_from_rolebinding
         assert request.namespace in (first, second), request.describe()
         binding = f"RoleBinding {request.namespace}/{worker_access.SERVICE_ACCOUNT}"
         assert any(g.allows(request) for g in found.grants if g.binding == binding)
+
+
+async def test_a_manager_that_propagates_queues_is_granted_the_queues_rights_and_uses_each(
+    audited: AuditedFederation, clients: dict[str, KubeClient]
+) -> None:
+    """Registered with --propagate-queues, for a config that propagates: a Job in a namespace
+    that exists only on the manager runs on the worker (its namespace and LocalQueue made there
+    first), and once it is gone the manager removes both. Every right of the queues' role was
+    used, none refused; without the flag (the tests above) the role is not there at all."""
+    tag = f"pq{uuid.uuid4().hex[:4]}"
+    kube = Kube(clients["manager"], clients["wide"])
+    ns = f"{tag}-a"
+    await queues(kube, [ns], tag, worker_namespaces=[])  # the worker has the ClusterQueue only
+    kfed_register(audited, "wide", tag, "--propagate-queues")
+    await kube.manager.patch(kueue.MultiKueueConfig, tag, {"metadata": {"annotations": {PROPAGATE_QUEUES_ANNOTATION: "true"}}})
+    await connected(kube, "wide")
+    await run_and_finish(kube, ns)
+
+    async def removed_from_worker() -> bool:
+        try:
+            await kube.worker.get(Namespace, ns)
+        except NotFoundError:
+            return True
+        return False
+
+    await delete_job(kube, ns, "done")
+    await eventually(removed_from_worker, timeout=60, what=f"the propagated namespace {ns} removed from the worker once unused")
+    found = await audited_until_every_right_shows(audited.workers["wide"], kube.worker)
+    assert denied_to(found.entries, SA) == [], "requests refused (403)"
+    queue_grants = [grant for grant in found.grants if grant.role == QUEUES_ROLE]
+    assert [grant.binding for grant in queue_grants] == [f"ClusterRoleBinding {worker_access.QUEUES_ROLE}"]
+    assert unused_rights(queue_grants, found.used) == [], f"rights of the queues' role never used; used: {found.verbs()}"

@@ -21,7 +21,7 @@ from manager.controllers.webhooks import WebhookEndpoint, install, webhook_confi
 from manager.dev.binaries import binary_dir
 from manager.dev.local import LocalCluster
 from manager.kube.client import KubeClient
-from manager.multikueue.worker_access import AGENT_LEASE_RULES, WORKLOAD_RULES
+from manager.multikueue.worker_access import AGENT_LEASE_RULES, WORKLOAD_RULES, queue_propagation_rules
 from manager.runtime.pki import new_ca
 from tests.conftest import REPO_ROOT
 from tests.harness import Provider
@@ -36,9 +36,10 @@ BASES = (
     "overlays/dashboard",
     "quota-automation",
     "overlays/quota-automation",
+    "multikueue-queue-propagation",
 )
 # Opt-in rights, left out of the RBAC check of a default installation.
-OPT_IN = ("quota-automation", "overlays/quota-automation")
+OPT_IN = ("quota-automation", "overlays/quota-automation", "multikueue-queue-propagation")
 CHART = DEPLOY / "helm" / "kfed"
 # The chart's values for each kind of cluster, and the kustomize bases that install the same.
 CHART_INSTALLS = {
@@ -49,6 +50,19 @@ CHART_INSTALLS = {
     "worker-cluster": (
         ["--set", "manager.enabled=false", "--set", "workerAgent.enabled=true", "--set", "multikueueWorkerAccess.enabled=true"],
         ("worker-agent", "multikueue-worker-access"),
+    ),
+    "worker-cluster-with-queue-propagation": (
+        [
+            "--set",
+            "manager.enabled=false",
+            "--set",
+            "workerAgent.enabled=true",
+            "--set",
+            "multikueueWorkerAccess.enabled=true",
+            "--set",
+            "multikueueWorkerAccess.propagateQueues=true",
+        ],
+        ("worker-agent", "multikueue-worker-access", "multikueue-queue-propagation"),
     ),
 }
 # Labels only Helm adds (release bookkeeping); everything else must match the bases.
@@ -338,6 +352,8 @@ def test_the_worker_access_role_is_what_register_creates() -> None:
     docs: list[dict[str, Any]] = [d for d in yaml.safe_load_all((DEPLOY / "multikueue-worker-access" / "rbac.yaml").read_text()) if d]
     assert next(d for d in docs if d["kind"] == "ClusterRole")["rules"] == WORKLOAD_RULES
     assert next(d for d in docs if d["kind"] == "Role")["rules"] == AGENT_LEASE_RULES
+    propagation = [d for d in yaml.safe_load_all((DEPLOY / "multikueue-queue-propagation" / "rbac.yaml").read_text()) if d]
+    assert next(d for d in propagation if d["kind"] == "ClusterRole")["rules"] == queue_propagation_rules(None)
 
 
 def test_the_manager_may_read_only_the_worker_agents_lease_on_a_worker(cluster: LocalCluster) -> None:

@@ -38,6 +38,8 @@ async def test_dev_up_leaves_a_ready_federation_whose_printed_steps_run_and_down
         steps = printed_commands(up.stdout)
         assert f"kubectl create -f {federation.LONG_JOB}" in steps
         assert steps[-1] == f"kfed dev down --dir {tmp_path}"
+        assert "Queues follow the manager (multiKueue.propagateQueues)" in up.stdout
+        await a_new_namespace_on_the_manager_runs_its_job(tmp_path)
         ran = run_as_printed(steps[:-1])
         assert ran.returncode == 0, ran.stderr
         assert "clusterqueue.kueue.x-k8s.io/cluster-queue" in ran.stdout
@@ -92,9 +94,42 @@ async def test_dev_up_leaves_a_ready_federation_whose_printed_steps_run_and_down
     assert kfed("dev", "status", "--dir", str(tmp_path)).returncode == 1
 
 
-async def workloads_by_job(api: Any) -> dict[str, dict[str, Any]]:
-    listed = await custom_api(api).list_namespaced_custom_object("kueue.x-k8s.io", "v1beta2", "default", "workloads")
+async def a_new_namespace_on_the_manager_runs_its_job(directory: Path) -> None:
+    """What a newcomer does first: a namespace and a LocalQueue made on the manager only, and a
+    Job there. The playground's manager makes them on the worker it sends the Job to (with the
+    rights its least-privilege credential was given for that), so the Job runs."""
+    job = yaml.safe_load((REPO_ROOT / federation.SAMPLE_JOB).read_text())
+    job["metadata"]["namespace"] = "research"
+    job["spec"]["parallelism"] = job["spec"]["completions"] = 1
+    local_queue = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "LocalQueue",
+        "metadata": {"name": "user-queue", "namespace": "research"},
+        "spec": {"clusterQueue": "cluster-queue"},
+    }
+    async with api_for(KubeconfigFile(directory / "manager.kubeconfig")) as api:
+        await core_api(api).create_namespace({"metadata": {"name": "research"}})
+        await custom_api(api).create_namespaced_custom_object("kueue.x-k8s.io", "v1beta2", "research", "localqueues", local_queue)
+        created = await batch_api(api).create_namespaced_job("research", job)
+
+        async def complete() -> bool:
+            found = await batch_api(api).read_namespaced_job(created.metadata.name, "research")
+            return any(c.type == "Complete" and c.status == "True" for c in found.status.conditions or [])
+
+        await eventually(complete, timeout=90, what="the Job in the manager-only namespace Complete")
+        # It ran on a worker, which had no such namespace (`dev up` makes only `default`'s queue
+        # there); the manager removes what it made once unused, so the worker is not read here.
+        wl = next(iter((await workloads_in(api, "research")).values()))
+        assert wl["status"]["clusterName"] in ("worker1", "worker2")
+
+
+async def workloads_in(api: Any, namespace: str) -> dict[str, dict[str, Any]]:
+    listed = await custom_api(api).list_namespaced_custom_object("kueue.x-k8s.io", "v1beta2", namespace, "workloads")
     return {owner["name"]: wl for wl in listed["items"] for owner in wl["metadata"].get("ownerReferences", []) if owner["kind"] == "Job"}
+
+
+async def workloads_by_job(api: Any) -> dict[str, dict[str, Any]]:
+    return await workloads_in(api, "default")
 
 
 def condition_true(obj: dict[str, Any], kind: str) -> bool:

@@ -61,6 +61,17 @@ def workload(
     )
 
 
+def released(write: StatusWrite, original: kueue.Workload, rv: str) -> kueue.Workload:
+    """An evicted Workload once its Job stopped: the job integration cleared its reservation."""
+    out = stored(write, original, rv)
+    assert out.status is not None
+    out.status.admission = None
+    for cond in out.status.conditions or []:
+        if cond.type == c.QUOTA_RESERVED:
+            cond.status = "False"
+    return out
+
+
 def ready_state(cpu: int = 2, **cq_spec: Any) -> AdmissionState:
     state = AdmissionState()
     state.upsert_namespace("ns", {})
@@ -196,13 +207,7 @@ def test_an_evicted_job_workload_keeps_its_quota_until_the_job_integration_relea
     assert is_condition_true(victim.conditions, c.EVICTED) and victim.admission is not None  # still holds quota
     assert not writes.get("ns/high") or not writes["ns/high"].admits
     # The Job stopped; its integration cleared the reservation: the preemptor gets the quota.
-    released = stored(writes["ns/low"], low, "9")
-    assert released.status is not None
-    released.status.admission = None
-    for cond in released.status.conditions or []:
-        if cond.type == c.QUOTA_RESERVED:
-            cond.status = "False"
-    state.upsert_workload(released, T0 + timedelta(seconds=2))
+    state.upsert_workload(released(writes["ns/low"], low, "9"), T0 + timedelta(seconds=2))
     admitted = {w.key for w in run(state, T0 + timedelta(seconds=2)) if w.admits}
     assert admitted == {"ns/high"}
 

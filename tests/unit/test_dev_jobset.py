@@ -138,3 +138,11 @@ def test_lws_is_named_by_short_name_or_kueues_framework_name() -> None:
     assert federation.parse_integrations("lws,pod") == ("lws", "pod")
     frameworks = federation.kfed_configuration(("lws",))["integrations"]["frameworks"]
     assert frameworks == ["batch/job", "leaderworkerset.x-k8s.io/leaderworkerset"]
+
+
+def test_the_playground_propagates_queues_and_says_so(tmp_path: Path) -> None:
+    """`kfed dev up` spares the user Kueue's chore of mirroring namespaces and LocalQueues."""
+    assert federation.kfed_configuration((), propagate_queues=True)["multiKueue"] == {"propagateQueues": True}
+    assert "multiKueue" not in federation.kfed_configuration(())
+    shown = federation.next_steps(elapsed=8, directory=tmp_path, workers=2, jobs=True, repo_root=None, cwd=tmp_path, path_dirs=[])
+    assert "Queues follow the manager (multiKueue.propagateQueues)" in shown

@@ -19,6 +19,7 @@ from manager.multikueue.capacity import (
     choose_worker,
     fit_on,
     fit_when_empty,
+    may_free_room,
     never_fits,
     never_fits_message,
     total_requests,
@@ -206,3 +207,39 @@ def test_the_admission_timeout_is_read_from_the_configuration(multikueue: dict[s
             Settings.from_configuration(config)
     else:
         assert Settings.from_configuration(config).admission_timeout == expected
+
+
+def test_a_worker_seen_with_the_same_specs_gives_the_same_fits_whatever_ran_before() -> None:
+    """The quota tree built for one spec key is reused: each fit takes its usage out again, so a
+    full worker seen first never makes the same worker, emptier, look full (or the reverse)."""
+    key = ("worker1", 7)
+    full, half, empty = (dataclasses.replace(worker(8, used=used), spec_key=key) for used in (7, 4, 0))
+    info = workload_info(workload("3"))
+    fresh = {name: fit_on(info, dataclasses.replace(q, spec_key=None)) for name, q in (("full", full), ("half", half), ("empty", empty))}
+    for order in (("full", "half", "empty", "full"), ("empty", "full", "half", "half")):
+        seen = [fit_on(info, {"full": full, "half": half, "empty": empty}[name]) for name in order]
+        assert seen == [fresh[name] for name in order]
+    sent = [("cq", {("default", "cpu"): 3000})]
+    assert not fit_on(info, half, in_flight=sent).now and fit_on(info, half).now  # in-flight usage is not kept either
+
+
+def cq_status(*totals: tuple[str, str]) -> ClusterQueue:
+    reservation = [{"name": flavor, "resources": [{"name": "cpu", "total": total, "borrowed": "0"}]} for flavor, total in totals]
+    return ClusterQueue.model_validate(
+        {"apiVersion": V, "kind": "ClusterQueue", "metadata": {"name": "cq"}, "spec": {}, "status": {"flavorsReservation": reservation}}
+    )
+
+
+@pytest.mark.parametrize(
+    ("kind", "old", "new", "frees"),
+    [
+        ("ClusterQueue", cq_status(("a", "4")), cq_status(("a", "5")), False),  # an admission there
+        ("ClusterQueue", cq_status(("a", "4")), cq_status(("a", "3")), True),  # a Workload finished
+        ("ClusterQueue", cq_status(("a", "4"), ("b", "1")), cq_status(("a", "6")), True),  # moved off flavor b
+        ("ClusterQueue", None, cq_status(("a", "1")), True),  # a new queue
+        ("ClusterQueue", cq_status(("a", "1")), None, True),
+        ("LocalQueue", object(), object(), False),  # a LocalQueue's status: nothing a fit reads
+    ],
+)
+def test_only_a_status_change_that_gives_quota_back_wakes_the_waiting(kind: str, old: Any, new: Any, frees: bool) -> None:
+    assert may_free_room(kind, old, new) is frees

@@ -10,7 +10,7 @@ import pytest
 
 from manager.api import constants as c
 from manager.api.core import Job
-from manager.api.kueue import ClusterQueue, LocalQueue, ResourceFlavor, Workload
+from manager.api.kueue import ClusterQueue, LocalQueue, PreemptionGate, PreemptionGateState, ResourceFlavor, Workload
 from manager.engine.integrations.registry import BATCH_JOB, enabled
 from manager.engine.units import FlavorResource
 from manager.engine.workload import DEACTIVATION_TARGET, WorkloadInfo, admission_check_state
@@ -26,6 +26,7 @@ from manager.multikueue.plan import (
     dispatch_round,
     made_for_this_round,
     may_still_run_on,
+    open_gate_patch,
     plan_gc,
     plan_workload,
     remote_copy,
@@ -824,3 +825,106 @@ def test_an_excluded_worker_keeps_the_copy_it_admitted_and_its_job_runs_on() -> 
     clusters = [ClusterHealth("w1", True, excluded=EXCLUDED), *up("w2")]
     kept = plan_workload(inputs(wl, clusters, {"w1": remote(cond(c.QUOTA_RESERVED), cond(c.ADMITTED), round_of=wl)}))
     assert kept.delete == [] and kept.sync_job == "w1"
+
+
+# --- orchestrated preemption (Kueue's MultiKueueOrchestratedPreemption) ----------------------------------
+def gate_state(position: str, at: str = T0) -> dict[str, Any]:
+    return {"name": c.MULTIKUEUE_PREEMPTION_GATE, "position": position, "lastTransitionTime": at}
+
+
+def copy_of(wl: Workload, *conditions: dict[str, Any], gate: dict[str, Any] | None = None) -> Workload:
+    made = remote(*conditions, round_of=wl)
+    made.spec.preemption_gates = [PreemptionGate(name=c.MULTIKUEUE_PREEMPTION_GATE)]
+    if gate is not None:
+        assert made.status is not None
+        made.status.preemption_gates = [PreemptionGateState.model_validate(gate)]
+    return made
+
+
+def blocked_since(at: str) -> dict[str, Any]:
+    return cond(c.BLOCKED_ON_PREEMPTION_GATES, reason="PreemptionGated", at=at)
+
+
+@pytest.mark.parametrize(
+    "dispatcher", [c.DISPATCHER_ALL_AT_ONCE, c.DISPATCHER_INCREMENTAL, c.DISPATCHER_CAPACITY_AWARE], ids=["all", "incremental", "capacity"]
+)
+def test_with_orchestrated_preemption_every_dispatcher_gates_its_copies(dispatcher: str) -> None:
+    wl = local(nominated=["w1", "w2"] if dispatcher == c.DISPATCHER_INCREMENTAL else None, spec=ONE_CPU)
+    workers = FakeWorkers(queues={"w1": quotas(4), "w2": quotas(4)})
+    in_round = DispatchState(round_started=NOW - timedelta(seconds=10))
+    plan = plan_workload(
+        inputs(wl, up("w1", "w2"), dispatcher=dispatcher, workers=workers, dispatch=in_round, orchestrated_preemption=True)
+    )
+    assert plan.create and plan.gate_copies
+    made = remote_copy(wl, origin="o", check_name="mk", gated=plan.gate_copies)
+    assert made["spec"]["preemptionGates"] == [{"name": "kueue.x-k8s.io/multikueue"}]
+    assert "preemptionGates" not in remote_copy(wl, origin="o", check_name="mk")["spec"]
+
+
+def test_without_the_gate_copies_carry_no_preemption_gate_and_none_is_opened() -> None:
+    wl = local()
+    plan = plan_workload(inputs(wl, up("w1", "w2"), {"w1": copy_of(wl, blocked_since(T0))}))
+    assert not plan.gate_copies and plan.open_gate is None
+
+
+def test_the_copy_blocked_longest_is_let_preempt_and_the_others_wait() -> None:
+    wl = local()
+    remotes = {
+        "w1": copy_of(wl, blocked_since("2026-11-21T11:40:02Z")),
+        "w2": copy_of(wl, blocked_since("2026-11-21T11:40:01Z")),
+        "w3": copy_of(wl),  # fits without preempting, or has not tried yet
+    }
+    plan = plan_workload(inputs(wl, up("w1", "w2", "w3"), remotes, orchestrated_preemption=True))
+    assert plan.open_gate == "w2"
+    assert plan.requeue_after == timedelta(minutes=5).total_seconds()
+    assert plan.delete == [] and plan.check is None
+
+
+@pytest.mark.parametrize(
+    ("opened_at", "expected", "requeue"),
+    [
+        ("2026-11-21T11:58:00Z", None, 180.0),  # w1 preempts since 2 minutes: its 5 minutes are not up
+        ("2026-11-21T11:54:59Z", "w2", 300.0),  # w1 had its 5 minutes: w2 may preempt too
+    ],
+)
+def test_one_worker_preempts_at_a_time_for_kueues_five_minutes(opened_at: str, expected: str | None, requeue: float) -> None:
+    wl = local()
+    remotes = {
+        "w1": copy_of(wl, blocked_since("2026-11-21T11:50:00Z"), gate=gate_state("Open", opened_at)),
+        "w2": copy_of(wl, blocked_since("2026-11-21T11:51:00Z")),
+    }
+    plan = plan_workload(inputs(wl, up("w1", "w2"), remotes, orchestrated_preemption=True))
+    assert plan.open_gate == expected
+    assert plan.requeue_after == requeue
+
+
+def test_the_first_admitted_copy_wins_and_no_gate_is_opened() -> None:
+    wl = local()
+    remotes = {
+        "w1": copy_of(wl, cond(c.ADMITTED), gate=gate_state("Open")),
+        "w2": copy_of(wl, blocked_since(T0)),
+    }
+    plan = plan_workload(inputs(wl, up("w1", "w2"), remotes, orchestrated_preemption=True))
+    assert plan.open_gate is None and plan.delete == ["w2"]
+    assert plan.check is not None and plan.check.cluster_name == "w1"
+
+
+def test_a_copy_on_an_excluded_or_blocked_worker_is_never_opened() -> None:
+    wl = local()
+    remotes = {"w1": copy_of(wl, blocked_since("2026-11-21T11:40:00Z")), "w2": copy_of(wl, blocked_since("2026-11-21T11:41:00Z"))}
+    plan = plan_workload(inputs(wl, up("w1", "w2"), remotes, blocked={"w1": "a foreign Job holds the name"}, orchestrated_preemption=True))
+    assert plan.open_gate == "w2"
+
+
+def test_opening_a_gate_writes_its_state_and_keeps_the_others() -> None:
+    wl = local()
+    made = copy_of(wl, blocked_since(T0))
+    assert made.status is not None
+    made.metadata.resource_version = "42"
+    made.status.preemption_gates = [PreemptionGateState(name="example.com/other", position="Closed")]
+    patch = open_gate_patch(made, now=NOW)
+    assert patch["metadata"]["resourceVersion"] == "42"
+    assert patch["status"]["preemptionGates"] == [
+        {"name": "example.com/other", "position": "Closed"},
+        {"name": c.MULTIKUEUE_PREEMPTION_GATE, "position": "Open", "lastTransitionTime": "2026-11-21T12:00:00Z"},
+    ]

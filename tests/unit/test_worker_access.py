@@ -85,3 +85,46 @@ def test_a_bad_annotation_is_refused_naming_it(value: str, error: str) -> None:
     with pytest.raises(ValueError) as caught:
         worker_namespaces({WORKER_NAMESPACES_ANNOTATION: value})
     assert str(caught.value) == error
+
+
+def propagation_grants(worker_namespaces: tuple[str, ...] | None, *, propagate: bool) -> list[Grant]:
+    objects = [body for _, body in worker_access_rbac("kfed-system", worker_namespaces, propagate_queues=propagate)]
+    kinds = ("ClusterRole", "Role", "ClusterRoleBinding", "RoleBinding")
+    found = {kind: [obj for obj in objects if obj["kind"] == kind] for kind in kinds}
+    return grants_for(
+        SA,
+        GROUPS,
+        cluster_roles=found["ClusterRole"],
+        roles=found["Role"],
+        cluster_role_bindings=found["ClusterRoleBinding"],
+        role_bindings=found["RoleBinding"],
+    )
+
+
+QUEUE_WRITES = [
+    Request("create", "kueue.x-k8s.io", "localqueues", namespace="team-a"),
+    Request("delete", "kueue.x-k8s.io", "localqueues", namespace="team-a", name="user-queue"),
+]
+NAMESPACE_WRITES = [
+    Request("create", "", "namespaces"),
+    Request("delete", "", "namespaces", name="team-a"),
+    Request("list", "", "namespaces"),
+]
+
+
+def test_the_queues_rights_are_granted_only_to_a_manager_that_propagates() -> None:
+    without = propagation_grants(None, propagate=False)
+    assert not any(allows(without, request) for request in QUEUE_WRITES + NAMESPACE_WRITES)
+    cluster_wide = propagation_grants(None, propagate=True)
+    assert all(allows(cluster_wide, request) for request in QUEUE_WRITES + NAMESPACE_WRITES)
+    assert not allows(cluster_wide, Request("update", "kueue.x-k8s.io", "localqueues", namespace="team-a", name="user-queue"))
+    assert not allows(cluster_wide, Request("create", "kueue.x-k8s.io", "clusterqueues"))
+
+
+def test_with_named_namespaces_only_their_queues_are_writable_and_no_namespace() -> None:
+    named = propagation_grants(("team-a",), propagate=True)
+    assert all(allows(named, request) for request in QUEUE_WRITES)
+    assert not allows(named, Request("create", "kueue.x-k8s.io", "localqueues", namespace="team-b"))
+    assert not any(allows(named, request) for request in NAMESPACE_WRITES)
+    applied = [(path, body["kind"]) for path, body in worker_access_rbac("kfed-system", ("team-a",), propagate_queues=True)]
+    assert ("/apis/rbac.authorization.k8s.io/v1/namespaces/team-a/rolebindings/kfed-multikueue-queues", "RoleBinding") in applied

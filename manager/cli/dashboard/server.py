@@ -32,6 +32,7 @@ from manager.cli.fleet import JOB_KINDS, CommandError, ObjectName
 from manager.cli.logs import log_source
 from manager.kube.client import KubeClient
 from manager.kube.errors import ForbiddenError, KubeError, NotFoundError, UnauthorizedError
+from manager.kube.informer import Informer
 
 log = logging.getLogger("kfed.dashboard")
 
@@ -427,26 +428,43 @@ async def stop_policy(request: web.Request, session: Session) -> web.StreamRespo
 
 
 async def record(app: web.Application) -> None:
-    """The plots' recorder: every `sample_every` seconds, each ClusterQueue's usage and the
-    Workloads admitted since, kept for the window shown. A read that fails is tried again at
+    """The plots' recorder: every `sample_every` seconds, each ClusterQueue's usage (a few
+    objects, listed); and each Workload admitted, as the watch of Workloads sees it (one list,
+    then only the changes: listing every Workload at every sample cost the manager's apiserver
+    a full list per sample). Both kept for the window shown. A read that fails is tried again at
     the next sample; what it could not read is said under the plot."""
     settings, recorded, sleep = app[SETTINGS], app[HISTORY], app[SLEEP]
     client = settings.recorder
     assert client is not None
-    while True:
-        now = utcnow()
-        try:
-            for cq in (await client.list(kueue.ClusterQueue)).items:
-                recorded.record_usage(cq.name, pages.usage_values(cq), now)
-        except KubeError as err:
-            log.warning("the plots' recorder cannot list ClusterQueues: %s", err)
-        try:
-            recorded.record_admissions((await client.list(kueue.Workload)).items, now)
-            recorded.workloads_unreadable = ""
-        except KubeError as err:
-            recorded.workloads_unreadable = f"cannot list Workloads in every namespace: {err}"
-        recorded.forget_before(now)
-        await sleep(settings.sample_every)
+    workloads: Informer[kueue.Workload] = Informer(client, kueue.Workload)
+    workloads.add_handler(lambda kind, old, new: recorded.record_admissions([new], utcnow()) if new is not None else None)
+    watching: asyncio.Task[None] | None = None
+    try:
+        while True:
+            now = utcnow()
+            try:
+                for cq in (await client.list(kueue.ClusterQueue)).items:
+                    recorded.record_usage(cq.name, pages.usage_values(cq), now)
+            except KubeError as err:
+                log.warning("the plots' recorder cannot list ClusterQueues: %s", err)
+            if watching is None or watching.done():
+                watching, recorded.workloads_unreadable = await _watch_workloads(workloads, watching)
+            recorded.forget_before(now)
+            await sleep(settings.sample_every)
+    finally:
+        if watching is not None:
+            watching.cancel()
+
+
+async def _watch_workloads(workloads: Informer[kueue.Workload], ended: asyncio.Task[None] | None) -> tuple[asyncio.Task[None] | None, str]:
+    """(the watch of every Workload, started again from a fresh list; why it cannot be, or "")."""
+    if ended is not None and not ended.cancelled() and ended.exception() is not None:
+        log.warning("the plots' recorder lost its watch of Workloads: %s", ended.exception())
+    try:
+        await workloads.relist()
+    except KubeError as err:
+        return None, f"cannot list Workloads in every namespace: {err}"
+    return asyncio.create_task(workloads.watch_until_error()), ""
 
 
 async def recorder_context(app: web.Application) -> AsyncIterator[None]:
