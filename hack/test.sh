@@ -41,6 +41,9 @@ export KFED_LWS_BIN_DIR
 echo "==> the KubeRay operator for \`kfed dev up --integrations rayjob,raycluster\` (built once per version, cached in ~/.cache/kfed)" >&2
 KFED_KUBERAY_BIN_DIR=$(bash hack/kuberay/build.sh)
 export KFED_KUBERAY_BIN_DIR
+echo "==> the MPI Operator for \`kfed dev up --integrations mpijob\` (built once per version, cached in ~/.cache/kfed)" >&2
+KFED_MPIJOB_BIN_DIR=$(bash hack/mpijob/build.sh)
+export KFED_MPIJOB_BIN_DIR
 echo "==> helm lint" >&2
 "$KFED_HELM" lint --strict deploy/helm/kfed >&2
 echo "==> pytest" >&2

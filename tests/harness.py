@@ -21,7 +21,7 @@ import pytest
 import yaml
 from kubernetes_asyncio import client
 
-from manager.dev.binaries import JOBSET_FILES, KUBERAY_FILES, LWS_FILES
+from manager.dev.binaries import JOBSET_FILES, KUBERAY_FILES, LWS_FILES, MPIJOB_FILES
 from manager.dev.kind import KindProvider, ProviderUnavailableError
 from manager.dev.local import LocalProvider
 from manager.kube.client import KubeClient, api_client_from_kubeconfig
@@ -112,6 +112,15 @@ def require_kuberay() -> Path:
     if value and all((Path(value) / name).is_file() for name in KUBERAY_FILES):
         return Path(value)
     missing_prerequisite("KubeRay not built: export KFED_KUBERAY_BIN_DIR=$(bash hack/kuberay/build.sh) (hack/test.sh does)")
+
+
+def require_mpijob() -> Path:
+    """The directory hack/mpijob/build.sh printed (KFED_MPIJOB_BIN_DIR), for `kfed dev up
+    --integrations mpijob` and tests that run MPIJobs."""
+    value = os.environ.get("KFED_MPIJOB_BIN_DIR", "")
+    if value and all((Path(value) / name).is_file() for name in MPIJOB_FILES):
+        return Path(value)
+    missing_prerequisite("the MPI Operator not built: export KFED_MPIJOB_BIN_DIR=$(bash hack/mpijob/build.sh) (hack/test.sh does)")
 
 
 def error_message(err: Exception) -> str:

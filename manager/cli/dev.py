@@ -15,8 +15,8 @@ from typing import Any
 import yaml
 
 from manager.cli.files import checkout_crds_dir
-from manager.dev import controllers, federation, jobset, kuberay, lws
-from manager.dev.binaries import REPO_ROOT, BinariesError, binary_dir, jobset_dir, kuberay_dir, lws_dir
+from manager.dev import controllers, federation, jobset, kuberay, lws, mpijob
+from manager.dev.binaries import REPO_ROOT, BinariesError, binary_dir, jobset_dir, kuberay_dir, lws_dir, mpijob_dir
 from manager.dev.local import ClusterError, Component, LocalCluster, LocalProvider, free_port, pid_alive
 
 DEFAULT_DIR = Path(os.environ.get("KFED_DEV_DIR", Path.home() / ".kfed" / "dev"))
@@ -68,6 +68,10 @@ def cmd_up(args: argparse.Namespace) -> int:
         if any(name in integrations for name in federation.KUBERAY_INTEGRATIONS):
             _progress("locating or building the KubeRay operator (the first build takes a few minutes)")
             kuberay_bin = kuberay_dir()
+        mpijob_bin: Path | None = None
+        if "mpijob" in integrations:
+            _progress("locating or building the MPI Operator (the first build takes a few minutes)")
+            mpijob_bin = mpijob_dir()
     except BinariesError as err:
         print(f"kfed dev up: {err}", file=sys.stderr)
         return 1
@@ -102,6 +106,12 @@ def cmd_up(args: argparse.Namespace) -> int:
                 kuberay.install_crds(cluster, kuberay_bin)
             for worker in workers:
                 kuberay.start_operator(worker, kuberay_bin)
+        if mpijob_bin is not None:
+            _progress("installing MPIJob: its CRD on every cluster, the MPI Operator on each worker")
+            for cluster in clusters:
+                mpijob.install_crd(cluster, mpijob_bin)
+            for worker in workers:
+                mpijob.start_controller(worker, mpijob_bin)
     except ClusterError as err:
         provider.delete_all()
         print(f"kfed dev up: {err}", file=sys.stderr)
@@ -232,8 +242,9 @@ def add_commands(commands: Any) -> None:
         default=federation.JOB_INTEGRATION,
         metavar="NAME[,NAME]",
         help=f"job kinds besides batch/v1 Job (always on), by short name ({', '.join(federation.INTEGRATIONS)}) or Kueue's "
-        "framework name; jobset (and lws) installs JobSet's (LeaderWorkerSet's) CRD everywhere and runs its controller on each "
-        "worker, rayjob and raycluster KubeRay's CRDs and operator; pods run with --jobs",
+        "framework name; jobset (lws, mpijob) installs JobSet's (LeaderWorkerSet's, MPIJob's) CRD everywhere and runs its "
+        "controller (the MPI Operator) on each worker, rayjob and raycluster KubeRay's CRDs and operator; pods (and an "
+        "MPIJob's launcher) run with --jobs",
     )
     up.add_argument("--dir", default=str(DEFAULT_DIR))
     up.set_defaults(func=cmd_up)

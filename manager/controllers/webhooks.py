@@ -98,7 +98,6 @@ def default_job(
     namespace, queue = queued
     job = request.get("object") or {}
     meta = job.get("metadata") or {}
-    spec = job.get("spec") or {}
     refs = [OwnerReference.model_validate(ref) for ref in meta.get("ownerReferences") or []]
     if part_of_managed_job(refs):
         return _review(request, allowed=True)
@@ -111,9 +110,12 @@ def default_job(
         name = meta.get("name") or meta.get("generateName") or ""
         return _review(request, allowed=False, message=f'{adapter.kind} "{name}" is invalid: {"; ".join(problems)}')
     patch: list[dict[str, Any]] = adapter.creation_patch(job)
-    if adapter.can_default_managed_by(spec.get("managedBy")) and not prebuilt_workload_name(meta) and uses_multikueue(namespace, queue):
-        # "add" replaces a managedBy naming the kind's own controller (RFC 6902).
-        patch.append({"op": "add", "path": "/spec/managedBy", "value": c.MULTIKUEUE_MANAGED_BY})
+    if (
+        adapter.can_default_managed_by(adapter.raw_managed_by(job))
+        and not prebuilt_workload_name(meta)
+        and uses_multikueue(namespace, queue)
+    ):
+        patch.append(adapter.managed_by_patch(c.MULTIKUEUE_MANAGED_BY))
     return _review(request, allowed=True, patch=patch)
 
 

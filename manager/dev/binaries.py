@@ -1,6 +1,7 @@
 """Find or build the binaries of local clusters: the control plane (hack/kube/build.sh) and the
-JobSet and LeaderWorkerSet controllers and the KubeRay operator (hack/jobset/build.sh,
-hack/lws/build.sh, hack/kuberay/build.sh), each cached by version by its script."""
+JobSet and LeaderWorkerSet controllers, the KubeRay operator and the MPI Operator
+(hack/jobset/build.sh, hack/lws/build.sh, hack/kuberay/build.sh, hack/mpijob/build.sh), each
+cached by version by its script."""
 
 from __future__ import annotations
 
@@ -21,6 +22,9 @@ LWS_FILES = ("lws-controller", "crds/leaderworkerset.x-k8s.io_leaderworkersets.y
 KUBERAY_BUILD_SCRIPT = REPO_ROOT / "hack" / "kuberay" / "build.sh"
 # What hack/kuberay/build.sh leaves in its directory.
 KUBERAY_FILES = ("ray-operator", "crds/ray.io_rayclusters.yaml", "crds/ray.io_rayjobs.yaml")
+MPIJOB_BUILD_SCRIPT = REPO_ROOT / "hack" / "mpijob" / "build.sh"
+# What hack/mpijob/build.sh leaves in its directory (the operator serves no webhook).
+MPIJOB_FILES = ("mpi-operator", "crds/kubeflow.org_mpijobs.yaml")
 
 
 class BinariesError(RuntimeError):
@@ -73,3 +77,9 @@ def kuberay_dir() -> Path:
     return _built(
         override_variable="KFED_KUBERAY_BIN_DIR", script=KUBERAY_BUILD_SCRIPT, required=KUBERAY_FILES, what="the KubeRay operator"
     )
+
+
+def mpijob_dir() -> Path:
+    """The directory with the MPI Operator and the MPIJob CRD, building it first if needed.
+    `KFED_MPIJOB_BIN_DIR` points at a prepared directory instead."""
+    return _built(override_variable="KFED_MPIJOB_BIN_DIR", script=MPIJOB_BUILD_SCRIPT, required=MPIJOB_FILES, what="the MPI Operator")

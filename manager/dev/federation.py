@@ -51,6 +51,7 @@ INTEGRATIONS = {
     "lws": Integration(
         "leaderworkerset.x-k8s.io/leaderworkerset", "LeaderWorkerSet (its controller runs on each worker; one Workload per group)"
     ),
+    "mpijob": Integration("kubeflow.org/mpijob", "MPIJob (the MPI Operator runs on each worker)"),
     "pod": Integration("pod", "Pods (gated until admitted; kube-scheduler binds them)"),
     "raycluster": Integration("ray.io/raycluster", "RayCluster (the KubeRay operator runs on each worker)"),
     "rayjob": Integration("ray.io/rayjob", "RayJob (the KubeRay operator runs on each worker)"),

@@ -95,8 +95,10 @@ def resolve_priority(
     template_paths: Sequence[str],
     workload_priority_classes: Mapping[str, WorkloadPriorityClass],
     priority_classes: Mapping[str, PriorityClass],
+    job_priority_class: tuple[str, str] | None = None,
 ) -> tuple[int, PriorityClassRef | None]:
-    """Kueue's ExtractPriority: the WorkloadPriorityClass label, else the PriorityClass of the
+    """Kueue's ExtractPriority: the WorkloadPriorityClass label, else the PriorityClass the job
+    names outside its templates (`job_priority_class`: name and field path), else that of the
     first PodSet that names one, else the default. `template_paths[i]` is where the object
     holds PodSet i's pod template (for the error message)."""
     wpc_name = (labels or {}).get(c.PRIORITY_CLASS_LABEL)
@@ -105,6 +107,12 @@ def resolve_priority(
         if wpc is None:
             raise JobConversionError(f"metadata.labels[{c.PRIORITY_CLASS_LABEL}]", f'WorkloadPriorityClass "{wpc_name}" not found')
         return wpc.value, PriorityClassRef(group=c.GROUP, kind="WorkloadPriorityClass", name=wpc_name)
+    if job_priority_class is not None:
+        named, path = job_priority_class
+        pc = priority_classes.get(named)
+        if pc is None:
+            raise JobConversionError(path, f'PriorityClass "{named}" not found')
+        return pc.value, PriorityClassRef(group="scheduling.k8s.io", kind="PriorityClass", name=named)
     for index, pod_set in enumerate(pod_sets):
         spec = pod_set.template.get("spec") or {}
         pc_name = spec.get("priorityClassName") if isinstance(spec, dict) else None

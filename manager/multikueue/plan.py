@@ -114,6 +114,7 @@ class WorkloadInputs:
     # The GVK strings of the enabled kinds with a MultiKueue adapter (the shell asks the registry).
     multikueue_kinds: frozenset[str] = frozenset({JOB_ADAPTER_KIND})
     owner_managed_by: str | None = c.MULTIKUEUE_MANAGED_BY
+    owner_managed_by_field: str = "spec.managedBy"  # where its kind keeps it (an MPIJob: spec.runPolicy.managedBy)
     local_job_holds_quota: bool = False  # the manager's Job still counts pods (not `releasable`)
     remote_jobs: frozenset[str] = frozenset()  # connected clusters that hold our Job for this workload
     # A component of a job of several Workloads (a LeaderWorkerSet's groups): its index, and each
@@ -476,7 +477,7 @@ def _reject_what_cannot_be_handed_over(group: _Group, plan: Plan) -> bool:
         plan.check = CheckUpdate("Rejected", _with_previous(message, check.state))
         return True
     if inputs.owner_managed_by != c.MULTIKUEUE_MANAGED_BY:
-        reason = f'Expecting spec.managedBy to be "{c.MULTIKUEUE_MANAGED_BY}" not "{inputs.owner_managed_by or ""}"'
+        reason = f'Expecting {inputs.owner_managed_by_field} to be "{c.MULTIKUEUE_MANAGED_BY}" not "{inputs.owner_managed_by or ""}"'
         plan.check = CheckUpdate("Rejected", _with_previous(f"The owner is not managed by Kueue: {reason}", check.state))
         return True
     return False

@@ -392,6 +392,7 @@ class WorkloadController:
             owner_managed_by=adapter.managed_by(job)
             if adapter is not None and job is not None
             else (c.MULTIKUEUE_MANAGED_BY if owner is not None else None),
+            owner_managed_by_field=".".join(adapter.managed_by_field) if adapter is not None else "spec.managedBy",
             local_job_holds_quota=adapter is not None and job is not None and not adapter.releasable(job),
             remote_jobs=frozenset(name for name, remote in connected.items() if remote.jobs_for(key)),
             component_index=component_index(local),

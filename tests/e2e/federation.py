@@ -18,7 +18,7 @@ import yaml
 from manager.api import constants as c
 from manager.api import kueue
 from manager.api.core import Job, Secret
-from manager.dev import federation, jobset, kuberay, lws
+from manager.dev import federation, jobset, kuberay, lws, mpijob
 from manager.dev.local import LocalCluster, free_port
 from manager.kube.client import KubeClient
 from tests.conftest import REPO_ROOT
@@ -115,6 +115,7 @@ def build(
     jobset_bin: Path | None = None,
     lws_bin: Path | None = None,
     kuberay_bin: Path | None = None,
+    mpijob_bin: Path | None = None,
     integrations: tuple[str, ...] = (),
     multikueue: dict[str, Any] | None = None,
     manager_config: dict[str, Any] | None = None,
@@ -126,7 +127,8 @@ def build(
     kfed's processes integrate (`kfed dev up --integrations`' short names, such as `pod`); with
     `lws_bin` (hack/lws/build.sh's output), LeaderWorkerSets as `jobset_bin` does JobSets; with
     `kuberay_bin` (hack/kuberay/build.sh's output), RayJobs and RayClusters, KubeRay's operator
-    on the workers.
+    on the workers; with `mpijob_bin` (hack/mpijob/build.sh's output), MPIJobs, the MPI Operator
+    on each worker.
     `manager_config` adds sections to the manager's Configuration (`featureGates`, ...)."""
     suffix = uuid.uuid4().hex[:4]
     manager = provider.create([f"mk-manager-{suffix}"], aggregation=True)[0]
@@ -142,6 +144,7 @@ def build(
         *(("jobset",) if jobset_bin is not None else ()),
         *(("lws",) if lws_bin is not None else ()),
         *(federation.KUBERAY_INTEGRATIONS if kuberay_bin is not None else ()),
+        *(("mpijob",) if mpijob_bin is not None else ()),
     )
     more: dict[str, Any] = {"integrations": federation.kfed_configuration(names)["integrations"]} if names else {}
     if jobset_bin is not None:
@@ -159,6 +162,11 @@ def build(
             kuberay.install_crds(cluster, kuberay_bin)
         for worker in (w1, w2):
             kuberay.start_operator(worker, kuberay_bin)
+    if mpijob_bin is not None:  # as `kfed dev up --integrations mpijob`: the operator on the workers only
+        for cluster in [manager, w1, w2]:
+            mpijob.install_crd(cluster, mpijob_bin)
+        for worker in (w1, w2):
+            mpijob.start_controller(worker, mpijob_bin)
     for name, worker in fed.workers.items():
         extra = []
         if worker_config is not None or more:

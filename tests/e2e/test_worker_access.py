@@ -28,10 +28,11 @@ from manager.api import constants as c
 from manager.api import kueue
 from manager.api.core import Job, Namespace
 from manager.api.meta import find_condition, is_condition_true
-from manager.api.rbac import Grant, Request, allows, grants_for, service_account_user, unused_rights
+from manager.api.rbac import Grant, Request, Rule, allows, grants_for, service_account_user, unused_rights
 from manager.dev import federation
 from manager.dev.audit import AuditEntry, denied_to, groups_of, read_audit_log, requests_of
 from manager.dev.local import LocalCluster, LocalProvider
+from manager.engine.integrations.registry import ADAPTERS, BATCH_JOB
 from manager.engine.workload import admission_check_state
 from manager.kube.client import KubeClient
 from manager.kube.errors import NotFoundError
@@ -50,26 +51,25 @@ SA = service_account_user(SYSTEM_NAMESPACE, worker_access.SERVICE_ACCOUNT)
 QUEUES_ROLE = f"ClusterRole {worker_access.QUEUES_ROLE}"  # `kfed register --propagate-queues` only
 OURS = (f"ClusterRole {worker_access.SERVICE_ACCOUNT}", f"Role {AGENT_LEASE_NAMESPACE}/{worker_access.AGENT_LEASE_ROLE}", QUEUES_ROLE)
 # Rights of our roles that the flow below does not use, each with the code path that needs
-# it: JobSets go through the same paths as Jobs (manager/engine/integrations/jobset.py), for a
-# manager that enables them; this flow runs batch/v1 Jobs. The worker's queues are read
+# it. The worker's queues are read
 # (manager/multikueue/remote.py, `_watch_quotas`) where the credential can list ClusterQueues,
 # which the manager asks first: a credential bound to some namespaces never reads them.
-JOBSET_RIGHTS = tuple(f"{verb} jobset.x-k8s.io/jobsets " for verb in ("create", "delete", "get", "list", "watch"))
 QUEUES = ("clusterqueues", "cohorts", "localqueues", "resourceflavors")
 QUEUE_RIGHTS = tuple(f"{verb} kueue.x-k8s.io/{plural} " for verb in ("list", "watch") for plural in QUEUES)
 # The logs of a job's pods: read only when a user asks the manager's read API for them.
 LOG_RIGHTS = ("list core/pods ", "get core/pods/log ")
-# Plain Pods and pod groups go through the same paths as Jobs too (manager/engine/integrations/pod.py),
-# run through MultiKueue in tests/e2e/test_pods.py; this flow runs batch/v1 Jobs.
-POD_RIGHTS = tuple(f"{verb} core/pods " for verb in ("create", "delete", "get", "list", "patch", "update", "watch"))
-# LeaderWorkerSets too (manager/engine/integrations/lws.py), run through MultiKueue in tests/e2e/test_lws.py.
-LWS_RIGHTS = tuple(f"{verb} leaderworkerset.x-k8s.io/leaderworkersets " for verb in ("create", "delete", "get", "list", "watch"))
-# RayJobs and RayClusters too (manager/engine/integrations/rayjob.py, raycluster.py), run through
-# MultiKueue in tests/e2e/test_ray.py.
-RAY_RIGHTS = tuple(
-    f"{verb} ray.io/{plural} " for plural in ("rayclusters", "rayjobs") for verb in ("create", "delete", "get", "list", "watch")
+# Every job kind but the batch Job goes through the same paths as Jobs (its adapter in
+# manager/engine/integrations/), for a manager that enables it, and through MultiKueue in its
+# own test (tests/e2e/test_jobset.py, test_pods.py, test_lws.py, test_ray.py, test_mpijob.py);
+# this flow runs batch/v1 Jobs. Their rights on the worker role come from their adapters.
+OTHER_KINDS_RIGHTS = tuple(
+    f"{access.describe()} "
+    for adapter in ADAPTERS
+    if adapter is not BATCH_JOB
+    for rule in adapter.worker_rules()
+    for access in Rule.from_dict(rule).accesses()
 )
-ALLOWED_UNUSED: tuple[str, ...] = JOBSET_RIGHTS + QUEUE_RIGHTS + LOG_RIGHTS + POD_RIGHTS + LWS_RIGHTS + RAY_RIGHTS
+ALLOWED_UNUSED: tuple[str, ...] = QUEUE_RIGHTS + LOG_RIGHTS + OTHER_KINDS_RIGHTS
 PARKED = {"kfed-test/pool": "parked"}  # no node has it: the pod stays Pending, the Job active
 ORIGIN = c.DEFAULT_MULTIKUEUE_ORIGIN
 

@@ -506,10 +506,10 @@ def test_the_configuration_enables_job_kinds_by_kueues_framework_names() -> None
 
 def test_an_unsupported_framework_name_is_one_line_naming_the_field() -> None:
     with pytest.raises(UnsupportedFrameworkError) as err:
-        enabled(["batch/job", "kubeflow.org/mpijob"])
+        enabled(["batch/job", "kubeflow.org/pytorchjob"])
     assert str(err.value) == (
-        'integrations.frameworks[1]: Unsupported value: "kubeflow.org/mpijob": '
-        'supported values: "batch/job", "jobset.x-k8s.io/jobset", "leaderworkerset.x-k8s.io/leaderworkerset", "pod", '
+        'integrations.frameworks[1]: Unsupported value: "kubeflow.org/pytorchjob": supported values: '
+        '"batch/job", "jobset.x-k8s.io/jobset", "kubeflow.org/mpijob", "leaderworkerset.x-k8s.io/leaderworkerset", "pod", '
         '"ray.io/raycluster", "ray.io/rayjob"'
     )
 

@@ -501,6 +501,24 @@ def test_a_job_not_managed_by_multikueue_is_rejected() -> None:
     )
 
 
+def test_an_mpijob_not_managed_by_multikueue_is_rejected_naming_its_run_policys_field() -> None:
+    mpijob = "kubeflow.org/v2beta1, Kind=MPIJob"
+    plan = plan_workload(
+        inputs(
+            local(),
+            up("w1"),
+            owner_kind=mpijob,
+            multikueue_kinds=frozenset({mpijob}),
+            owner_managed_by=None,
+            owner_managed_by_field="spec.runPolicy.managedBy",
+        )
+    )
+    assert plan.check is not None and plan.check.message == (
+        'The owner is not managed by Kueue: Expecting spec.runPolicy.managedBy to be "kueue.x-k8s.io/multikueue" not "", '
+        'Previously: "Pending"'
+    )
+
+
 def test_problems_on_workers_are_said_on_the_manager_check() -> None:
     wl = local()
     missing_lq = remote(cond(c.QUOTA_RESERVED, "False", "Misconfigured", "LocalQueue user-queue doesn't exist"), round_of=wl)

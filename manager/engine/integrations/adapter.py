@@ -90,6 +90,8 @@ class JobAdapter(ABC, Generic[J]):
     multikueue: ClassVar[bool] = True  # whether MultiKueue can dispatch it to a worker
     # spec.managedBy of an object the kind's own controller runs (a webhook may replace it).
     default_managed_by: ClassVar[str] = ""
+    # Where the kind keeps its managedBy (an MPIJob: spec.runPolicy.managedBy).
+    managed_by_field: ClassVar[tuple[str, ...]] = ("spec", "managedBy")
     # The CLI's name for the kind (`kfed explain job/NAME`), and the label its controller puts
     # on each of its pods, valued the job's name (how `kfed logs` finds them: `pod_query`).
     cli_name: ClassVar[str]
@@ -351,6 +353,23 @@ class JobAdapter(ABC, Generic[J]):
     @abstractmethod
     def managed_by(self, job: J) -> str | None: ...
 
+    def raw_managed_by(self, obj: dict[str, Any]) -> str | None:
+        """The managedBy of an object as written (the webhook reads it before any model)."""
+        value: Any = obj
+        for key in self.managed_by_field:
+            value = value.get(key) if isinstance(value, dict) else None
+        return value if isinstance(value, str) else None
+
+    def managed_by_patch(self, value: str) -> dict[str, Any]:
+        """The JSON patch operation the webhook sets managedBy with, after `creation_patch`
+        ("add" replaces a managedBy naming the kind's own controller, RFC 6902)."""
+        return {"op": "add", "path": "/" + "/".join(self.managed_by_field), "value": value}
+
+    def priority_class_of(self, job: J) -> tuple[str, str] | None:
+        """A PriorityClass the job names outside its pod templates, before them (Kueue's
+        JobWithPriorityClass), with where it names it; None: its pod templates decide."""
+        return None
+
     def can_default_managed_by(self, managed_by: str | None) -> bool:
         """Kueue's CanDefaultManagedBy: a webhook may hand the job to MultiKueue only while
         its own controller (or nobody) is named."""
@@ -397,6 +416,7 @@ def construct_workload(
         job.metadata.labels,
         pod_sets,
         template_paths=[adapter.template_path(i) for i in range(len(pod_sets))],
+        job_priority_class=adapter.priority_class_of(job),
         workload_priority_classes=workload_priority_classes,
         priority_classes=priority_classes,
     )
