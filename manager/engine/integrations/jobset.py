@@ -17,7 +17,7 @@ patches carry the whole list as read, with a resourceVersion precondition.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from manager.api import constants as c
@@ -25,6 +25,7 @@ from manager.api import jobset as api
 from manager.api.jobset import JOBSET_NAME_LABEL, JobSet, ReplicatedJob
 from manager.api.kueue import PodSet, Workload
 from manager.engine.integrations.adapter import Finished, JobAdapter
+from manager.engine.integrations.templates import merge_into_template, restore_template
 from manager.engine.jobs import JobConversionError, PodSetInfo, multikueue_remote_metadata, original_template
 
 
@@ -49,21 +50,6 @@ def _pod_template(raw_rjob: dict[str, Any]) -> dict[str, Any]:
     job_spec = job_template.setdefault("spec", {})
     template: dict[str, Any] = job_spec.setdefault("template", {})
     return template
-
-
-def _merge(have: Mapping[str, str], add: Mapping[str, str], *, what: str, path: str) -> dict[str, str]:
-    """Kueue's podset.Merge for one map: a key may be added, never given another value."""
-    for key, value in add.items():
-        if key in have and have[key] != value:
-            raise JobConversionError(path, f'conflict for {what}: "{key}" is "{have[key]}", the admission sets "{value}"')
-    return {**have, **add}
-
-
-def _set_or_drop(target: dict[str, Any], key: str, value: Any) -> None:
-    if value:
-        target[key] = value
-    else:
-        target.pop(key, None)
 
 
 class JobSetAdapter(JobAdapter[JobSet]):
@@ -107,19 +93,7 @@ class JobSetAdapter(JobAdapter[JobSet]):
         if len(pod_sets) != len(rjobs):
             raise JobConversionError("spec.replicatedJobs", f"expecting {len(rjobs)} admitted PodSets, got {len(pod_sets)}")
         for index, (raw, info) in enumerate(zip(rjobs, pod_sets, strict=True)):
-            path = self.template_path(index)
-            template = _pod_template(raw)
-            meta = template.setdefault("metadata", {})
-            spec = template.setdefault("spec", {})
-            for target, key, add, where in (
-                (meta, "labels", info.labels, "metadata.labels"),
-                (meta, "annotations", info.annotations, "metadata.annotations"),
-                (spec, "nodeSelector", info.node_selector, "spec.nodeSelector"),
-            ):
-                _set_or_drop(target, key, _merge(target.get(key) or {}, add, what=key, path=f"{path}.{where}"))
-            tolerations = list(spec.get("tolerations") or [])
-            tolerations += [toleration for toleration in info.tolerations if toleration not in tolerations]
-            _set_or_drop(spec, "tolerations", tolerations)
+            merge_into_template(_pod_template(raw), info, path=self.template_path(index))
         return {"metadata": {"resourceVersion": job.metadata.resource_version}, "spec": {"suspend": False, "replicatedJobs": rjobs}}
 
     def restore_patch(self, job: JobSet, wl: Workload) -> dict[str, Any] | None:
@@ -131,21 +105,7 @@ class JobSetAdapter(JobAdapter[JobSet]):
             return None
         changed = False
         for raw in rjobs:
-            recorded = original_template(wl, str(raw.get("name")))
-            want_meta = recorded.get("metadata") or {}
-            want_spec = recorded.get("spec") or {}
-            template = _pod_template(raw)
-            meta = template.setdefault("metadata", {})
-            spec = template.setdefault("spec", {})
-            for target, key, want in (
-                (meta, "labels", want_meta.get("labels")),
-                (meta, "annotations", want_meta.get("annotations")),
-                (spec, "nodeSelector", want_spec.get("nodeSelector")),
-                (spec, "tolerations", want_spec.get("tolerations")),
-            ):
-                if (target.get(key) or None) != (want or None):
-                    changed = True
-                    _set_or_drop(target, key, copy.deepcopy(want))
+            changed |= restore_template(_pod_template(raw), original_template(wl, str(raw.get("name"))))
         if not changed:
             return None
         return {"metadata": {"resourceVersion": job.metadata.resource_version}, "spec": {"replicatedJobs": rjobs}}

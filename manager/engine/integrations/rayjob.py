@@ -31,12 +31,11 @@ from manager.engine.integrations.raycluster import (
     cluster_pod_set_names,
     cluster_pod_sets,
     cluster_problems,
-    merge_into_template,
     merge_patch,
     restore_cluster_spec,
-    restore_template,
     start_cluster_spec,
 )
+from manager.engine.integrations.templates import merge_into_template, restore_template
 from manager.engine.jobs import JobConversionError, PodSetInfo, multikueue_remote_metadata, original_template
 
 SUBMITTER = "submitter"
