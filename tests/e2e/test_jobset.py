@@ -174,8 +174,13 @@ async def test_a_jobset_on_a_single_cluster_is_admitted_with_its_flavor_and_comp
         return js if completed(js) else None
 
     await eventually(done, timeout=120, what="the JobSet Completed on its cluster")
-    wl = await workload_of(worker, ns, "local")
-    assert wl is not None and is_condition_true(wl.status.conditions if wl.status else None, c.FINISHED)
+
+    async def finished() -> kueue.Workload | None:
+        # The job controller writes Finished after it sees the JobSet's terminal condition.
+        wl = await workload_of(worker, ns, "local")
+        return wl if wl is not None and is_condition_true(wl.status.conditions if wl.status else None, c.FINISHED) else None
+
+    wl = await eventually(finished, timeout=30, what="its Workload Finished")
     assert [(ps.name, ps.count) for ps in wl.spec.pod_sets] == [("leader", 1), ("workers", 4)]
 
 

@@ -4,9 +4,12 @@ drift is said."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from manager.api.kueue import LocalQueue
+from manager.multikueue.capacity import fit_on, workload_info
 from manager.multikueue.queues import (
     PROPAGATE_QUEUES_ANNOTATION,
     Owned,
@@ -21,7 +24,7 @@ from manager.multikueue.queues import (
     queues_condition,
     with_propagated_queue,
 )
-from tests.unit.test_multikueue_plan import quotas
+from tests.unit.test_multikueue_plan import ONE_CPU, local, quotas
 
 
 @pytest.mark.parametrize(
@@ -126,3 +129,15 @@ def test_a_queue_the_worker_already_has_is_used_as_it_is() -> None:
     base = quotas(4)  # serves ns/user-queue
     theirs = LocalQueue.model_validate({"metadata": {"name": "user-queue", "namespace": "ns"}, "spec": {"clusterQueue": "elsewhere"}})
     assert with_propagated_queue(base, theirs, origin="mgr-a") is base
+
+
+def test_a_worker_judged_with_the_propagated_queue_is_not_judged_by_its_remembered_specs() -> None:
+    """The quota tree remembered for a worker's own queue specs (its spec key) lacks the queue
+    the manager would create there: judged with it, the worker must fit, before or after."""
+    own = dataclasses.replace(quotas(4), spec_key=("worker1", 3))
+    wl = workload_info(local(spec={**ONE_CPU, "queueName": "user-queue"}))
+    moved = dataclasses.replace(wl, namespace="team-z")
+    assert fit_on(moved, own).missing  # the worker has no team-z/user-queue of its own
+    judged = with_propagated_queue(own, manager_queue(), origin="mgr-a")
+    assert judged.spec_key != own.spec_key
+    assert fit_on(moved, judged).now
