@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from manager.kube.client import KubeClient
-from tests.harness import Provider, provider_session
+from tests.harness import SESSION_CLUSTERS, Provider, keep_for_session, provider_session
 from tests.prerequisites import ALLOWED_SKIPS, allowed_skips, in_ci, unlisted
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -55,12 +55,30 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 @pytest.fixture(scope="session")
 def provider(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Provider]:
     with provider_session(tmp_path_factory.mktemp("clusters")) as created:
-        yield created
+        SESSION_CLUSTERS.provider = created
+        try:
+            yield created
+        finally:
+            SESSION_CLUSTERS.provider = None
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _clusters_end_with_their_module() -> Iterator[None]:
+    """A cluster a test module started is deleted when the module ends, unless a session fixture
+    keeps it: the whole run starts about sixty, and kept alive together their apiservers alone
+    would outgrow a 24 GiB machine."""
+    before = set(SESSION_CLUSTERS.provider.clusters) if SESSION_CLUSTERS.provider is not None else set()
+    yield
+    provider = SESSION_CLUSTERS.provider
+    if provider is not None:
+        provider.delete([c for name, c in list(provider.clusters.items()) if name not in before and name not in SESSION_CLUSTERS.kept])
 
 
 @pytest.fixture(scope="session")
 def manager_cluster(provider: Provider) -> Any:
-    return provider.create(["manager"])[0]
+    created = provider.create(["manager"])
+    keep_for_session(created)
+    return created[0]
 
 
 @pytest.fixture(scope="session")
@@ -71,7 +89,9 @@ def worker_clusters(provider: Provider) -> Callable[[int], list[Any]]:
     def get(count: int) -> list[Any]:
         missing = [f"worker{i}" for i in range(len(started) + 1, count + 1)]
         if missing:
-            started.extend(provider.create(missing))
+            created = provider.create(missing)
+            keep_for_session(created)
+            started.extend(created)
         return started[:count]
 
     return get
@@ -80,7 +100,9 @@ def worker_clusters(provider: Provider) -> Callable[[int], list[Any]]:
 @pytest.fixture(scope="session")
 def jobs_cluster(provider: Provider) -> Any:
     """A cluster with kube-controller-manager, kube-scheduler and kwok nodes: Jobs really run."""
-    return provider.create(["jobs"], jobs=True)[0]
+    created = provider.create(["jobs"], jobs=True)
+    keep_for_session(created)
+    return created[0]
 
 
 @contextlib.asynccontextmanager

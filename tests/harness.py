@@ -46,8 +46,11 @@ class KubeconfigFile:
 
 class Provider(Protocol):
     name: str
+    clusters: dict[str, Any]
 
     def create(self, names: list[str], *, jobs: bool = False, aggregation: bool = False) -> list[Any]: ...
+
+    def delete(self, clusters: list[Any]) -> None: ...
 
     def delete_all(self) -> None: ...
 
@@ -154,6 +157,22 @@ async def eventually(
             story = f"\n{await explain()}" if explain is not None else ""
             pytest.fail(f"timed out after {timeout}s waiting for {what}; last seen: {last!r}{story}")
         await asyncio.sleep(interval)
+
+
+class SessionClusters:
+    """The session's provider once a test asked for it, and the clusters the session keeps."""
+
+    def __init__(self) -> None:
+        self.provider: Provider | None = None
+        self.kept: set[str] = set()
+
+
+SESSION_CLUSTERS = SessionClusters()
+
+
+def keep_for_session(clusters: list[Any]) -> None:
+    """These clusters outlive the test module that started them (a session fixture's)."""
+    SESSION_CLUSTERS.kept.update(cluster.name for cluster in clusters)
 
 
 @contextlib.contextmanager

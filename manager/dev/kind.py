@@ -120,6 +120,11 @@ class KindProvider:
             clusters.append(cluster)
         return clusters
 
+    def delete(self, clusters: list[KindCluster]) -> None:
+        for cluster in clusters:
+            cluster.stop()
+            self.clusters.pop(cluster.name, None)
+
     def delete_all(self) -> None:
         for cluster in self.clusters.values():
             cluster.stop()

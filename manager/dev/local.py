@@ -16,6 +16,7 @@ import functools
 import json
 import os
 import random
+import shutil
 import signal
 import socket
 import ssl
@@ -646,6 +647,14 @@ class LocalProvider:
                 cluster.stop()
             raise
         return clusters
+
+    def delete(self, clusters: list[LocalCluster]) -> None:
+        """Stop these clusters and drop their etcd data, keeping their logs: a long test session
+        starts dozens, and each holds hundreds of MiB that the tests after it need."""
+        for cluster in clusters:
+            cluster.stop()
+            self.clusters.pop(cluster.name, None)
+            shutil.rmtree(cluster.directory / "etcd", ignore_errors=True)
 
     def delete_all(self) -> None:
         for cluster in self.clusters.values():

@@ -187,12 +187,14 @@ def build(
 
 @contextlib.contextmanager
 def running(provider: Any, directory: Path, **options: Any) -> Iterator[Federation]:
-    """A federation (`build`'s options) for the length of the block, stopped after it."""
+    """A federation (`build`'s options) for the length of the block, stopped and its clusters
+    deleted after it."""
     created = build(provider, directory, **options)
     try:
         yield created
     finally:
         stop(created)
+        provider.delete([created.manager, *created.workers.values()])
 
 
 def stop(fed: Federation) -> None:
