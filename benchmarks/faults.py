@@ -98,7 +98,7 @@ from manager.api.core import Job, Lease, Secret
 from manager.api.core import Pod as CorePod
 from manager.api.jobset import JOBSET_NAME_LABEL, JobSet
 from manager.api.meta import OpenModel, Resource
-from manager.dev import binaries, federation, jobset
+from manager.dev import catalog, federation, jobset
 from manager.dev.local import LocalCluster, LocalProvider
 from manager.engine.integrations.pod import POD_GROUP_NAME_LABEL, POD_GROUP_TOTAL_COUNT_ANNOTATION
 from manager.engine.workload import has_quota_reservation
@@ -405,7 +405,7 @@ def build(provider: Any, directory: Path, *, dispatcher: str = c.DISPATCHER_ALL_
     w1, w2 = provider.create([f"faults-w1-{suffix}", f"faults-w2-{suffix}"], jobs=True)
     workers = {"worker1": w1, "worker2": w2}
     crds = federation.crd_manifests(REPO / "crds")
-    jobset_bin = binaries.jobset_dir()
+    jobset_bin = catalog.controller_dir(catalog.BY_NAME["jobset"])
     for cluster in [manager, w1, w2]:
         federation.install_crds(cluster, crds)
         ensure_namespace(cluster, SYSTEM_NAMESPACE)

@@ -32,18 +32,15 @@ export KFED_KUEUE_BIN
 echo "==> a visibility API client built with upstream Kueue's clientset (built once per version, cached in ~/.cache/kfed)" >&2
 KFED_KUEUE_VISIBILITY_CLIENT=$(bash hack/kueue/build.sh visibility-client)/kueue-visibility-client
 export KFED_KUEUE_VISIBILITY_CLIENT
-echo "==> the JobSet controller for \`kfed dev up --integrations jobset\` (built once per version, cached in ~/.cache/kfed)" >&2
-KFED_JOBSET_BIN_DIR=$(bash hack/jobset/build.sh)
-export KFED_JOBSET_BIN_DIR
-echo "==> the LeaderWorkerSet controller for \`kfed dev up --integrations lws\` (built once per version, cached in ~/.cache/kfed)" >&2
-KFED_LWS_BIN_DIR=$(bash hack/lws/build.sh)
-export KFED_LWS_BIN_DIR
-echo "==> the KubeRay operator for \`kfed dev up --integrations rayjob,raycluster\` (built once per version, cached in ~/.cache/kfed)" >&2
-KFED_KUBERAY_BIN_DIR=$(bash hack/kuberay/build.sh)
-export KFED_KUBERAY_BIN_DIR
-echo "==> the MPI Operator for \`kfed dev up --integrations mpijob\` (built once per version, cached in ~/.cache/kfed)" >&2
-KFED_MPIJOB_BIN_DIR=$(bash hack/mpijob/build.sh)
-export KFED_MPIJOB_BIN_DIR
+# The job controllers that `kfed dev up --integrations` runs, one a line from their table
+# (manager/dev/catalog.py): the variable naming its directory, its build script, what it builds,
+# and the integrations it serves. Read through fd 3, so that a build script keeps this stdin.
+controllers=$("$venv/bin/python" -m manager.dev.catalog)
+while IFS=$'\t' read -r -u 3 variable script what integrations; do
+  echo "==> $what for \`kfed dev up --integrations $integrations\` (built once per version, cached in ~/.cache/kfed)" >&2
+  directory=$(bash "$script")
+  export "$variable=$directory"
+done 3<<<"$controllers"
 echo "==> helm lint" >&2
 "$KFED_HELM" lint --strict deploy/helm/kfed >&2
 echo "==> pytest" >&2

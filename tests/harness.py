@@ -21,7 +21,7 @@ import pytest
 import yaml
 from kubernetes_asyncio import client
 
-from manager.dev.binaries import JOBSET_FILES, KUBERAY_FILES, LWS_FILES, MPIJOB_FILES
+from manager.dev import catalog
 from manager.dev.kind import KindProvider, ProviderUnavailableError
 from manager.dev.local import LocalProvider
 from manager.kube.client import KubeClient, api_client_from_kubeconfig
@@ -90,40 +90,16 @@ def custom_api(api: client.ApiClient) -> Any:
     return client.CustomObjectsApi(api)
 
 
-def require_jobset() -> Path:
-    """The directory hack/jobset/build.sh printed (KFED_JOBSET_BIN_DIR), for `kfed dev up
-    --integrations jobset` and tests that run JobSets."""
-    value = os.environ.get("KFED_JOBSET_BIN_DIR", "")
-    if value and all((Path(value) / name).is_file() for name in JOBSET_FILES):
+def require_controller(name: str) -> Path:
+    """The directory that a local job controller's build script printed (its variable, such as
+    KFED_JOBSET_BIN_DIR), for `kfed dev up --integrations` and the tests that run its kinds;
+    `name` is its entry's in `manager.dev.catalog` (jobset, lws, kuberay, mpijob)."""
+    controller = catalog.BY_NAME[name]
+    build = controller.build
+    value = os.environ.get(build.directory_variable, "")
+    if value and all((Path(value) / file).is_file() for file in build.files):
         return Path(value)
-    missing_prerequisite("JobSet not built: export KFED_JOBSET_BIN_DIR=$(bash hack/jobset/build.sh) (hack/test.sh does)")
-
-
-def require_lws() -> Path:
-    """The directory hack/lws/build.sh printed (KFED_LWS_BIN_DIR), for `kfed dev up
-    --integrations lws` and tests that run LeaderWorkerSets."""
-    value = os.environ.get("KFED_LWS_BIN_DIR", "")
-    if value and all((Path(value) / name).is_file() for name in LWS_FILES):
-        return Path(value)
-    missing_prerequisite("LeaderWorkerSet not built: export KFED_LWS_BIN_DIR=$(bash hack/lws/build.sh) (hack/test.sh does)")
-
-
-def require_kuberay() -> Path:
-    """The directory hack/kuberay/build.sh printed (KFED_KUBERAY_BIN_DIR), for `kfed dev up
-    --integrations rayjob,raycluster` and tests that run RayJobs and RayClusters."""
-    value = os.environ.get("KFED_KUBERAY_BIN_DIR", "")
-    if value and all((Path(value) / name).is_file() for name in KUBERAY_FILES):
-        return Path(value)
-    missing_prerequisite("KubeRay not built: export KFED_KUBERAY_BIN_DIR=$(bash hack/kuberay/build.sh) (hack/test.sh does)")
-
-
-def require_mpijob() -> Path:
-    """The directory hack/mpijob/build.sh printed (KFED_MPIJOB_BIN_DIR), for `kfed dev up
-    --integrations mpijob` and tests that run MPIJobs."""
-    value = os.environ.get("KFED_MPIJOB_BIN_DIR", "")
-    if value and all((Path(value) / name).is_file() for name in MPIJOB_FILES):
-        return Path(value)
-    missing_prerequisite("the MPI Operator not built: export KFED_MPIJOB_BIN_DIR=$(bash hack/mpijob/build.sh) (hack/test.sh does)")
+    missing_prerequisite(f"{controller.project} not built: export {build.directory_variable}=$(bash {build.path}) (hack/test.sh does)")
 
 
 def error_message(err: Exception) -> str:

@@ -15,8 +15,8 @@ from typing import Any
 import yaml
 
 from manager.cli.files import checkout_crds_dir
-from manager.dev import controllers, federation, jobset, kuberay, lws, mpijob
-from manager.dev.binaries import REPO_ROOT, BinariesError, binary_dir, jobset_dir, kuberay_dir, lws_dir, mpijob_dir
+from manager.dev import catalog, controllers, federation
+from manager.dev.binaries import REPO_ROOT, BinariesError, binary_dir
 from manager.dev.local import ClusterError, Component, LocalCluster, LocalProvider, free_port, pid_alive
 
 DEFAULT_DIR = Path(os.environ.get("KFED_DEV_DIR", Path.home() / ".kfed" / "dev"))
@@ -56,22 +56,10 @@ def cmd_up(args: argparse.Namespace) -> int:
     _progress("locating or building the control-plane binaries (the first build takes several minutes)")
     try:
         bin_dir = binary_dir()
-        jobset_bin: Path | None = None
-        if "jobset" in integrations:
-            _progress("locating or building the JobSet controller (the first build takes a few minutes)")
-            jobset_bin = jobset_dir()
-        lws_bin: Path | None = None
-        if "lws" in integrations:
-            _progress("locating or building the LeaderWorkerSet controller (the first build takes a few minutes)")
-            lws_bin = lws_dir()
-        kuberay_bin: Path | None = None
-        if any(name in integrations for name in federation.KUBERAY_INTEGRATIONS):
-            _progress("locating or building the KubeRay operator (the first build takes a few minutes)")
-            kuberay_bin = kuberay_dir()
-        mpijob_bin: Path | None = None
-        if "mpijob" in integrations:
-            _progress("locating or building the MPI Operator (the first build takes a few minutes)")
-            mpijob_bin = mpijob_dir()
+        prepared: list[tuple[catalog.LocalController, Path]] = []
+        for controller in catalog.serving(integrations):
+            _progress(f"locating or building {controller.build.what} (the first build takes a few minutes)")
+            prepared.append((controller, catalog.controller_dir(controller)))
     except BinariesError as err:
         print(f"kfed dev up: {err}", file=sys.stderr)
         return 1
@@ -88,30 +76,9 @@ def cmd_up(args: argparse.Namespace) -> int:
         # A playground should not need Kueue's chore of mirroring namespaces and LocalQueues
         # onto every worker: the manager propagates them (and its credential may).
         federation.install(manager, workers, federation.crd_manifests(checkout_crds_dir()), propagate_queues=True)
-        if jobset_bin is not None:
-            _progress("installing JobSet: its CRD on every cluster, its controller on each worker")
-            for cluster in clusters:
-                jobset.install_crd(cluster, jobset_bin)
-            for worker in workers:
-                jobset.start_controller(worker, jobset_bin)
-        if lws_bin is not None:
-            _progress("installing LeaderWorkerSet: its CRD on every cluster, its controller on each worker")
-            for cluster in clusters:
-                lws.install_crd(cluster, lws_bin)
-            for worker in workers:
-                lws.start_controller(worker, lws_bin)
-        if kuberay_bin is not None:
-            _progress("installing KubeRay: the RayCluster and RayJob CRDs on every cluster, its operator on each worker")
-            for cluster in clusters:
-                kuberay.install_crds(cluster, kuberay_bin)
-            for worker in workers:
-                kuberay.start_operator(worker, kuberay_bin)
-        if mpijob_bin is not None:
-            _progress("installing MPIJob: its CRD on every cluster, the MPI Operator on each worker")
-            for cluster in clusters:
-                mpijob.install_crd(cluster, mpijob_bin)
-            for worker in workers:
-                mpijob.start_controller(worker, mpijob_bin)
+        for controller, controller_bin in prepared:
+            _progress(f"installing {controller.installs}")
+            controller.install(controller_bin, clusters=clusters, workers=workers)
     except ClusterError as err:
         provider.delete_all()
         print(f"kfed dev up: {err}", file=sys.stderr)

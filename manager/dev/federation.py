@@ -56,8 +56,6 @@ INTEGRATIONS = {
     "raycluster": Integration("ray.io/raycluster", "RayCluster (the KubeRay operator runs on each worker)"),
     "rayjob": Integration("ray.io/rayjob", "RayJob (the KubeRay operator runs on each worker)"),
 }
-# The integrations whose controller is KubeRay's operator (one process serves both kinds).
-KUBERAY_INTEGRATIONS = ("raycluster", "rayjob")
 # Kueue's framework names, which `--integrations` takes as well as the short names.
 BY_FRAMEWORK = {JOB_FRAMEWORK: JOB_INTEGRATION, **{integration.framework: name for name, integration in INTEGRATIONS.items()}}
 

@@ -23,7 +23,8 @@ from typing import Any
 from manager.dev import controllers
 from manager.dev.local import Component, LocalCluster, free_port
 
-COMPONENT = "ray-operator"
+BINARY = "ray-operator"  # in the build's directory; also the supervised component's name
+COMPONENT = BINARY
 CRD_FILES = (Path("crds") / "ray.io_rayclusters.yaml", Path("crds") / "ray.io_rayjobs.yaml")
 
 
@@ -38,7 +39,7 @@ def install_crds(cluster: LocalCluster, bin_dir: Path) -> None:
 def argv(bin_dir: Path, *, kubeconfig: Path, health_port: int, metrics_port: int) -> list[str]:
     """The operator's command line: everything on loopback, no leader election, console logs."""
     return [
-        str(bin_dir / "ray-operator"),
+        str(bin_dir / BINARY),
         f"--kubeconfig={kubeconfig}",
         f"--health-probe-bind-address=127.0.0.1:{health_port}",
         f"--metrics-addr=127.0.0.1:{metrics_port}",

@@ -8,7 +8,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,7 +18,7 @@ import yaml
 from manager.api import constants as c
 from manager.api import kueue
 from manager.api.core import Job, Secret
-from manager.dev import federation, jobset, kuberay, lws, mpijob
+from manager.dev import catalog, federation
 from manager.dev.local import LocalCluster, free_port
 from manager.kube.client import KubeClient
 from tests.conftest import REPO_ROOT
@@ -112,24 +112,24 @@ def build(
     directory: Path,
     *,
     worker_config: dict[str, Any] | None = None,
-    jobset_bin: Path | None = None,
-    lws_bin: Path | None = None,
-    kuberay_bin: Path | None = None,
-    mpijob_bin: Path | None = None,
+    controllers: Mapping[str, Path] | None = None,
     integrations: tuple[str, ...] = (),
     multikueue: dict[str, Any] | None = None,
     manager_config: dict[str, Any] | None = None,
 ) -> Federation:
-    """The federation; `worker_config` is a Kueue Configuration for the workers' agents. With
-    `jobset_bin` (hack/jobset/build.sh's output) every cluster gets the JobSet CRD, each worker
-    its JobSet controller, and kfed's processes integrate JobSets as well as Jobs, as
-    `kfed dev up --integrations jobset` sets them up. `integrations` names more job kinds
-    kfed's processes integrate (`kfed dev up --integrations`' short names, such as `pod`); with
-    `lws_bin` (hack/lws/build.sh's output), LeaderWorkerSets as `jobset_bin` does JobSets; with
-    `kuberay_bin` (hack/kuberay/build.sh's output), RayJobs and RayClusters, KubeRay's operator
-    on the workers; with `mpijob_bin` (hack/mpijob/build.sh's output), MPIJobs, the MPI Operator
-    on each worker.
-    `manager_config` adds sections to the manager's Configuration (`featureGates`, ...)."""
+    """The federation; `worker_config` is a Kueue Configuration for the workers' agents.
+    `controllers` maps a local job controller's name (`manager.dev.catalog`: jobset, lws,
+    kuberay, mpijob) to its build's directory (`tests.harness.require_controller`): every
+    cluster gets its CRDs, each worker its controller, and kfed's processes integrate the kinds
+    it serves as well as Jobs, as `kfed dev up --integrations` sets them up. `integrations`
+    names more job kinds kfed's processes integrate (`kfed dev up --integrations`' short names,
+    such as `pod`). `manager_config` adds sections to the manager's Configuration
+    (`featureGates`, ...)."""
+    wanted = controllers or {}
+    unknown = sorted(set(wanted) - set(catalog.BY_NAME))
+    if unknown:
+        raise ValueError(f"unknown local controllers {', '.join(unknown)} (known: {', '.join(catalog.BY_NAME)})")
+    chosen = [(controller, wanted[controller.name]) for controller in catalog.CONTROLLERS if controller.name in wanted]
     suffix = uuid.uuid4().hex[:4]
     manager = provider.create([f"mk-manager-{suffix}"], aggregation=True)[0]
     w1, w2 = provider.create([f"mk-w1-{suffix}", f"mk-w2-{suffix}"], jobs=True)
@@ -139,34 +139,12 @@ def build(
         federation.install_crds(cluster, crds)
         ensure_namespace(cluster, SYSTEM_NAMESPACE)
     federation.create(manager, federation.visibility_service())
-    names = (
-        *integrations,
-        *(("jobset",) if jobset_bin is not None else ()),
-        *(("lws",) if lws_bin is not None else ()),
-        *(federation.KUBERAY_INTEGRATIONS if kuberay_bin is not None else ()),
-        *(("mpijob",) if mpijob_bin is not None else ()),
-    )
+    # The served kinds in the order `kfed dev up --integrations` lists them in its Configuration.
+    served = {name for controller, _ in chosen for name in controller.integrations}
+    names = (*integrations, *(name for name in federation.INTEGRATIONS if name in served))
     more: dict[str, Any] = {"integrations": federation.kfed_configuration(names)["integrations"]} if names else {}
-    if jobset_bin is not None:
-        for cluster in [manager, w1, w2]:
-            jobset.install_crd(cluster, jobset_bin)
-        for worker in (w1, w2):
-            jobset.start_controller(worker, jobset_bin)
-    if lws_bin is not None:  # as `kfed dev up --integrations lws`: its controller on the workers only
-        for cluster in [manager, w1, w2]:
-            lws.install_crd(cluster, lws_bin)
-        for worker in (w1, w2):
-            lws.start_controller(worker, lws_bin)
-    if kuberay_bin is not None:  # as `kfed dev up --integrations rayjob,raycluster`: its operator on the workers only
-        for cluster in [manager, w1, w2]:
-            kuberay.install_crds(cluster, kuberay_bin)
-        for worker in (w1, w2):
-            kuberay.start_operator(worker, kuberay_bin)
-    if mpijob_bin is not None:  # as `kfed dev up --integrations mpijob`: the operator on the workers only
-        for cluster in [manager, w1, w2]:
-            mpijob.install_crd(cluster, mpijob_bin)
-        for worker in (w1, w2):
-            mpijob.start_controller(worker, mpijob_bin)
+    for controller, controller_bin in chosen:  # as `kfed dev up --integrations`: the controllers on the workers only
+        controller.install(controller_bin, clusters=[manager, w1, w2], workers=[w1, w2])
     for name, worker in fed.workers.items():
         extra = []
         if worker_config is not None or more:

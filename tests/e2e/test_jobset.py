@@ -21,7 +21,7 @@ from manager.kube.client import KubeClient
 from tests.e2e.federation import RUNS, Clients, Federation, job_manifest, running
 from tests.e2e.test_cli import jobs_json, kfed
 from tests.e2e.test_multikueue import make_priority_classes
-from tests.harness import Provider, eventually, require_jobset
+from tests.harness import Provider, eventually, require_controller
 from tests.integration.test_job_integrations import jobset_manifest
 from tests.integration.test_job_integrations import workload_of as workload_of_jobset
 
@@ -30,8 +30,8 @@ from tests.integration.test_job_integrations import workload_of as workload_of_j
 def fed(provider: Provider, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]:
     """This module's own federation: JobSet's CRD everywhere, its controller on the workers, and
     kfed integrating JobSets (the tier's `kube` fixture opens its clients on it)."""
-    jobset_bin = require_jobset()
-    with running(provider, Path(tmp_path_factory.mktemp("jobset")), jobset_bin=jobset_bin) as created:
+    jobset_bin = require_controller("jobset")
+    with running(provider, Path(tmp_path_factory.mktemp("jobset")), controllers={"jobset": jobset_bin}) as created:
         yield created
 
 

@@ -22,15 +22,15 @@ from manager.engine.integrations.lws import workload_name_for
 from tests.e2e.federation import RUNS, Clients, Federation, running
 from tests.e2e.test_cli import kfed
 from tests.e2e.test_multikueue import make_priority_classes
-from tests.harness import Provider, eventually, require_lws
+from tests.harness import Provider, eventually, require_controller
 
 
 @pytest.fixture(scope="module")
 def fed(provider: Provider, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]:
     """This module's own federation: LWS's CRD everywhere, its controller on the workers, and
     kfed integrating LeaderWorkerSets (the tier's `kube` fixture opens its clients on it)."""
-    lws_bin = require_lws()
-    with running(provider, Path(tmp_path_factory.mktemp("lws")), lws_bin=lws_bin) as created:
+    lws_bin = require_controller("lws")
+    with running(provider, Path(tmp_path_factory.mktemp("lws")), controllers={"lws": lws_bin}) as created:
         yield created
 
 

@@ -31,7 +31,7 @@ from manager.kube.client import KubeClient
 from tests.e2e.federation import RUNS, Clients, Federation, job_manifest, running
 from tests.e2e.test_cli import jobs_json, kfed
 from tests.e2e.test_multikueue import make_priority_classes
-from tests.harness import Provider, eventually, require_mpijob
+from tests.harness import Provider, eventually, require_controller
 from tests.integration.test_job_integrations import KWOK_RUN_TIME
 
 
@@ -39,8 +39,8 @@ from tests.integration.test_job_integrations import KWOK_RUN_TIME
 def fed(provider: Provider, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]:
     """This module's own federation: the MPIJob CRD everywhere, the MPI Operator on the workers,
     and kfed integrating MPIJobs (the tier's `kube` fixture opens its clients on it)."""
-    mpijob_bin = require_mpijob()
-    with running(provider, Path(tmp_path_factory.mktemp("mpijob")), mpijob_bin=mpijob_bin) as created:
+    mpijob_bin = require_controller("mpijob")
+    with running(provider, Path(tmp_path_factory.mktemp("mpijob")), controllers={"mpijob": mpijob_bin}) as created:
         yield created
 
 

@@ -31,7 +31,7 @@ from manager.kube.client import KubeClient
 from tests.e2e.federation import RUNS, Clients, Federation, job_manifest, running
 from tests.e2e.test_cli import jobs_json, kfed
 from tests.e2e.test_multikueue import make_priority_classes
-from tests.harness import Provider, eventually, require_kuberay
+from tests.harness import Provider, eventually, require_controller
 from tests.integration.test_job_integrations import KWOK_RUN_TIME
 
 IMAGE = "rayproject/ray:2.46.0"  # never pulled: kwok runs no container
@@ -41,8 +41,8 @@ IMAGE = "rayproject/ray:2.46.0"  # never pulled: kwok runs no container
 def fed(provider: Provider, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]:
     """This module's own federation: KubeRay's CRDs everywhere, its operator on the workers, and
     kfed integrating RayJobs and RayClusters (the tier's `kube` fixture opens its clients on it)."""
-    kuberay_bin = require_kuberay()
-    with running(provider, Path(tmp_path_factory.mktemp("ray")), kuberay_bin=kuberay_bin) as created:
+    kuberay_bin = require_controller("kuberay")
+    with running(provider, Path(tmp_path_factory.mktemp("ray")), controllers={"kuberay": kuberay_bin}) as created:
         yield created
 
 

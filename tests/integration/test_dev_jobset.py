@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from manager.dev import jobset
-from tests.harness import KubeconfigFile, api_for, batch_api, custom_api, eventually, require_jobset
+from tests.harness import KubeconfigFile, api_for, batch_api, custom_api, eventually, require_controller
 from tests.integration.test_dev_command import kfed
 
 GROUP, VERSION = "jobset.x-k8s.io", "v1alpha2"
@@ -42,7 +42,7 @@ def condition(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
 
 
 async def test_a_plain_jobset_on_a_worker_gets_its_jobs_from_the_jobset_controller_and_completes(tmp_path: Path) -> None:
-    require_jobset()
+    require_controller("jobset")
     up = kfed("dev", "up", "--workers", "1", "--jobs", "--integrations", "jobset", "--dir", str(tmp_path))
     try:
         assert up.returncode == 0, up.stderr

@@ -11,7 +11,7 @@ from kubernetes_asyncio import client
 
 from manager.api.ray import CLUSTER_LABEL
 from manager.dev import kuberay
-from tests.harness import KubeconfigFile, api_for, custom_api, eventually, require_kuberay
+from tests.harness import KubeconfigFile, api_for, custom_api, eventually, require_controller
 from tests.integration.test_dev_command import kfed
 
 GROUP, VERSION = "ray.io", "v1"
@@ -45,7 +45,7 @@ def plain_raycluster(name: str) -> dict[str, Any]:
 
 
 async def test_a_plain_raycluster_on_a_worker_gets_its_pods_from_kuberay_and_turns_ready(tmp_path: Path) -> None:
-    require_kuberay()
+    require_controller("kuberay")
     up = kfed("dev", "up", "--workers", "1", "--jobs", "--integrations", "ray.io/rayjob,raycluster", "--dir", str(tmp_path))
     try:
         assert up.returncode == 0, up.stderr

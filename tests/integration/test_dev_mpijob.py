@@ -11,7 +11,7 @@ from kubernetes_asyncio import client
 
 from manager.api.mpijob import JOB_NAME_LABEL
 from manager.dev import mpijob
-from tests.harness import KubeconfigFile, api_for, batch_api, custom_api, eventually, require_mpijob
+from tests.harness import KubeconfigFile, api_for, batch_api, custom_api, eventually, require_controller
 from tests.integration.test_dev_command import kfed
 from tests.integration.test_job_integrations import KWOK_RUN_TIME
 
@@ -38,7 +38,7 @@ def condition(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
 
 
 async def test_a_plain_mpijob_on_a_worker_gets_its_launcher_and_workers_from_the_operator_and_succeeds(tmp_path: Path) -> None:
-    require_mpijob()
+    require_controller("mpijob")
     up = kfed("dev", "up", "--workers", "1", "--jobs", "--integrations", "kubeflow.org/mpijob", "--dir", str(tmp_path))
     try:
         assert up.returncode == 0, up.stderr

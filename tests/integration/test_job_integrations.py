@@ -4,9 +4,7 @@ written by hand, standing in for its controller)."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,27 +14,21 @@ from manager.api import constants as c
 from manager.api import kueue
 from manager.api.jobset import JobSet
 from manager.api.meta import is_condition_true
-from manager.dev import federation
+from manager.dev import federation, jobset
 from manager.dev.local import LocalCluster
 from manager.kube.client import KubeClient
 from manager.kube.errors import NotFoundError
-from tests.harness import Provider, eventually
+from tests.harness import Provider, eventually, require_controller
 from tests.integration.controllers import ControllerProcess, crd_cluster, running_manager
 from tests.integration.test_controllers import condition, make_queues
-from tests.prerequisites import missing_prerequisite
 
 PARKED = {"kfed-test/pool": "parked"}
-CRD = Path("crds") / "jobset.x-k8s.io_jobsets.yaml"
 
 
 def jobset_crd() -> dict[str, Any]:
     """JobSet's CRD from the directory hack/jobset/build.sh printed (KFED_JOBSET_BIN_DIR).
     Missing, it fails the test under CI and skips it elsewhere."""
-    value = os.environ.get("KFED_JOBSET_BIN_DIR", "")
-    if value and (Path(value) / CRD).is_file():
-        loaded: dict[str, Any] = yaml.safe_load((Path(value) / CRD).read_text())
-        return loaded
-    missing_prerequisite("JobSet not built: export KFED_JOBSET_BIN_DIR=$(bash hack/jobset/build.sh) (hack/test.sh does)")
+    return jobset.crd(require_controller("jobset"))
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,7 @@ from manager.engine.integrations.lws import FRAMEWORK, SUSPENDED_BY_PARENT_ANNOT
 from manager.engine.integrations.pod import MANAGED_LABEL, POD_GROUP_NAME_LABEL, ROLE_HASH_ANNOTATION, SCHEDULING_GATE
 from manager.kube.client import KubeClient
 from manager.kube.errors import NotFoundError
-from tests.harness import Provider, eventually, require_lws
+from tests.harness import Provider, eventually, require_controller
 from tests.integration.controllers import ControllerProcess, crd_cluster, running_manager
 from tests.integration.test_controllers import make_queues
 
@@ -32,7 +32,7 @@ KWOK_NODES = {"type": "kwok"}
 
 @pytest.fixture(scope="module")
 def cluster(provider: Provider) -> LocalCluster:
-    bin_dir = require_lws()
+    bin_dir = require_controller("lws")
     created = crd_cluster(provider, "lws", jobs=True)  # kube-scheduler, kube-controller-manager and kwok nodes
     lws_dev.install_crd(created, bin_dir)
     lws_dev.start_controller(created, bin_dir)
