@@ -40,13 +40,17 @@ def install_crds(cluster: LocalCluster, bin_dir: Path, files: Sequence[Path]) ->
     federation.wait_established(cluster, definitions)
 
 
-def start_supervised(cluster: LocalCluster, component: str, argv: list[str], *, health_port: int) -> Component:
+def start_supervised(
+    cluster: LocalCluster, component: str, argv: list[str], *, health_port: int, health_path: str = "/readyz"
+) -> Component:
     """Start a controller supervised (a crash restarts it with the same command, ports and
-    certificate), its log under the cluster's directory; return once its health port answers."""
+    certificate), its log under the cluster's directory; return once its health port answers
+    200 at `health_path` (controller-runtime's readiness check, unless the controller has only
+    another)."""
     process = Component(component, supervise.command(component, argv), cluster.directory / "logs" / f"{component}.log")
     process.start()
     cluster.components[component] = process
-    wait_ready(process, health_port, what=f"{cluster.name} {component}")
+    wait_ready(process, health_port, what=f"{cluster.name} {component}", path=health_path)
     return process
 
 

@@ -150,14 +150,14 @@ class Component:
         self.pid = None
 
 
-def wait_ready(process: Component, health_port: int, *, what: str, timeout: float = 60) -> None:
-    """Wait until `process` (named `what` in errors) answers 200 on its loopback /readyz at
+def wait_ready(process: Component, health_port: int, *, what: str, timeout: float = 60, path: str = "/readyz") -> None:
+    """Wait until `process` (named `what` in errors) answers 200 on its loopback `path` at
     `health_port`; ClusterError, naming its log, when it does not in `timeout` seconds."""
 
     def ready() -> bool:
         if not process.running():
             raise ClusterError(f"{what} exited")
-        with urllib.request.urlopen(f"http://{LOOPBACK}:{health_port}/readyz", timeout=2) as response:
+        with urllib.request.urlopen(f"http://{LOOPBACK}:{health_port}{path}", timeout=2) as response:
             return bool(response.status == 200)
 
     try:

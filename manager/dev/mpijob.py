@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from manager.dev import controllers, supervise
+from manager.dev import controllers
 from manager.dev.local import ClusterError, Component, LocalCluster, free_port, wait_for
 
 COMPONENT = "mpi-operator"
@@ -69,12 +69,10 @@ class MPIOperator:
 
     def start(self) -> Component:
         """Start the operator supervised, and return once it leads (it runs MPIJobs only then).
-        Not `controllers.start_supervised`: the operator answers /healthz, not /readyz, and
-        only its Lease says it works."""
+        Its health server (/healthz; it has no /readyz) answers before it leads, as a standby's
+        does: only its Lease says it works."""
         argv = command(self.bin_dir, kubeconfig=self.cluster.kubeconfig_path, health_port=self.health_port)
-        process = Component(COMPONENT, supervise.command(COMPONENT, argv), self.cluster.directory / "logs" / f"{COMPONENT}.log")
-        process.start()
-        self.cluster.components[COMPONENT] = process
+        process = controllers.start_supervised(self.cluster, COMPONENT, argv, health_port=self.health_port, health_path="/healthz")
 
         def leading() -> bool:
             if not process.running():
