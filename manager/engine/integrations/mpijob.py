@@ -27,6 +27,7 @@ from manager.api.core import JobCondition
 from manager.api.kueue import PodSet, Workload
 from manager.api.mpijob import MPIJob, ReplicaSpec
 from manager.engine.integrations.adapter import Finished, JobAdapter, PodQuery
+from manager.engine.integrations.templates import restore_template
 from manager.engine.jobs import JobConversionError, PodSetInfo, map_patch, multikueue_remote_metadata, original_template
 
 
@@ -63,29 +64,29 @@ def _raw_template(job: MPIJob, replica_type: str) -> dict[str, Any]:
 
 def _merged(have: Mapping[str, str], add: Mapping[str, str], *, path: str) -> dict[str, str]:
     """Kueue's podset.Merge for one map: a key may be added, never given another value (a
-    conflict is a JobConversionError: Kueue finishes such a Workload as FailedToStart)."""
+    conflict is a JobConversionError: Kueue finishes such a Workload as FailedToStart).
+    Not `templates.merge_into_template` only for the conflict's words: that one words it as
+    JobSet's and Ray's adapters do, and an MPIJob's FailedToStart message has its own (its
+    tests pin them); sharing it would change what a user reads."""
     for key, value in add.items():
         if key in have and have[key] != value:
             raise JobConversionError(path, f'conflict for "{key}": the template has "{have[key]}", the admission sets "{value}"')
     return {**have, **add}
 
 
-def _template_patch(template: dict[str, Any], *, labels: Any, annotations: Any, node_selector: Any, tolerations: Any) -> dict[str, Any]:
-    """The merge patch turning one pod template's four admission fields into those given
-    (maps as key changes, the tolerations whole); empty when nothing changes."""
-    meta, spec = template["metadata"], template["spec"]
+def _template_patch(have: dict[str, Any], want: dict[str, Any]) -> dict[str, Any]:
+    """The merge patch turning pod template `have`'s four admission fields into `want`'s (the
+    maps as key changes, the tolerations whole); empty when nothing changes."""
     patch: dict[str, Any] = {}
-    for section, key, have, want in (
-        ("metadata", "labels", meta.get("labels"), labels),
-        ("metadata", "annotations", meta.get("annotations"), annotations),
-        ("spec", "nodeSelector", spec.get("nodeSelector"), node_selector),
-    ):
-        changes = map_patch(have or {}, want or {})
+    for section, key in (("metadata", "labels"), ("metadata", "annotations"), ("spec", "nodeSelector")):
+        want_map = (want.get(section) or {}).get(key) or {}
+        changes = map_patch((have.get(section) or {}).get(key) or {}, want_map)
         if changes:
             # An emptied map goes whole, so that the template is left without it (as it was).
-            patch.setdefault(section, {})[key] = changes if want else None
-    if (spec.get("tolerations") or None) != (tolerations or None):
-        patch.setdefault("spec", {})["tolerations"] = copy.deepcopy(tolerations) or None
+            patch.setdefault(section, {})[key] = changes if want_map else None
+    want_tolerations = (want.get("spec") or {}).get("tolerations") or None
+    if ((have.get("spec") or {}).get("tolerations") or None) != want_tolerations:
+        patch.setdefault("spec", {})["tolerations"] = copy.deepcopy(want_tolerations)
     return patch
 
 
@@ -171,16 +172,14 @@ class MPIJobAdapter(JobAdapter[MPIJob]):
         for kind, info in zip(kinds, pod_sets, strict=True):
             path = replica_path(kind)
             template = _raw_template(job, kind)
-            meta, spec = template["metadata"], template["spec"]
+            merged = copy.deepcopy(template)
+            meta, spec = merged["metadata"], merged["spec"]
+            meta["labels"] = _merged(meta.get("labels") or {}, info.labels, path=f"{path}.metadata.labels")
+            meta["annotations"] = _merged(meta.get("annotations") or {}, info.annotations, path=f"{path}.metadata.annotations")
+            spec["nodeSelector"] = _merged(spec.get("nodeSelector") or {}, info.node_selector, path=f"{path}.spec.nodeSelector")
             tolerations = list(spec.get("tolerations") or [])
-            tolerations += [toleration for toleration in info.tolerations if toleration not in tolerations]
-            patch = _template_patch(
-                template,
-                labels=_merged(meta.get("labels") or {}, info.labels, path=f"{path}.metadata.labels"),
-                annotations=_merged(meta.get("annotations") or {}, info.annotations, path=f"{path}.metadata.annotations"),
-                node_selector=_merged(spec.get("nodeSelector") or {}, info.node_selector, path=f"{path}.spec.nodeSelector"),
-                tolerations=tolerations,
-            )
+            spec["tolerations"] = tolerations + [toleration for toleration in info.tolerations if toleration not in tolerations]
+            patch = _template_patch(template, merged)
             if patch:
                 replicas[kind] = {"template": patch}
         spec_patch: dict[str, Any] = {"runPolicy": {"suspend": False}}
@@ -197,15 +196,10 @@ class MPIJobAdapter(JobAdapter[MPIJob]):
             return None
         replicas: dict[str, Any] = {}
         for kind in kinds:
-            recorded = original_template(wl, pod_set_name(kind))
-            want_meta, want_spec = recorded.get("metadata") or {}, recorded.get("spec") or {}
-            patch = _template_patch(
-                _raw_template(job, kind),
-                labels=want_meta.get("labels"),
-                annotations=want_meta.get("annotations"),
-                node_selector=want_spec.get("nodeSelector"),
-                tolerations=want_spec.get("tolerations"),
-            )
+            template = _raw_template(job, kind)
+            restored = copy.deepcopy(template)
+            restore_template(restored, original_template(wl, pod_set_name(kind)))
+            patch = _template_patch(template, restored)
             if patch:
                 replicas[kind] = {"template": patch}
         if not replicas:

@@ -1,7 +1,8 @@
 """Kueue's podset.Merge and RestorePodSpec on one pod template (pure): what a job kind's adapter
 does to each of its templates when its Workload is admitted, and when it is stopped. One home
 for every kind that starts by rewriting its templates (JobSet's replicatedJobs, a RayCluster's
-head and worker groups)."""
+head and worker groups; an MPIJob's replica types restore through it, and merge with a conflict
+message of their own)."""
 
 from __future__ import annotations
 
