@@ -1,15 +1,16 @@
 """LeaderWorkerSet (sigs.k8s.io/lws) on local clusters, for `kfed dev up --integrations lws`.
 
-Every cluster gets the LeaderWorkerSet CRD, applied server-side, and runs the LWS controller,
-built by hack/lws/build.sh, as an administrator runs it without cert-manager or a Service in
+Every cluster gets the LeaderWorkerSet CRD, applied server-side, and each worker runs the LWS
+controller, built by hack/lws/build.sh, as an administrator runs it without cert-manager or a Service in
 front of it (as JobSet's, `manager.dev.jobset`): with the cluster's admin kubeconfig, its
 internal certificate management off, a serving certificate for 127.0.0.1 that the harness
 issues, its webhooks registered by URL (its Pod webhooks only for LWS pods, as its release's
 kustomize patches narrow them), and its own health and metrics ports.
 
-Unlike JobSet, the manager runs the controller too: a LeaderWorkerSet has no managedBy, so
-Kueue's MultiKueue lets the manager's controller create its (gated) pods and copies the object
-to a worker, where it runs.
+As for JobSet, the manager runs no LWS controller. Kueue's manager does (a LeaderWorkerSet has
+no managedBy: its controller there makes gated pods, and MultiKueue copies the set to a worker);
+kfed's manager keeps the set's Workloads itself and copies the set to the one worker its groups
+went to, where it runs.
 """
 
 from __future__ import annotations
