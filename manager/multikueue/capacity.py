@@ -15,12 +15,13 @@ queue empty is said so, with each worker's largest offer.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from manager.api.kueue import ClusterQueue, Cohort, LocalQueue, ResourceFlavor, Workload
+from manager.api.kueue import ClusterQueue, Cohort, KueueResource, LocalQueue, ResourceFlavor, Workload
 from manager.engine.cache import Cache, ClusterQueueInfo
 from manager.engine.flavors import FIT, Assignment, FlavorAssigner
 from manager.engine.requests import RequestError
@@ -40,9 +41,22 @@ class WorkerQuotas:
     cluster_queues: Sequence[ClusterQueue] = ()
     cohorts: Sequence[Cohort] = ()
     local_queues: Sequence[LocalQueue] = ()
-    # Names these objects' specs (the worker and its spec version), so that the quota tree built
-    # from them is built once and reused for every fit until a spec changes; None: built each time.
-    spec_key: Hashable | None = None
+
+    @functools.cached_property
+    def tree_key(self) -> Hashable | None:
+        """What names the specs the quota tree is built from (flavors, ClusterQueues, Cohorts):
+        each object's uid and generation, which the apiserver raises at every spec change and
+        never at a status change. None when one lacks them (not read from an apiserver): the
+        tree is then built for each fit."""
+        identities = [_spec_identity(obj) for obj in (*self.flavors, *self.cluster_queues, *self.cohorts)]
+        return None if None in identities else tuple(identities)
+
+
+def _spec_identity(obj: KueueResource) -> Hashable | None:
+    meta = obj.metadata
+    if meta.uid is None or meta.generation is None:
+        return None
+    return (obj.KIND, meta.name, meta.uid, meta.generation)
 
 
 def may_free_room(kind: str, old: Any, new: Any) -> bool:
@@ -114,9 +128,14 @@ def _remembered_fit_when_empty(info: WorkloadInfo, quotas: WorkerQuotas) -> tupl
     """`_fit_when_empty`, reused while the worker's specs are the same: a placement over ten
     workers built ten quota trees, again for every Workload at every capacity change. The tree
     comes back with no usage in it; `fit_on` adds usage and takes it out again."""
-    if quotas.spec_key is None:
+    tree = quotas.tree_key
+    if tree is None:
         return _fit_when_empty(info, quotas)
-    key = (quotas.spec_key, info.namespace, info.queue_name, info.scheduling_hash)
+    lq = _local_queue_of(info, quotas)
+    # The LocalQueue by what the fit reads of it: one the manager would propagate there is not
+    # the worker's (no uid), and may point elsewhere than a queue of that name the worker had.
+    queue = (lq.metadata.uid, lq.metadata.generation, lq.spec.cluster_queue) if lq is not None else None
+    key = (tree, info.namespace, info.queue_name, queue, info.scheduling_hash)
     found = _EMPTY_FITS.get(key)
     if found is None:
         if len(_EMPTY_FITS) >= MAX_EMPTY_FITS:
@@ -125,10 +144,14 @@ def _remembered_fit_when_empty(info: WorkloadInfo, quotas: WorkerQuotas) -> tupl
     return found
 
 
+def _local_queue_of(info: WorkloadInfo, quotas: WorkerQuotas) -> LocalQueue | None:
+    where = f"{info.namespace}/{info.queue_name}"
+    return next((q for q in quotas.local_queues if f"{q.namespace}/{q.name}" == where), None)
+
+
 def _fit_when_empty(info: WorkloadInfo, quotas: WorkerQuotas) -> tuple[Fit, Cache | None, ClusterQueueInfo | None]:
     """The fit with the worker's queues empty, and the quota tree to go on with when it fits."""
-    where = f"{info.namespace}/{info.queue_name}"
-    lq = next((q for q in quotas.local_queues if f"{q.namespace}/{q.name}" == where), None)
+    lq = _local_queue_of(info, quotas)
     if lq is None:
         return Fit(False, False, reason=f"LocalQueue {info.queue_name} doesn't exist", missing=True), None, None
     cache = Cache(flavors=quotas.flavors, cluster_queues=quotas.cluster_queues, cohorts=quotas.cohorts, local_queues=[lq])

@@ -142,6 +142,4 @@ def with_propagated_queue(quotas: WorkerQuotas, manager_queue: LocalQueue, *, or
     manifest = local_queue_manifest(
         manager_queue.namespace, manager_queue.name, cluster_queue=manager_queue.spec.cluster_queue, origin=origin
     )
-    # Other queue specs than the worker's own: the quota tree remembered for those is not this one.
-    key = (quotas.spec_key, manager_queue.key, manager_queue.spec.cluster_queue) if quotas.spec_key is not None else None
-    return replace(quotas, local_queues=[*quotas.local_queues, LocalQueue.model_validate(manifest)], spec_key=key)
+    return replace(quotas, local_queues=[*quotas.local_queues, LocalQueue.model_validate(manifest)])

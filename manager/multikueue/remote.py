@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -38,7 +37,6 @@ from manager.multikueue.capacity import WorkerQuotas, may_free_room
 from manager.runtime.tasks import cancel_and_wait
 
 log = logging.getLogger("kfed.multikueue.remote")
-_SERIALS = itertools.count()
 
 RETRY_BASE_SECONDS = 5
 RETRY_MAX_SECONDS = 320
@@ -119,9 +117,6 @@ class RemoteCluster:
         # Counts changes to what the worker's queues could ever give (their specs, or whether
         # they are known at all), not to their usage: what MultiKueue's refusal reads.
         self.quota_spec_version = 0
-        # Unique in the process: with the version, it names the queue specs last seen here (a
-        # RemoteCluster made again for the same worker starts its versions again).
-        self.serial = next(_SERIALS)
         # The job kinds to watch (as Kueue does, a worker must serve each: a watch that cannot
         # be opened fails the connection).
         self.adapters = tuple(adapters)
@@ -370,7 +365,6 @@ class RemoteCluster:
             cluster_queues=informers[ClusterQueue.KIND].items(),
             cohorts=informers[Cohort.KIND].items() if Cohort.KIND in informers else [],
             local_queues=informers[LocalQueue.KIND].items(),
-            spec_key=(self.serial, self.quota_spec_version),
         )
 
     # --- the admission side ---------------------------------------------------------------------------

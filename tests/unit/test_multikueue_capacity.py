@@ -209,18 +209,45 @@ def test_the_admission_timeout_is_read_from_the_configuration(multikueue: dict[s
         assert Settings.from_configuration(config).admission_timeout == expected
 
 
+def as_read(quotas: WorkerQuotas, *, generation: int = 1) -> WorkerQuotas:
+    """The worker's objects as an apiserver gives them: each with a uid and a generation."""
+
+    def read(obj: Any) -> Any:
+        return obj.model_copy(update={"metadata": obj.metadata.model_copy(update={"uid": f"uid-{obj.name}", "generation": generation})})
+
+    return WorkerQuotas(
+        flavors=[read(o) for o in quotas.flavors],
+        cluster_queues=[read(o) for o in quotas.cluster_queues],
+        cohorts=[read(o) for o in quotas.cohorts],
+        local_queues=[read(o) for o in quotas.local_queues],
+    )
+
+
 def test_a_worker_seen_with_the_same_specs_gives_the_same_fits_whatever_ran_before() -> None:
-    """The quota tree built for one spec key is reused: each fit takes its usage out again, so a
-    full worker seen first never makes the same worker, emptier, look full (or the reverse)."""
-    key = ("worker1", 7)
-    full, half, empty = (dataclasses.replace(worker(8, used=used), spec_key=key) for used in (7, 4, 0))
+    """The quota tree built for the same specs is reused: each fit takes its usage out again, so
+    a full worker seen first never makes the same worker, emptier, look full (or the reverse)."""
+    full, half, empty = (as_read(worker(8, used=used)) for used in (7, 4, 0))
+    assert full.tree_key is not None and full.tree_key == empty.tree_key  # usage is status: the same tree
     info = workload_info(workload("3"))
-    fresh = {name: fit_on(info, dataclasses.replace(q, spec_key=None)) for name, q in (("full", full), ("half", half), ("empty", empty))}
+    unread = {"full": worker(8, used=7), "half": worker(8, used=4), "empty": worker(8)}  # built anew for each fit
+    fresh = {name: fit_on(info, quotas) for name, quotas in unread.items()}
     for order in (("full", "half", "empty", "full"), ("empty", "full", "half", "half")):
         seen = [fit_on(info, {"full": full, "half": half, "empty": empty}[name]) for name in order]
         assert seen == [fresh[name] for name in order]
     sent = [("cq", {("default", "cpu"): 3000})]
     assert not fit_on(info, half, in_flight=sent).now and fit_on(info, half).now  # in-flight usage is not kept either
+
+
+def test_a_spec_change_is_a_new_quota_tree() -> None:
+    """A ClusterQueue's new quota raises its generation: the tree remembered for the old one is
+    not used for the new (objects without a uid or generation are never remembered)."""
+    info = workload_info(workload("6"))
+    small = as_read(worker(4))
+    assert not fit_on(info, small).ever
+    grown = as_read(worker(8), generation=2)
+    assert grown.tree_key != small.tree_key
+    assert fit_on(info, grown).now
+    assert worker(8).tree_key is None
 
 
 def cq_status(*totals: tuple[str, str]) -> ClusterQueue:

@@ -24,6 +24,7 @@ from manager.multikueue.queues import (
     queues_condition,
     with_propagated_queue,
 )
+from tests.unit.test_multikueue_capacity import as_read
 from tests.unit.test_multikueue_plan import ONE_CPU, local, quotas
 
 
@@ -134,10 +135,11 @@ def test_a_queue_the_worker_already_has_is_used_as_it_is() -> None:
 def test_a_worker_judged_with_the_propagated_queue_is_not_judged_by_its_remembered_specs() -> None:
     """The quota tree remembered for a worker's own queue specs (its spec key) lacks the queue
     the manager would create there: judged with it, the worker must fit, before or after."""
-    own = dataclasses.replace(quotas(4), spec_key=("worker1", 3))
+    own = as_read(quotas(4))
+    assert own.tree_key is not None  # remembered
     wl = workload_info(local(spec={**ONE_CPU, "queueName": "user-queue"}))
     moved = dataclasses.replace(wl, namespace="team-z")
     assert fit_on(moved, own).missing  # the worker has no team-z/user-queue of its own
     judged = with_propagated_queue(own, manager_queue(), origin="mgr-a")
-    assert judged.spec_key != own.spec_key
     assert fit_on(moved, judged).now
+    assert fit_on(moved, own).missing  # and the worker's own view is remembered as it is
