@@ -93,7 +93,7 @@ def custom_api(api: client.ApiClient) -> Any:
 def require_controller(name: str) -> Path:
     """The directory that a local job controller's build script printed (its variable, such as
     KFED_JOBSET_BIN_DIR), for `kfed dev up --integrations` and the tests that run its kinds;
-    `name` is its entry's in `manager.dev.catalog` (jobset, lws, kuberay, mpijob)."""
+    `name` is its entry's in `manager.dev.catalog` (jobset, lws, kuberay, mpijob, trainer)."""
     controller = catalog.BY_NAME[name]
     build = controller.build
     value = os.environ.get(build.directory_variable, "")

@@ -1,6 +1,7 @@
 """The informers every controller of one cluster reads from, created and started together.
 
-Each enabled job integration gets an informer of its kind. As Kueue does, a kind whose API
+Each enabled job integration gets an informer of its kind, and of each kind its adapter reads
+besides (a TrainJob's runtimes). As Kueue does, a kind whose API
 the cluster does not serve yet (its CRD is not installed) is waited for in the background:
 its informer starts once the API appears, and the process is ready without it meanwhile.
 """
@@ -16,7 +17,7 @@ from typing import Any
 from manager.api import kueue
 from manager.api.core import LimitRange, Namespace, Pod, PriorityClass
 from manager.api.meta import Resource
-from manager.engine.integrations.adapter import JobAdapter, component_owner_values, owner_index_values
+from manager.engine.integrations.adapter import JobAdapter, component_owner_values, model_gvk, owner_index_values
 from manager.engine.integrations.registry import DEFAULT, Registry
 from manager.engine.jobs import prebuilt_keys
 from manager.kube.client import KubeClient
@@ -62,6 +63,8 @@ class Caches:
     admission_checks: Informer[kueue.AdmissionCheck]
     registry: Registry = DEFAULT
     jobs: dict[str, Informer[Any]] = field(default_factory=dict)  # by the job kind's GVK string
+    # The kinds the enabled adapters read besides their own (`related_models`), by GVK string.
+    related: dict[str, Informer[Any]] = field(default_factory=dict)
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     # Job kinds whose API the cluster did not serve at start: not waited for to be ready.
     deferred: set[str] = field(default_factory=set)
@@ -96,7 +99,18 @@ class Caches:
                 )
                 for adapter in registry.adapters
             },
+            related={model_gvk(model): Informer(client, model) for adapter in registry.adapters for model in adapter.related_models()},
         )
+
+    def find(self, model: type[Resource], key: str) -> Resource | None:
+        """One object of a related kind (`JobAdapter.related_models`) from its cache."""
+        informer = self.related.get(model_gvk(model))
+        found: Resource | None = informer.get(key) if informer is not None else None
+        return found
+
+    def _served_kinds(self) -> dict[str, Informer[Any]]:
+        """The informers of kinds a cluster may not serve (yet): the job kinds and their related ones."""
+        return {**self.jobs, **self.related}
 
     def core(self) -> list[Informer[Any]]:
         return [
@@ -113,12 +127,12 @@ class Caches:
         ]
 
     def all(self) -> list[Informer[Any]]:
-        return [*self.core(), *self.jobs.values()]
+        return [*self.core(), *self._served_kinds().values()]
 
     def start(self) -> None:
         for informer in self.core():
             self.tasks.append(asyncio.create_task(informer.run(), name=f"informer-{informer.model.KIND}"))
-        for gvk, informer in self.jobs.items():
+        for gvk, informer in self._served_kinds().items():
             self._settled[gvk] = asyncio.Event()
             self.tasks.append(asyncio.create_task(self._run_when_served(gvk, informer), name=f"informer-{informer.model.KIND}"))
 
@@ -155,7 +169,7 @@ class Caches:
         await asyncio.gather(*(informer.synced.wait() for informer in self.core()), *(event.wait() for event in self._settled.values()))
 
     def synced(self) -> bool:
-        jobs_synced = all(informer.synced.is_set() for gvk, informer in self.jobs.items() if gvk not in self.deferred)
+        jobs_synced = all(informer.synced.is_set() for gvk, informer in self._served_kinds().items() if gvk not in self.deferred)
         return jobs_synced and all(informer.synced.is_set() for informer in self.core())
 
     async def stop(self) -> None:

@@ -182,6 +182,8 @@ class JobController:
 
     async def reconcile(self, key: str) -> Result | None:
         job = self.adapter.load(key, get=self.informer.get, by_index=self.informer.by_index)
+        if job is not None:
+            job = self.adapter.with_related(job, find=self.caches.find)
         if job is None:
             self.expectations.forget(key)
             self.written_from.pop(key, None)

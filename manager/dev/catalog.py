@@ -17,7 +17,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from manager.dev import controllers, jobset, kuberay, lws, mpijob
+from manager.dev import controllers, jobset, kuberay, lws, mpijob, trainer
 from manager.dev.binaries import BuildScript, built_dir
 from manager.dev.local import Component, LocalCluster
 
@@ -33,6 +33,9 @@ class LocalController:
     build: BuildScript
     install_crds: Callable[[LocalCluster, Path], None]  # on one cluster, from the build's directory
     start_controller: Callable[[LocalCluster, Path], Component]  # on one worker, from the build's directory
+    # The other controllers (by name) whose kinds its own make, installed and started before it
+    # wherever it is (Kubeflow Trainer's TrainJob makes a JobSet).
+    requires: tuple[str, ...] = ()
 
     def install(self, bin_dir: Path, *, clusters: Sequence[LocalCluster], workers: Sequence[LocalCluster]) -> None:
         """Its CRDs on every cluster of a federation, then its controller on each of `workers`
@@ -100,13 +103,39 @@ CONTROLLERS = (
         install_crds=mpijob.install_crd,
         start_controller=mpijob.start_controller,
     ),
+    LocalController(
+        name="trainer",
+        integrations=("trainjob",),
+        project="Kubeflow Trainer",
+        installs=(
+            "TrainJob: the Trainer's CRDs and its torch-distributed ClusterTrainingRuntime on every cluster,"
+            " its controller manager on each worker"
+        ),
+        build=BuildScript(
+            path=Path("hack/trainer/build.sh"),
+            directory_variable="KFED_TRAINER_BIN_DIR",
+            files=(trainer.TRAINER.binary, *map(str, trainer.CRD_FILES), controllers.WEBHOOK_MANIFESTS, str(trainer.RUNTIME_FILE)),
+            what="the Kubeflow Trainer controller manager",
+        ),
+        install_crds=trainer.install_crds,
+        start_controller=trainer.start_controller,
+        requires=("jobset",),
+    ),
 )
 BY_NAME = {controller.name: controller for controller in CONTROLLERS}
 
 
 def serving(integrations: Collection[str]) -> list[LocalController]:
-    """The controllers that `integrations` (short names) need, in the table's order."""
-    return [controller for controller in CONTROLLERS if any(name in integrations for name in controller.integrations)]
+    """The controllers that `integrations` (short names) need, with those they require, in the
+    table's order (a required one comes first: JobSet's before the Trainer's)."""
+    wanted = {controller.name for controller in CONTROLLERS if any(name in integrations for name in controller.integrations)}
+    wanted |= {required for name in wanted for required in BY_NAME[name].requires}
+    return [controller for controller in CONTROLLERS if controller.name in wanted]
+
+
+def missing_requirements(names: Collection[str]) -> list[str]:
+    """The controllers that the controllers `names` require and that are not among them."""
+    return sorted({required for name in names for required in BY_NAME[name].requires} - set(names))
 
 
 def controller_dir(controller: LocalController) -> Path:

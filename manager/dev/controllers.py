@@ -74,11 +74,23 @@ class WebhookedKind:
     # Whether a dry-run create shows the apiserver calling its defaulting webhook.
     webhooks_called: Callable[[LocalCluster], bool]
     metrics_read_certificates: bool = False  # its metrics server serves TLS from the same pair
+    # Its Configuration file, when it is not the shape `configuration` writes (the JobSet and
+    # LWS one): a controller whose strict decoder refuses the fields it does not have (Kubeflow
+    # Trainer's) writes its own, from the same ports and directory.
+    write_configuration: Callable[..., dict[str, Any]] | None = None
+    # Whether it has no setting for its certificates' directory and reads controller-runtime's
+    # default, `$TMPDIR/k8s-webhook-server/serving-certs`: then each process gets a TMPDIR of its
+    # own under its cluster's directory (one per worker on one machine, each with its own pair).
+    certs_in_tmpdir: bool = False
 
     def configuration(self, *, health_port: int, metrics_port: int, webhook_port: int, cert_dir: Path) -> dict[str, Any]:
         """Its Configuration: everything on loopback, no leader election (one process, and it
         would need a namespace), its certificates from `cert_dir`, and its own management of
         them off (it would wait for a Secret and a Service that do not exist)."""
+        if self.write_configuration is not None:
+            return self.write_configuration(
+                health_port=health_port, metrics_port=metrics_port, webhook_port=webhook_port, cert_dir=cert_dir
+            )
         metrics: dict[str, Any] = {"bindAddress": f"127.0.0.1:{metrics_port}"}
         if self.metrics_read_certificates:
             metrics["certDir"] = str(cert_dir)
@@ -125,7 +137,8 @@ class WebhookedController:
         """Start the controller supervised, register its webhooks once it serves them, and
         return when the apiserver calls them."""
         kind, cluster = self.kind, self.cluster
-        cert_dir = self.directory / "certs"
+        tmpdir = self.directory / "tmp"
+        cert_dir = tmpdir / "k8s-webhook-server" / "serving-certs" if kind.certs_in_tmpdir else self.directory / "certs"
         ca = pki.new_ca(f"kfed-{cluster.name}-{kind.name}-webhook-ca")
         pki.write(cert_dir, "tls", pki.issue(ca, f"{kind.name}-webhook", server_ips=("127.0.0.1",)))
         config_file = self.directory / "configuration.yaml"
@@ -135,6 +148,7 @@ class WebhookedController:
         config_file.write_text(yaml.safe_dump(config))
         # Info, not the development default of Debug, which logs every reconcile.
         argv = [
+            *(["env", f"TMPDIR={tmpdir}"] if kind.certs_in_tmpdir else []),
             str(self.bin_dir / kind.binary),
             f"--config={config_file}",
             f"--kubeconfig={cluster.kubeconfig_path}",

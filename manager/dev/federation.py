@@ -55,6 +55,7 @@ INTEGRATIONS = {
     "pod": Integration("pod", "Pods (gated until admitted; kube-scheduler binds them)"),
     "raycluster": Integration("ray.io/raycluster", "RayCluster (the KubeRay operator runs on each worker)"),
     "rayjob": Integration("ray.io/rayjob", "RayJob (the KubeRay operator runs on each worker)"),
+    "trainjob": Integration("trainer.kubeflow.org/trainjob", "TrainJob (Kubeflow Trainer and JobSet run on each worker)"),
 }
 # Kueue's framework names, which `--integrations` takes as well as the short names.
 BY_FRAMEWORK = {JOB_FRAMEWORK: JOB_INTEGRATION, **{integration.framework: name for name, integration in INTEGRATIONS.items()}}

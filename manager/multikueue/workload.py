@@ -350,7 +350,8 @@ class WorkloadController:
             return None, None, owner
         informer = self.caches.jobs[adapter.gvk]
         key = next(iter(adapter.job_keys(wl)), f"{wl.namespace}/{owner.name}")  # a pod group: its key
-        return adapter, adapter.load(key, get=informer.get, by_index=informer.by_index), owner
+        job = adapter.load(key, get=informer.get, by_index=informer.by_index)
+        return adapter, adapter.with_related(job, find=self.caches.find) if job is not None else None, owner
 
     # --- reconcile ---------------------------------------------------------------------------------
     async def reconcile(self, key: str) -> Result | None:

@@ -119,7 +119,7 @@ def build(
 ) -> Federation:
     """The federation; `worker_config` is a Kueue Configuration for the workers' agents.
     `controllers` maps a local job controller's name (`manager.dev.catalog`: jobset, lws,
-    kuberay, mpijob) to its build's directory (`tests.harness.require_controller`): every
+    kuberay, mpijob, trainer) to its build's directory (`tests.harness.require_controller`): every
     cluster gets its CRDs, each worker its controller, and kfed's processes integrate the kinds
     it serves as well as Jobs, as `kfed dev up --integrations` sets them up. `integrations`
     names more job kinds kfed's processes integrate (`kfed dev up --integrations`' short names,
@@ -129,6 +129,9 @@ def build(
     unknown = sorted(set(wanted) - set(catalog.BY_NAME))
     if unknown:
         raise ValueError(f"unknown local controllers {', '.join(unknown)} (known: {', '.join(catalog.BY_NAME)})")
+    missing = catalog.missing_requirements(wanted)
+    if missing:
+        raise ValueError(f"the local controllers asked for also need {', '.join(missing)}")
     chosen = [(controller, wanted[controller.name]) for controller in catalog.CONTROLLERS if controller.name in wanted]
     suffix = uuid.uuid4().hex[:4]
     manager = provider.create([f"mk-manager-{suffix}"], aggregation=True)[0]

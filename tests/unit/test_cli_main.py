@@ -84,7 +84,7 @@ def test_objects_are_named_as_kubectl_names_them(text: str, default: str, expect
     assert parse_object_name(text, default) == expected
 
 
-FORMS = "NAME, job/NAME, jobset/NAME, mpijob/NAME, lws/NAME, pod/NAME, raycluster/NAME, rayjob/NAME or workload/NAME"
+FORMS = "NAME, job/NAME, jobset/NAME, mpijob/NAME, lws/NAME, pod/NAME, raycluster/NAME, rayjob/NAME, trainjob/NAME or workload/NAME"
 
 
 @pytest.mark.parametrize(

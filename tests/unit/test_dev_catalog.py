@@ -29,6 +29,9 @@ def test_every_integration_a_controller_serves_is_one_kfed_dev_up_takes_and_only
         ("ray.io/rayjob", ["kuberay"]),
         ("raycluster,rayjob", ["kuberay"]),  # one operator for both kinds
         ("mpijob,pod,jobset", ["jobset", "mpijob"]),  # in the table's order
+        # A TrainJob makes a JobSet: the Trainer brings JobSet's controller, started before it.
+        ("trainjob", ["jobset", "trainer"]),
+        ("trainer.kubeflow.org/trainjob,jobset", ["jobset", "trainer"]),
     ],
 )
 def test_kfed_dev_up_runs_the_controllers_of_the_integrations_asked_for(text: str, names: list[str]) -> None:
@@ -42,6 +45,7 @@ def test_hack_test_sh_reads_each_controllers_variable_build_script_and_what_it_b
         ["KFED_LWS_BIN_DIR", "hack/lws/build.sh", "the LeaderWorkerSet controller", "lws"],
         ["KFED_KUBERAY_BIN_DIR", "hack/kuberay/build.sh", "the KubeRay operator", "rayjob,raycluster"],
         ["KFED_MPIJOB_BIN_DIR", "hack/mpijob/build.sh", "the MPI Operator", "mpijob"],
+        ["KFED_TRAINER_BIN_DIR", "hack/trainer/build.sh", "the Kubeflow Trainer controller manager", "trainjob"],
     ]
     assert all((REPO_ROOT / script).is_file() for _, script, _, _ in rows)
     assert 'python" -m manager.dev.catalog' in (REPO_ROOT / "hack" / "test.sh").read_text()
@@ -54,6 +58,7 @@ def test_hack_test_sh_reads_each_controllers_variable_build_script_and_what_it_b
         ("lws", "LeaderWorkerSet not built: export KFED_LWS_BIN_DIR=$(bash hack/lws/build.sh) (hack/test.sh does)"),
         ("kuberay", "KubeRay not built: export KFED_KUBERAY_BIN_DIR=$(bash hack/kuberay/build.sh) (hack/test.sh does)"),
         ("mpijob", "the MPI Operator not built: export KFED_MPIJOB_BIN_DIR=$(bash hack/mpijob/build.sh) (hack/test.sh does)"),
+        ("trainer", "Kubeflow Trainer not built: export KFED_TRAINER_BIN_DIR=$(bash hack/trainer/build.sh) (hack/test.sh does)"),
     ],
 )
 def test_a_test_without_a_controllers_build_says_in_one_line_what_to_build(
@@ -79,3 +84,8 @@ def test_a_controllers_prepared_directory_is_used_as_it_is_and_must_hold_every_f
         (tmp_path / file).write_text("")
     assert catalog.controller_dir(controller) == tmp_path
     assert require_controller("mpijob") == tmp_path
+
+
+def test_a_federation_asking_for_the_trainer_without_jobset_is_told_what_it_lacks() -> None:
+    assert catalog.missing_requirements(["trainer"]) == ["jobset"]
+    assert catalog.missing_requirements(["trainer", "jobset"]) == []

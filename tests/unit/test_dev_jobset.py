@@ -66,7 +66,9 @@ def test_integrations_always_keep_job_and_add_the_named_frameworks(text: str, in
 def test_an_unknown_integration_is_one_line_naming_it_and_the_known_ones() -> None:
     with pytest.raises(ValueError) as raised:
         federation.parse_integrations("jobset,sparkapplication")
-    assert str(raised.value) == "--integrations: unknown sparkapplication (known: job, jobset, lws, mpijob, pod, raycluster, rayjob)"
+    assert (
+        str(raised.value) == "--integrations: unknown sparkapplication (known: job, jobset, lws, mpijob, pod, raycluster, rayjob, trainjob)"
+    )
 
 
 def test_the_controller_listens_on_loopback_only_with_its_own_ports_and_no_cert_management(tmp_path: Path) -> None:

@@ -31,6 +31,11 @@ def gvk_of(api_version: str, kind: str) -> str:
     return f"{api_version}, Kind={kind}"
 
 
+def model_gvk(model: type[Resource]) -> str:
+    """The GVK string of a kind's model."""
+    return gvk_of(f"{model.GROUP}/{model.VERSION}" if model.GROUP else model.VERSION, model.KIND)
+
+
 def group_of(api_version: str) -> str:
     return api_version.rpartition("/")[0] if "/" in api_version else ""
 
@@ -210,6 +215,18 @@ class JobAdapter(ABC, Generic[J]):
     def indexes(self) -> dict[str, Callable[[Any], list[str]]]:
         """Indexes the kind's informer keeps for `load`."""
         return {}
+
+    # --- objects of other kinds a job needs (a TrainJob's runtime) -------------------------------
+    # Kueue's reconciler reads them with its client; kfed's caches keep an informer of each kind
+    # an enabled adapter names here, and the shell gives every loaded job what it needs of them.
+    def related_models(self) -> tuple[type[Resource], ...]:
+        """The kinds besides its own the adapter reads to know a job."""
+        return ()
+
+    def with_related(self, job: J, *, find: Callable[[type[Resource], str], Resource | None]) -> J:
+        """The job with what it needs of other objects (`find(model, key)`, from the caches;
+        None when there is none)."""
+        return job
 
     def workload_key_for(self, key: str) -> str | None:
         """The Workload of the job `key`, when the kind names it by the job (a pod group's is
