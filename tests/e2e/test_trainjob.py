@@ -1,0 +1,317 @@
+"""TrainJobs (Kubeflow Trainer v2, trainer.kubeflow.org/v1alpha1) with the real Trainer
+controller manager (v2.2.1) and JobSet controller on each worker.
+
+On one cluster (submitted to a worker): a queued TrainJob waits suspended until its Workload
+is admitted, starts with the flavor's node labels (through Kueue's runtime patch, which the
+Trainer writes into the JobSet it makes, so its pods run with them), is preempted by a
+higher-priority TrainJob (suspended, its pods gone, Kueue's patch emptied again), and runs
+again once the preemptor completes. Through MultiKueue (submitted to the manager): it runs on
+exactly one worker, its status comes back, it completes, and nothing (TrainJob, JobSet,
+Workload copy, pod) is left on the workers; a TrainJob preempted on the manager is suspended
+there and taken off its worker, then runs again.
+
+Every TrainJob names the release's `torch-distributed` ClusterTrainingRuntime, which every
+cluster has. Its pods run on kwok's nodes for the `pod-complete.stage.kwok.x-k8s.io/delay` a
+runtime patch of the test's own gives them (a patch of another manager than Kueue's), then
+succeed: the Job, then the JobSet, then the TrainJob complete.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from manager.api import constants as c
+from manager.api import kueue
+from manager.api.core import Pod
+from manager.api.jobset import JOBSET_NAME_LABEL, JobSet
+from manager.api.meta import find_condition, is_condition_true
+from manager.api.trainjob import CONTROLLER_NAME, KUEUE_PATCH_MANAGER, TrainJob
+from manager.kube.client import KubeClient
+from tests.e2e.federation import RUNS, Clients, Federation, running
+from tests.e2e.test_multikueue import make_priority_classes
+from tests.harness import Provider, eventually, require_controller
+from tests.integration.test_job_integrations import KWOK_RUN_TIME
+
+TEST_PATCH_MANAGER = "kfed.dev/e2e"
+
+
+@pytest.fixture(scope="module")
+def fed(provider: Provider, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]:
+    """This module's own federation: the Trainer's and JobSet's CRDs and the torch-distributed
+    runtime everywhere, their controllers on the workers, and kfed integrating TrainJobs (and
+    JobSets: those a TrainJob makes must stay the TrainJob's)."""
+    controllers = {"jobset": require_controller("jobset"), "trainer": require_controller("trainer")}
+    with running(provider, Path(tmp_path_factory.mktemp("trainjob")), controllers=controllers) as created:
+        yield created
+
+
+def trainjob_manifest(
+    name: str, ns: str, *, nodes: int = 2, cpu: str = "1", run_time: str = "5s", priority_class: str | None = None
+) -> dict[str, Any]:
+    """A queued TrainJob of `nodes` training nodes of `cpu` each, which run for `run_time` on kwok."""
+    labels = {c.QUEUE_NAME_LABEL: "user-queue"}
+    if priority_class:
+        labels[c.PRIORITY_CLASS_LABEL] = priority_class
+    pod = {"metadata": {"annotations": {KWOK_RUN_TIME: run_time}}}
+    run_time_patch = {
+        "manager": TEST_PATCH_MANAGER,
+        "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [{"name": "node", "template": {"spec": {"template": pod}}}]}}},
+    }
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": name, "namespace": ns, "labels": labels},
+        "spec": {
+            "runtimeRef": {"name": "torch-distributed"},
+            "trainer": {"numNodes": nodes, "resourcesPerNode": {"requests": {"cpu": cpu}}},
+            "runtimePatches": [run_time_patch],
+        },
+    }
+
+
+def condition(job: TrainJob, kind: str) -> bool:
+    return any(cond.type == kind and cond.status == "True" for cond in (job.status.conditions if job.status else None) or [])
+
+
+def active(job: TrainJob) -> int:
+    return sum(status.active or 0 for status in (job.status.jobs_status if job.status else None) or [])
+
+
+def kueue_patch(job: TrainJob) -> dict[str, Any] | None:
+    return next((p for p in job.spec.runtime_patches or [] if p.get("manager") == KUEUE_PATCH_MANAGER), None)
+
+
+def kueue_replicated_jobs(job: TrainJob) -> list[dict[str, Any]]:
+    patch = kueue_patch(job) or {}
+    return list(((patch.get("trainingRuntimeSpec") or {}).get("template") or {}).get("spec", {}).get("replicatedJobs") or [])
+
+
+async def workload_of(client: KubeClient, ns: str, name: str) -> kueue.Workload | None:
+    job = await client.get(TrainJob, name, namespace=ns)
+    for wl in (await client.list(kueue.Workload, namespace=ns)).items:
+        if any(ref.uid == job.metadata.uid and ref.kind == "TrainJob" for ref in wl.metadata.owner_references or []):
+            return wl
+    return None
+
+
+async def pods_of(client: KubeClient, ns: str, name: str) -> list[Pod]:
+    return [pod for pod in (await client.list(Pod, namespace=ns)).items if (pod.metadata.labels or {}).get(JOBSET_NAME_LABEL) == name]
+
+
+async def remote_trainjobs(kube: Clients, ns: str, name: str) -> dict[str, list[TrainJob]]:
+    return {
+        worker: [job for job in (await client.list(TrainJob, namespace=ns)).items if job.name == name]
+        for worker, client in kube.workers.items()
+    }
+
+
+async def leftovers(kube: Clients, ns: str) -> dict[str, list[str]]:
+    """What of the namespace's TrainJobs is on each worker: TrainJobs, JobSets, Workload copies, pods."""
+    out: dict[str, list[str]] = {}
+    for worker, client in kube.workers.items():
+        out[worker] = [
+            *(f"trainjob/{j.name}" for j in (await client.list(TrainJob, namespace=ns)).items),
+            *(f"jobset/{j.name}" for j in (await client.list(JobSet, namespace=ns)).items),
+            *(f"workload/{w.name}" for w in (await client.list(kueue.Workload, namespace=ns)).items),
+            *(f"pod/{p.name}" for p in (await client.list(Pod, namespace=ns)).items if p.metadata.deletion_timestamp is None),
+        ]
+    return out
+
+
+# --- one cluster ---------------------------------------------------------------------------------------
+async def test_a_trainjob_on_a_single_cluster_waits_suspended_starts_with_its_flavor_and_is_preempted(kube: Clients) -> None:
+    """Kueue on one cluster: worker1's own queue, with room for one TrainJob of 2 nodes, admits them."""
+    ns = f"tj{uuid.uuid4().hex[:6]}"
+    cqs = await kube.queues(ns, manager_cpu=0, worker_cpu={"worker1": 3, "worker2": 0}, labels=RUNS, tag=ns)
+    worker = kube.workers["worker1"]
+    await worker.patch(kueue.ClusterQueue, cqs["worker1"], {"spec": {"preemption": {"withinClusterQueue": "LowerPriority"}}})
+    for level, value in (("low", 10), ("high", 1000)):
+        wpc = {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "WorkloadPriorityClass",
+            "metadata": {"name": f"{ns}-{level}"},
+            "value": value,
+        }
+        await worker.create(kueue.WorkloadPriorityClass, wpc)
+    # Held: the TrainJob must wait, suspended, with no pod, until its queue admits it.
+    await worker.patch(kueue.ClusterQueue, cqs["worker1"], {"spec": {"stopPolicy": "Hold"}})
+    created = await worker.create(TrainJob, trainjob_manifest("victim", ns, run_time="600s", priority_class=f"{ns}-low"))
+    assert created.spec.suspend is True, "queued TrainJobs are created suspended"
+    assert created.spec.managed_by == CONTROLLER_NAME, "no MultiKueue check on this queue: the CRD's default stays"
+    assert kueue_patch(created) is not None and kueue_replicated_jobs(created) == [], "Kueue's empty runtime patch, added at creation"
+    wl = await eventually(lambda: workload_of(worker, ns, "victim"), timeout=30, what="a Workload for TrainJob victim")
+    assert [(ps.name, ps.count) for ps in wl.spec.pod_sets] == [("node", 2)]
+    [container] = wl.spec.pod_sets[0].template["spec"]["containers"]
+    assert container["resources"] == {"requests": {"cpu": "1"}}, "resourcesPerNode on the node container"
+
+    async def suspended_by_the_trainer() -> TrainJob | None:
+        job = await worker.get(TrainJob, "victim", namespace=ns)
+        return job if condition(job, "Suspended") else None
+
+    await eventually(suspended_by_the_trainer, timeout=30, what="the Trainer seeing TrainJob victim suspended")
+    assert await pods_of(worker, ns, "victim") == [], "no pod while it waits"
+    await worker.patch(kueue.ClusterQueue, cqs["worker1"], {"spec": {"stopPolicy": "None"}})
+
+    async def victim_running() -> list[Pod] | None:
+        job = await worker.get(TrainJob, "victim", namespace=ns)
+        pods = [pod for pod in await pods_of(worker, ns, "victim") if pod.status and pod.status.phase == "Running"]
+        return pods if job.spec.suspend is False and len(pods) == 2 else None
+
+    pods = await eventually(victim_running, timeout=90, what="TrainJob victim admitted, resumed and its 2 node pods Running")
+    started = await worker.get(TrainJob, "victim", namespace=ns)
+    [patched] = kueue_replicated_jobs(started)
+    assert patched["name"] == "node"
+    assert patched["template"]["spec"]["template"]["spec"]["nodeSelector"] == RUNS
+    for pod in pods:
+        assert pod.spec.node_selector == RUNS, f"{pod.name}: the flavor's node labels, got {pod.spec.node_selector}"
+        assert (pod.metadata.labels or {}).get(c.PODSET_LABEL) == "node"
+        assert (pod.metadata.annotations or {}).get(KWOK_RUN_TIME) == "600s", "the test's own runtime patch is kept"
+    jobset = await worker.get(JobSet, "victim", namespace=ns)
+    assert [ref.kind for ref in jobset.metadata.owner_references or []] == ["TrainJob"]
+    assert not [w for w in (await worker.list(kueue.Workload, namespace=ns)).items if w.name.startswith("jobset-")], (
+        "the JobSet a TrainJob makes is the TrainJob's: no Workload of its own"
+    )
+
+    # A higher-priority TrainJob preempts it: suspended, its pods gone, Kueue's patch emptied.
+    await worker.create(TrainJob, trainjob_manifest("urgent", ns, run_time="3s", priority_class=f"{ns}-high"))
+
+    async def preempted() -> TrainJob | None:
+        victim_wl = await workload_of(worker, ns, "victim")
+        evicted = find_condition(victim_wl.status.conditions if victim_wl and victim_wl.status else None, c.EVICTED)
+        job = await worker.get(TrainJob, "victim", namespace=ns)
+        return job if evicted is not None and evicted.reason == "Preempted" and job.spec.suspend is True else None
+
+    await eventually(preempted, timeout=60, what="TrainJob victim preempted and suspended")
+
+    async def stopped() -> TrainJob | None:
+        job = await worker.get(TrainJob, "victim", namespace=ns)
+        left = [pod for pod in await pods_of(worker, ns, "victim") if pod.metadata.deletion_timestamp is None]
+        return job if not left and active(job) == 0 and kueue_replicated_jobs(job) == [] else None
+
+    await eventually(stopped, timeout=90, what="TrainJob victim's pods gone and Kueue's runtime patch emptied again")
+
+    async def completed(name: str) -> TrainJob | None:
+        job = await worker.get(TrainJob, name, namespace=ns)
+        return job if condition(job, "Complete") else None
+
+    await eventually(lambda: completed("urgent"), timeout=120, what="TrainJob urgent Complete")
+    urgent_wl = await workload_of(worker, ns, "urgent")
+    assert urgent_wl is not None and is_condition_true(urgent_wl.status.conditions if urgent_wl.status else None, c.FINISHED)
+    # With the quota back the victim runs again (its pods run 600 s).
+    await eventually(victim_running, timeout=120, what="TrainJob victim admitted again and its pods Running")
+    await worker.delete(TrainJob, "victim", namespace=ns)
+    await worker.delete(TrainJob, "urgent", namespace=ns)
+
+
+# --- MultiKueue -------------------------------------------------------------------------------------------
+async def test_a_trainjob_submitted_to_the_manager_runs_on_one_worker_its_status_comes_back_and_nothing_is_left(kube: Clients) -> None:
+    ns = f"tm{uuid.uuid4().hex[:6]}"
+    await kube.queues(ns, manager_cpu=8, worker_cpu={"worker1": 8, "worker2": 8}, labels=RUNS, tag=ns)
+    created = await kube.manager.create(TrainJob, trainjob_manifest("pretrain", ns, run_time="10s"))
+    # Kueue's defaulting webhook: a TrainJob queued through MultiKueue is managed by it.
+    assert created.spec.managed_by == c.MULTIKUEUE_CONTROLLER_NAME
+    assert created.spec.suspend is True
+
+    wl = await eventually(lambda: workload_of(kube.manager, ns, "pretrain"), timeout=30, what="a Workload for TrainJob pretrain")
+    assert [(ps.name, ps.count) for ps in wl.spec.pod_sets] == [("node", 2)]
+
+    async def running_on() -> list[str]:
+        return [worker for worker, items in (await remote_trainjobs(kube, ns, "pretrain")).items() if items]
+
+    workers = await eventually(running_on, timeout=60, what="the TrainJob created on a worker")
+    assert len(workers) == 1, f"TrainJob pretrain on {workers}"
+    remote = (await remote_trainjobs(kube, ns, "pretrain"))[workers[0]][0]
+    labels = remote.metadata.labels or {}
+    assert labels.get(c.PREBUILT_WORKLOAD_LABEL) == wl.name
+    assert labels.get(c.MULTIKUEUE_ORIGIN_LABEL)
+    assert remote.spec.managed_by == CONTROLLER_NAME, "managedBy cleared: the worker's Trainer runs it"
+    managers = [p.get("manager") for p in remote.spec.runtime_patches or []]
+    assert managers.count(KUEUE_PATCH_MANAGER) == 1 and TEST_PATCH_MANAGER in managers, managers
+
+    async def manager_active() -> TrainJob | None:
+        job = await kube.manager.get(TrainJob, "pretrain", namespace=ns)
+        return job if active(job) > 0 else None
+
+    await eventually(manager_active, timeout=90, what="the manager's TrainJob with an active job, from its worker's status")
+    pods = await pods_of(kube.workers[workers[0]], ns, "pretrain")
+    assert len(pods) == 2 and all(pod.spec.node_selector == RUNS for pod in pods), [p.spec.node_selector for p in pods]
+    assert await pods_of(kube.manager, ns, "pretrain") == [], "the manager runs no pod of it"
+    assert (await kube.manager.list(JobSet, namespace=ns)).items == [], "no Trainer on the manager: no JobSet there"
+
+    async def manager_complete() -> TrainJob | None:
+        job = await kube.manager.get(TrainJob, "pretrain", namespace=ns)
+        return job if condition(job, "Complete") else None
+
+    done = await eventually(manager_complete, timeout=120, what="the manager's TrainJob Complete, from its worker's status")
+    assert [s.succeeded for s in (done.status.jobs_status if done.status else None) or []] == [1]
+    finished = await workload_of(kube.manager, ns, "pretrain")
+    assert finished is not None and is_condition_true(finished.status.conditions if finished.status else None, c.FINISHED)
+    assert (finished.status.cluster_name if finished.status else None) == workers[0]
+
+    async def nothing_left() -> dict[str, list[str]] | None:
+        left = await leftovers(kube, ns)
+        return None if any(left.values()) else left
+
+    await eventually(nothing_left, timeout=90, what="no TrainJob, JobSet, Workload copy or pod left on the workers")
+    await kube.manager.delete(TrainJob, "pretrain", namespace=ns)
+
+    async def gone_from_the_manager() -> bool:
+        return (
+            not (await kube.manager.list(TrainJob, namespace=ns)).items
+            and not (await kube.manager.list(kueue.Workload, namespace=ns)).items
+        )
+
+    await eventually(gone_from_the_manager, timeout=60, what="the TrainJob and its Workload gone from the manager")
+    assert not any((await leftovers(kube, ns)).values())
+
+
+async def test_a_trainjob_preempted_on_the_manager_is_suspended_taken_off_its_worker_and_runs_again(kube: Clients) -> None:
+    ns = f"tp{uuid.uuid4().hex[:6]}"
+    # Room for one TrainJob of 2 cpu on the manager; each worker could take both.
+    await kube.queues(ns, manager_cpu=2, worker_cpu={"worker1": 6, "worker2": 6}, labels=RUNS, tag=ns)
+    await make_priority_classes(kube, ns)
+    await kube.manager.create(TrainJob, trainjob_manifest("victim", ns, run_time="20s", priority_class=f"{ns}-low"))
+
+    async def victim_running() -> str | None:
+        where = await remote_trainjobs(kube, ns, "victim")
+        job = await kube.manager.get(TrainJob, "victim", namespace=ns)
+        on = [worker for worker, items in where.items() if items]
+        return on[0] if len(on) == 1 and active(job) > 0 else None
+
+    first_on = await eventually(victim_running, timeout=90, what="the low-priority TrainJob running on a worker, as the manager sees it")
+    victim_wl = await workload_of(kube.manager, ns, "victim")
+    assert victim_wl is not None
+    await kube.manager.create(TrainJob, trainjob_manifest("urgent", ns, run_time="5s", priority_class=f"{ns}-high"))
+
+    async def victim_preempted() -> Any:
+        wl = await workload_of(kube.manager, ns, "victim")
+        evicted = find_condition(wl.status.conditions if wl and wl.status else None, c.EVICTED)
+        job = await kube.manager.get(TrainJob, "victim", namespace=ns)
+        return evicted if evicted is not None and evicted.reason == "Preempted" and job.spec.suspend is True else None
+
+    evicted = await eventually(victim_preempted, timeout=90, what="the victim preempted and its TrainJob suspended on the manager")
+    assert "Preempted to accommodate a workload" in evicted.message
+
+    async def victim_gone_from_its_worker() -> bool:
+        on_worker = (await remote_trainjobs(kube, ns, "victim"))[first_on]
+        copies = [w for w in (await kube.workers[first_on].list(kueue.Workload, namespace=ns)).items if w.name == victim_wl.name]
+        return not on_worker and not copies
+
+    await eventually(victim_gone_from_its_worker, timeout=60, what="the victim's TrainJob and Workload copy gone from its worker")
+
+    async def both_complete() -> bool:
+        jobs = [await kube.manager.get(TrainJob, name, namespace=ns) for name in ("urgent", "victim")]
+        return all(condition(job, "Complete") for job in jobs)
+
+    await eventually(both_complete, timeout=180, what="the preemptor, then the victim, Complete")
+
+    async def nothing_left() -> dict[str, list[str]] | None:
+        left = await leftovers(kube, ns)
+        return None if any(left.values()) else left
+
+    await eventually(nothing_left, timeout=90, what="nothing left on the workers")
