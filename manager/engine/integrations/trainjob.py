@@ -25,6 +25,14 @@ whole on every sync.
 
 `spec.runtimePatches` is a list, which a merge patch replaces whole: the start and restore
 patches carry the whole list as read, with a resourceVersion precondition.
+
+Where it differs from Kueue, and why: the PodSets leave Kueue's own runtime patch out (Kueue
+builds them with every patch; at the Workload's creation Kueue's is empty, so they agree, and
+after a start Kueue's would put the admission's node labels into what the Workload asked for);
+starting is one write, not Kueue's two updates (the webhook allows it, see above); a TrainJob
+without Kueue's patch gets one on start, where Kueue fails with "kueue runtime patch not found"
+and retries forever; the JobSet a TrainJob makes is left alone, where Kueue suspends a child
+job of an unadmitted parent (the Trainer keeps the JobSet suspended with its TrainJob anyway).
 """
 
 from __future__ import annotations
