@@ -224,6 +224,8 @@ _BUILTIN_PATHS = {
     ("v1", "Service"): "/api/v1/namespaces/{namespace}/services",
     ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration"): f"{_ADMISSION}/mutatingwebhookconfigurations",
     ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"): f"{_ADMISSION}/validatingwebhookconfigurations",
+    # The runtime a local Kubeflow Trainer's TrainJobs name (`manager.dev.trainer`).
+    ("trainer.kubeflow.org/v1alpha1", "ClusterTrainingRuntime"): "/apis/trainer.kubeflow.org/v1alpha1/clustertrainingruntimes",
 }
 # The field manager of what `kfed dev up` applies server-side.
 FIELD_MANAGER = "kfed-dev"
