@@ -8,7 +8,8 @@ higher-priority TrainJob (suspended, its pods gone, Kueue's patch emptied again)
 again once the preemptor completes. Through MultiKueue (submitted to the manager): it runs on
 exactly one worker, its status comes back, it completes, and nothing (TrainJob, JobSet,
 Workload copy, pod) is left on the workers; a TrainJob preempted on the manager is suspended
-there and taken off its worker, then runs again.
+there and taken off its worker, then runs again; `kfed jobs/explain/logs/cancel trainjob/NAME`
+work.
 
 Every TrainJob names the release's `torch-distributed` ClusterTrainingRuntime, which every
 cluster has. Its pods run on kwok's nodes for the `pod-complete.stage.kwok.x-k8s.io/delay` a
@@ -33,6 +34,7 @@ from manager.api.meta import find_condition, is_condition_true
 from manager.api.trainjob import CONTROLLER_NAME, KUEUE_PATCH_MANAGER, TrainJob
 from manager.kube.client import KubeClient
 from tests.e2e.federation import RUNS, Clients, Federation, running
+from tests.e2e.test_cli import jobs_json, kfed
 from tests.e2e.test_multikueue import make_priority_classes
 from tests.harness import Provider, eventually, require_controller
 from tests.integration.test_job_integrations import KWOK_RUN_TIME
@@ -315,3 +317,48 @@ async def test_a_trainjob_preempted_on_the_manager_is_suspended_taken_off_its_wo
         return None if any(left.values()) else left
 
     await eventually(nothing_left, timeout=90, what="nothing left on the workers")
+
+
+async def test_kfed_lists_explains_logs_and_cancels_a_trainjob(fed: Federation, kube: Clients) -> None:
+    ns = f"tc{uuid.uuid4().hex[:6]}"
+    await kube.queues(ns, manager_cpu=6, worker_cpu={"worker1": 0, "worker2": 6}, labels=RUNS, tag=ns)
+    await kube.manager.create(TrainJob, trainjob_manifest("finetune", ns, run_time="600s"))
+
+    async def running_on_worker2() -> bool:
+        where = await remote_trainjobs(kube, ns, "finetune")
+        job = await kube.manager.get(TrainJob, "finetune", namespace=ns)
+        return bool(where["worker2"]) and not where["worker1"] and active(job) > 0
+
+    await eventually(running_on_worker2, timeout=90, what="TrainJob finetune active on worker2")
+
+    async def listed() -> Any:
+        result = kfed(fed.manager, "jobs", "-n", ns)
+        rows = {line.split()[0]: line.split() for line in result.stdout.splitlines()[1:]}
+        return rows if result.returncode == 0 and ("trainjob/finetune" in rows or "finetune" in rows) else None
+
+    rows = await eventually(listed, timeout=60, what="`kfed jobs` listing the TrainJob")
+    row = rows.get("trainjob/finetune") or rows["finetune"]
+    assert "worker2" in row, row
+    records = {r["name"]: r for r in jobs_json(fed.manager, ns).values()}
+    assert (records["finetune"]["kind"], records["finetune"]["cluster"]) == ("TrainJob", "worker2")
+
+    explained = kfed(fed.manager, "explain", "trainjob/finetune", "-n", ns)
+    assert explained.returncode == 0, explained.stderr
+    assert "worker2" in explained.stdout
+
+    async def logged() -> Any:
+        result = kfed(fed.manager, "logs", "trainjob/finetune", "-n", ns)
+        return result if result.returncode == 0 and result.stderr.startswith("==> trainjob/finetune: 2 pod(s) on worker worker2") else None
+
+    logs = await eventually(logged, timeout=60, what="`kfed logs` reading the TrainJob's 2 pods on worker2")
+    lines = logs.stdout.splitlines()
+    assert lines and all(line.startswith("[pod/finetune-node-0-") for line in lines), lines
+
+    cancelled = kfed(fed.manager, "cancel", "trainjob/finetune", "-n", ns)
+    assert cancelled.returncode == 0 and cancelled.stdout.strip() == "trainjob/finetune deleted", cancelled.stdout + cancelled.stderr
+
+    async def gone_everywhere() -> bool:
+        on_manager = (await kube.manager.list(TrainJob, namespace=ns)).items
+        return not on_manager and not any((await leftovers(kube, ns)).values())
+
+    await eventually(gone_everywhere, timeout=90, what="the TrainJob gone from the manager, and nothing of it left on worker2")
