@@ -60,8 +60,8 @@ QUEUE_RIGHTS = tuple(f"{verb} kueue.x-k8s.io/{plural} " for verb in ("list", "wa
 LOG_RIGHTS = ("list core/pods ", "get core/pods/log ")
 # Every job kind but the batch Job goes through the same paths as Jobs (its adapter in
 # manager/engine/integrations/), for a manager that enables it, and through MultiKueue in its
-# own test (tests/e2e/test_jobset.py, test_pods.py, test_lws.py, test_ray.py, test_mpijob.py);
-# this flow runs batch/v1 Jobs. Their rights on the worker role come from their adapters.
+# own test (tests/e2e/test_jobset.py, test_pods.py, test_lws.py, test_ray.py, test_mpijob.py,
+# test_trainjob.py); this flow runs batch/v1 Jobs. Their rights on the worker role come from their adapters.
 OTHER_KINDS_RIGHTS = tuple(
     f"{access.describe()} "
     for adapter in ADAPTERS

@@ -6,7 +6,10 @@ from __future__ import annotations
 import base64
 from pathlib import Path
 
-from manager.dev import trainer
+import pytest
+
+from manager.api.config import Configuration
+from manager.dev import catalog, federation, trainer
 
 # The shape of the release's manifests/base/webhook/manifests.yaml (github.com/kubeflow/trainer/v2 v2.2.1).
 MANIFESTS = """
@@ -35,6 +38,14 @@ webhooks:
   rules: [{apiGroups: [trainer.kubeflow.org], apiVersions: [v1alpha1], operations: [CREATE, UPDATE], resources: [trainjobs]}]
   sideEffects: None
 """
+
+
+@pytest.mark.parametrize("text", ["trainjob", "trainer.kubeflow.org/trainjob", "job, trainjob ,trainer.kubeflow.org/trainjob"])
+def test_trainjobs_are_named_by_the_short_name_or_kueues_framework_name_and_bring_jobsets_controller(text: str) -> None:
+    assert federation.parse_integrations(text) == ("trainjob",)
+    config = federation.kfed_configuration(("trainjob",))
+    assert Configuration.model_validate(config).effective_frameworks == ["batch/job", "trainer.kubeflow.org/trainjob"]
+    assert [controller.name for controller in catalog.serving(("trainjob",))] == ["jobset", "trainer"]
 
 
 def test_the_trainers_configuration_has_only_fields_its_strict_decoder_knows_and_its_cert_management_off() -> None:
