@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import Field, PrivateAttr
 
-from manager.api.jobset import ReplicatedJob
+from manager.api.jobset import ReplicatedJob, ReplicatedJobStatus
 from manager.api.meta import OpenModel, Resource
 
 GROUP = "trainer.kubeflow.org"
@@ -71,20 +71,10 @@ class TrainJobCondition(OpenModel):
     message: str | None = None
 
 
-class JobStatus(OpenModel):
-    """One replicatedJob of the TrainJob's JobSet, as the Trainer copies it."""
-
-    name: str = ""
-    ready: int | None = None
-    succeeded: int | None = None
-    failed: int | None = None
-    active: int | None = None
-    suspended: int | None = None
-
-
 class TrainJobStatus(OpenModel):
     conditions: list[TrainJobCondition] | None = None
-    jobs_status: list[JobStatus] | None = None
+    # The Trainer copies each replicatedJob's status from its JobSet, in JobSet's shape.
+    jobs_status: list[ReplicatedJobStatus] | None = None
 
 
 class MLPolicy(OpenModel):
