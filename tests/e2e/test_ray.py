@@ -279,7 +279,6 @@ async def test_kfed_lists_explains_and_cancels_a_raycluster_and_a_rayjob(fed: Fe
     created = await kube.manager.create(RayCluster, raycluster_manifest("serve", ns, workers=1))  # 2 cpu
     assert created.spec.suspend is True and created.spec.managed_by == c.MULTIKUEUE_CONTROLLER_NAME
     await kube.manager.create(RayJob, rayjob_manifest("tune", ns, submitter_run_time="600s"))  # 3.5 cpu
-    await kube.manager.create(Job, job_manifest("waiting", ns, cpu="4"))  # 2 + 3.5 + 4 cpu > 8: waits on the manager
 
     async def cluster_ready() -> RayCluster | None:
         rc = await kube.manager.get(RayCluster, "serve", namespace=ns)
@@ -301,7 +300,17 @@ async def test_kfed_lists_explains_and_cancels_a_raycluster_and_a_rayjob(fed: Fe
 
     rows = await eventually(listed, timeout=90, what="`kfed jobs` listing the RayCluster and the RayJob Running")
     assert rows["raycluster/serve"][3] == "worker2" and rows["rayjob/tune"][3] == "worker2"
-    assert rows["job/waiting"][2] == "Pending"
+    # Created once both hold their quota (the manager reserves in the order their Workloads
+    # appear, not the order their jobs were created): 2 + 3.5 + 4 cpu > 8, so it waits there.
+    await kube.manager.create(Job, job_manifest("waiting", ns, cpu="4"))
+
+    async def waiting_listed() -> Any:
+        result = kfed(fed.manager, "jobs", "-n", ns)
+        rows = {line.split()[0]: line.split() for line in result.stdout.splitlines()[1:]}
+        return rows if result.returncode == 0 and rows.get("job/waiting", [""] * 3)[2] == "Pending" else None
+
+    rows = await eventually(waiting_listed, timeout=30, what="`kfed jobs` listing the Job Pending behind the Ray jobs' quota")
+    assert rows["rayjob/tune"][2] == "Running"
     records = {r["name"]: r for r in jobs_json(fed.manager, ns).values()}
     assert (records["serve"]["kind"], records["serve"]["cluster"]) == ("RayCluster", "worker2")
     assert (records["tune"]["kind"], records["tune"]["cluster"]) == ("RayJob", "worker2")
