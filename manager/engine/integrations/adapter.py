@@ -31,6 +31,12 @@ def gvk_of(api_version: str, kind: str) -> str:
     return f"{api_version}, Kind={kind}"
 
 
+def true_condition(conditions: Sequence[Any] | None, *types: str) -> Any:
+    """The first of a job's `conditions` of one of `types` whose status is True, in the order
+    written; None when there is none."""
+    return next((cond for cond in conditions or [] if cond.type in types and cond.status == "True"), None)
+
+
 def model_gvk(model: type[Resource]) -> str:
     """The GVK string of a kind's model."""
     return gvk_of(f"{model.GROUP}/{model.VERSION}" if model.GROUP else model.VERSION, model.KIND)

@@ -22,9 +22,9 @@ from typing import Any
 
 from manager.api import constants as c
 from manager.api import jobset as api
-from manager.api.jobset import JOBSET_NAME_LABEL, JobSet, ReplicatedJob
+from manager.api.jobset import JOBSET_NAME_LABEL, JobSet, ReplicatedJob, ReplicatedJobStatus
 from manager.api.kueue import PodSet, Workload
-from manager.engine.integrations.adapter import Finished, JobAdapter
+from manager.engine.integrations.adapter import Finished, JobAdapter, true_condition
 from manager.engine.integrations.templates import merge_into_template, restore_template
 from manager.engine.jobs import JobConversionError, PodSetInfo, multikueue_remote_metadata, original_template
 
@@ -38,10 +38,18 @@ def pods_per_replica(rjob: ReplicatedJob) -> int:
 
 
 def _condition_true(job: JobSet, kind: str) -> Any:
-    for cond in (job.status.conditions if job.status else None) or []:
-        if cond.type == kind and cond.status == "True":
-            return cond
-    return None
+    return true_condition(job.status.conditions if job.status else None, kind)
+
+
+def active_jobs(statuses: Sequence[ReplicatedJobStatus] | None) -> int:
+    """The child Jobs with a pod running or pending, from a JobSet's replicatedJobs status
+    (JobSet counts Jobs, not pods; the Trainer copies the same status to its TrainJob)."""
+    return sum(status.active or 0 for status in statuses or [])
+
+
+def ready_jobs(statuses: Sequence[ReplicatedJobStatus] | None) -> int:
+    """The ready and succeeded child Jobs: Kueue's PodsReady holds when they add up to the replicas."""
+    return sum((status.ready or 0) + (status.succeeded or 0) for status in statuses or [])
 
 
 def _pod_template(raw_rjob: dict[str, Any]) -> dict[str, Any]:
@@ -121,13 +129,12 @@ class JobSetAdapter(JobAdapter[JobSet]):
 
     def active_count(self, job: JobSet) -> int:
         """Its child Jobs with a pod running or pending (JobSet counts Jobs, not pods)."""
-        return sum(status.active or 0 for status in (job.status.replicated_jobs_status if job.status else None) or [])
+        return active_jobs(job.status.replicated_jobs_status if job.status else None)
 
     def pods_ready(self, job: JobSet) -> bool:
         """Kueue's PodsReady for a JobSet: its ready and succeeded child Jobs add up to its replicas."""
         replicas = sum(rjob.effective_replicas for rjob in job.spec.replicated_jobs)
-        statuses = (job.status.replicated_jobs_status if job.status else None) or []
-        return replicas == sum((status.ready or 0) + (status.succeeded or 0) for status in statuses)
+        return replicas == ready_jobs(job.status.replicated_jobs_status if job.status else None)
 
     def managed_by(self, job: JobSet) -> str | None:
         return job.spec.managed_by

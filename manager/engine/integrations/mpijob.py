@@ -26,7 +26,7 @@ from manager.api import mpijob as api
 from manager.api.core import JobCondition
 from manager.api.kueue import PodSet, Workload
 from manager.api.mpijob import MPIJob, ReplicaSpec
-from manager.engine.integrations.adapter import Finished, JobAdapter, PodQuery
+from manager.engine.integrations.adapter import Finished, JobAdapter, PodQuery, true_condition
 from manager.engine.integrations.templates import restore_template
 from manager.engine.jobs import JobConversionError, PodSetInfo, map_patch, multikueue_remote_metadata, original_template
 
@@ -92,10 +92,8 @@ def _template_patch(have: dict[str, Any], want: dict[str, Any]) -> dict[str, Any
 
 def _true_condition(job: MPIJob, *kinds: str) -> JobCondition | None:
     """The first of the job's conditions of one of `kinds` that is True, in the order written."""
-    for cond in (job.status.conditions if job.status else None) or []:
-        if cond.type in kinds and cond.status == "True":
-            return cond
-    return None
+    found: JobCondition | None = true_condition(job.status.conditions if job.status else None, *kinds)
+    return found
 
 
 class MPIJobAdapter(JobAdapter[MPIJob]):

@@ -47,7 +47,8 @@ from manager.api.jobset import JOBSET_NAME_LABEL
 from manager.api.kueue import PodSet, Workload
 from manager.api.meta import Resource
 from manager.api.trainjob import ClusterTrainingRuntime, TrainingRuntime, TrainingRuntimeSpec, TrainJob
-from manager.engine.integrations.adapter import Finished, JobAdapter
+from manager.engine.integrations.adapter import Finished, JobAdapter, true_condition
+from manager.engine.integrations.jobset import active_jobs, ready_jobs
 from manager.engine.jobs import JobConversionError, PodSetInfo, multikueue_remote_metadata
 
 # The merge keys of the lists a runtime patch may carry into a Job template (the strategic
@@ -168,10 +169,8 @@ def replicated_jobs(job: TrainJob, runtime: TrainingRuntimeSpec) -> list[BuiltJo
 
 
 def _true_condition(job: TrainJob, kind: str) -> api.TrainJobCondition | None:
-    for cond in (job.status.conditions if job.status else None) or []:
-        if cond.type == kind and cond.status == "True":
-            return cond
-    return None
+    found: api.TrainJobCondition | None = true_condition(job.status.conditions if job.status else None, kind)
+    return found
 
 
 def _replicated_job_patch(info: PodSetInfo) -> dict[str, Any]:
@@ -297,7 +296,7 @@ class TrainJobAdapter(JobAdapter[TrainJob]):
 
     def active_count(self, job: TrainJob) -> int:
         """Its JobSet's active Jobs, as the Trainer copies them (Kueue's IsActive: any > 0)."""
-        return sum(status.active or 0 for status in (job.status.jobs_status if job.status else None) or [])
+        return active_jobs(job.status.jobs_status if job.status else None)
 
     def pods_ready(self, job: TrainJob) -> bool:
         """Kueue's PodsReady for a TrainJob: its ready and succeeded Jobs add up to the replicas
@@ -308,8 +307,7 @@ class TrainJobAdapter(JobAdapter[TrainJob]):
             replicas = sum(rjob.replicas for rjob in self._built(job))
         except JobConversionError:
             return False
-        statuses = (job.status.jobs_status if job.status else None) or []
-        return replicas == sum((status.ready or 0) + (status.succeeded or 0) for status in statuses)
+        return replicas == ready_jobs(job.status.jobs_status if job.status else None)
 
     def managed_by(self, job: TrainJob) -> str | None:
         return job.spec.managed_by
