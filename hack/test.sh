@@ -20,6 +20,21 @@ echo "==> CRDs match the models" >&2
 kfed crds --check
 echo "==> the job kinds' RBAC in deploy/ matches the adapters" >&2
 kfed rbac --check
+# The Go builds below serve the real-cluster tiers only. On a cold machine they take most of an
+# hour, so a selection of unit tests alone (`./hack/test.sh -m unit`, a file of tests/unit/)
+# skips them: pytest lists what the arguments select, and a test outside tests/unit/ needs them.
+needs_clusters=yes
+if [[ $# -gt 0 ]]; then
+  selected=$(pytest --collect-only -q "$@" 2>/dev/null | grep '::' || true)
+  if [[ -n $selected ]] && ! grep -qv '^tests/unit/' <<<"$selected"; then
+    needs_clusters=no
+  fi
+fi
+if [[ $needs_clusters == no ]]; then
+  echo "==> unit tests only: no control plane, Kueue or job controller to build" >&2
+  echo "==> pytest" >&2
+  exec pytest "$@"
+fi
 echo "==> control-plane binaries (built once per version, cached in ~/.cache/kfed)" >&2
 bin_dir=$(bash hack/kube/build.sh)
 export KFED_KUBE_BIN_DIR="$bin_dir"
