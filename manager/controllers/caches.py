@@ -17,7 +17,7 @@ from typing import Any
 from manager.api import kueue
 from manager.api.core import LimitRange, Namespace, Pod, PriorityClass
 from manager.api.meta import Resource
-from manager.engine.integrations.adapter import JobAdapter, component_owner_values, model_gvk, owner_index_values
+from manager.engine.integrations.adapter import RELATED_INDEX, JobAdapter, component_owner_values, model_gvk, owner_index_values
 from manager.engine.integrations.registry import DEFAULT, Registry
 from manager.engine.jobs import prebuilt_keys
 from manager.kube.client import KubeClient
@@ -95,7 +95,12 @@ class Caches:
                 adapter.gvk: Informer(
                     client,
                     adapter.model,
-                    indexes={"prebuilt": prebuilt_keys, **adapter.indexes(), **(members if adapter.model is Pod else {})},
+                    indexes={
+                        "prebuilt": prebuilt_keys,
+                        RELATED_INDEX: adapter.related_index_values,
+                        **adapter.indexes(),
+                        **(members if adapter.model is Pod else {}),
+                    },
                 )
                 for adapter in registry.adapters
             },

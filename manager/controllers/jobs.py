@@ -19,7 +19,7 @@ from manager.api.core import Pod
 from manager.api.meta import Resource, utcnow
 from manager.controllers.caches import Caches, member_index
 from manager.controllers.events import EventRecorder, InvolvedObject
-from manager.engine.integrations.adapter import JobAdapter, gvk_of
+from manager.engine.integrations.adapter import RELATED_INDEX, JobAdapter, gvk_of, model_gvk, related_index_value
 from manager.engine.integrations.plan import (
     Action,
     CreateWorkload,
@@ -84,6 +84,9 @@ class JobController:
         self.members: Informer[Any] | None = caches.jobs.get(gvk_of("v1", "Pod")) if adapter.runs_as_pod_groups else None
         if self.members is not None:
             self.members.add_handler(self._on_member)
+        # An object a job names (a TrainJob's runtime) wakes the jobs that name it.
+        for model in adapter.related_models():
+            caches.related[model_gvk(model)].add_handler(self._on_related_of(model))
 
     # --- events --------------------------------------------------------------------------------------
     def _on_job(self, kind: str, old: Resource | None, new: Resource | None) -> None:
@@ -106,6 +109,15 @@ class JobController:
         key = self.adapter.member_of(pod) if pod is not None else None
         if key:
             self.controller.enqueue(key)
+
+    def _on_related_of(self, model: type[Resource]) -> Callable[[str, Resource | None, Resource | None], None]:
+        def on_related(kind: str, old: Resource | None, new: Resource | None) -> None:
+            obj = new or old
+            if obj is not None:
+                for job in self.informer.by_index(RELATED_INDEX, related_index_value(model, obj.key)):
+                    self.controller.enqueue(self.adapter.job_key(job))
+
+        return on_related
 
     def runnable(self) -> Runnable:
         """The reconciler writes, so only the lease holder runs it. A standby's queue fills

@@ -28,10 +28,11 @@ import pytest
 
 from manager.api import constants as c
 from manager.api import kueue
-from manager.api.core import Pod
+from manager.api.core import Event, Pod
 from manager.api.jobset import JOBSET_NAME_LABEL, JobSet
 from manager.api.meta import find_condition, is_condition_true
-from manager.api.trainjob import CONTROLLER_NAME, KUEUE_PATCH_MANAGER, TrainJob
+from manager.api.trainjob import CONTROLLER_NAME, KUEUE_PATCH_MANAGER, ClusterTrainingRuntime, TrainingRuntime, TrainJob
+from manager.dev.trainer import RUNTIME
 from manager.kube.client import KubeClient
 from tests.e2e.federation import RUNS, Clients, Federation, running
 from tests.e2e.test_cli import jobs_json, kfed
@@ -270,6 +271,51 @@ async def test_a_trainjob_submitted_to_the_manager_runs_on_one_worker_its_status
 
     await eventually(gone_from_the_manager, timeout=60, what="the TrainJob and its Workload gone from the manager")
     assert not any((await leftovers(kube, ns)).values())
+
+
+async def test_a_trainjob_made_before_its_runtime_is_queued_as_soon_as_the_runtime_appears(kube: Clients) -> None:
+    """The manager runs no Trainer, so no webhook refuses a TrainJob whose runtime is not there
+    yet: it waits, with a FailedCreateWorkload event at each try, and the runtime's creation
+    wakes it at once (as Kueue's TrainJob reconciler, which watches the runtimes), however long
+    its retries have been backing off."""
+    ns = f"tr{uuid.uuid4().hex[:6]}"
+    await kube.queues(ns, manager_cpu=8, worker_cpu={"worker1": 8, "worker2": 8}, labels=RUNS, tag=ns)
+    manifest = trainjob_manifest("early", ns, run_time="5s")
+    manifest["spec"]["runtimeRef"] = {"name": "late", "kind": "TrainingRuntime", "apiGroup": "trainer.kubeflow.org"}
+    await kube.manager.create(TrainJob, manifest)
+
+    async def failed_tries() -> list[Event] | None:
+        events = [
+            e
+            for e in (await kube.manager.list(Event, namespace=ns)).items
+            if e.involved_object.name == "early" and e.reason == "FailedCreateWorkload"
+        ]
+        # Nine tries: the retries' backoff has grown to 25.6 s, past the deadline below.
+        return events if len(events) >= 9 else None
+
+    [event, *_] = await eventually(failed_tries, timeout=60, what="nine FailedCreateWorkload events for TrainJob early")
+    assert "spec.runtimeRef" in (event.message or "") and "'late' not found" in (event.message or ""), event.message
+    assert await workload_of(kube.manager, ns, "early") is None
+
+    cluster_runtime = await kube.manager.get(ClusterTrainingRuntime, RUNTIME)
+    runtime = {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainingRuntime",
+        "metadata": {"name": "late", "namespace": ns},
+        "spec": cluster_runtime.to_dict()["spec"],
+    }
+    for client in kube.workers.values():
+        await client.create(TrainingRuntime, runtime)
+    await kube.manager.create(TrainingRuntime, runtime)
+    wl = await eventually(lambda: workload_of(kube.manager, ns, "early"), timeout=10, what="a Workload for TrainJob early")
+    assert [(ps.name, ps.count) for ps in wl.spec.pod_sets] == [("node", 2)]
+
+    async def manager_complete() -> TrainJob | None:
+        job = await kube.manager.get(TrainJob, "early", namespace=ns)
+        return job if condition(job, "Complete") else None
+
+    await eventually(manager_complete, timeout=120, what="TrainJob early Complete on a worker, with its namespace's runtime")
+    await kube.manager.delete(TrainJob, "early", namespace=ns)
 
 
 async def test_a_trainjob_preempted_on_the_manager_is_suspended_taken_off_its_worker_and_runs_again(kube: Clients) -> None:

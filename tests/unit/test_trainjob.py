@@ -15,7 +15,7 @@ from manager.api import kueue
 from manager.api.meta import OwnerReference, Resource
 from manager.api.trainjob import ClusterTrainingRuntime, TrainingRuntime, TrainJob
 from manager.controllers.webhooks import default_job
-from manager.engine.integrations.adapter import PodQuery, construct_workload
+from manager.engine.integrations.adapter import PodQuery, construct_workload, related_index_value
 from manager.engine.integrations.registry import BY_FRAMEWORK, enabled
 from manager.engine.integrations.trainjob import strategic_merge
 from manager.engine.jobs import JobConversionError, admitted_pod_sets, workload_name
@@ -373,6 +373,15 @@ def test_a_jobset_a_trainjob_owns_is_part_of_that_job_when_trainjobs_are_managed
     owner = OwnerReference(api_version="trainer.kubeflow.org/v1alpha1", kind="TrainJob", name="tj", uid="u", controller=True)
     assert enabled(["jobset.x-k8s.io/jobset", "trainer.kubeflow.org/trainjob"]).owns_any([owner])
     assert not enabled(["jobset.x-k8s.io/jobset"]).owns_any([owner])
+
+
+def test_a_trainjob_is_indexed_by_the_runtime_it_names_so_that_the_runtime_wakes_it() -> None:
+    cluster_runtime = torch_distributed()
+    assert TRAINJOB.related_index_values(a_trainjob()) == [related_index_value(ClusterTrainingRuntime, cluster_runtime.key)]
+    local = a_trainjob(runtimeRef={"name": "mine", "apiGroup": "trainer.kubeflow.org", "kind": "TrainingRuntime"})
+    # A TrainingRuntime of the TrainJob's namespace, under its namespaced key; never a cluster runtime of that name.
+    assert TRAINJOB.related_index_values(local) == [related_index_value(TrainingRuntime, "ns/mine")]
+    assert related_index_value(TrainingRuntime, "ns/mine") != related_index_value(ClusterTrainingRuntime, "ns/mine")
 
 
 def test_the_trainjob_kind_reads_its_runtimes_and_finds_its_pods_by_jobset_name() -> None:

@@ -42,6 +42,15 @@ def model_gvk(model: type[Resource]) -> str:
     return gvk_of(f"{model.GROUP}/{model.VERSION}" if model.GROUP else model.VERSION, model.KIND)
 
 
+# The job informers' index of the related objects each job names (`JobAdapter.related_of`).
+RELATED_INDEX = "related"
+
+
+def related_index_value(model: type[Resource], key: str) -> str:
+    """One related object, as `RELATED_INDEX` holds it: its kind's GVK and its cache key."""
+    return f"{model_gvk(model)}|{key}"
+
+
 def group_of(api_version: str) -> str:
     return api_version.rpartition("/")[0] if "/" in api_version else ""
 
@@ -229,10 +238,19 @@ class JobAdapter(ABC, Generic[J]):
         """The kinds besides its own the adapter reads to know a job."""
         return ()
 
+    def related_of(self, job: J) -> list[tuple[type[Resource], str]]:
+        """The objects of `related_models` the job names, as (kind's model, cache key). A job
+        named one before it existed waits for it: the object's events wake the job."""
+        return []
+
     def with_related(self, job: J, *, find: Callable[[type[Resource], str], Resource | None]) -> J:
         """The job with what it needs of other objects (`find(model, key)`, from the caches;
         None when there is none)."""
         return job
+
+    def related_index_values(self, job: Any) -> list[str]:
+        """The job informer's `RELATED_INDEX`: every object the job names."""
+        return [related_index_value(model, key) for model, key in self.related_of(job)]
 
     def workload_key_for(self, key: str) -> str | None:
         """The Workload of the job `key`, when the kind names it by the job (a pod group's is

@@ -211,10 +211,16 @@ class TrainJobAdapter(JobAdapter[TrainJob]):
     def related_models(self) -> tuple[type[Resource], ...]:
         return (ClusterTrainingRuntime, TrainingRuntime)
 
+    def related_of(self, job: TrainJob) -> list[tuple[type[Resource], str]]:
+        """The runtime it names (a TrainJob made before its runtime waits for it, as under
+        Kueue, whose TrainJob reconciler watches the runtimes)."""
+        kind, key = job.runtime_key
+        return [(TrainingRuntime if kind == api.TRAINING_RUNTIME else ClusterTrainingRuntime, key)]
+
     def with_related(self, job: TrainJob, *, find: Callable[[type[Resource], str], Resource | None]) -> TrainJob:
         """The TrainJob with the spec of the runtime it names (Kueue's getRuntimeSpec)."""
-        kind, key = job.runtime_key
-        found = find(TrainingRuntime if kind == api.TRAINING_RUNTIME else ClusterTrainingRuntime, key)
+        [(model, key)] = self.related_of(job)
+        found = find(model, key)
         spec = found.spec if isinstance(found, ClusterTrainingRuntime | TrainingRuntime) else None
         return job.with_runtime(spec)
 
