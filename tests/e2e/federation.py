@@ -11,13 +11,14 @@ import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
 from manager.api import constants as c
 from manager.api import kueue
-from manager.api.core import Job, Secret
+from manager.api.core import Job, Pod, Secret
+from manager.api.meta import Resource
 from manager.dev import catalog, federation
 from manager.dev.local import LocalCluster, free_port
 from manager.kube.client import KubeClient
@@ -25,6 +26,8 @@ from tests.conftest import REPO_ROOT
 from tests.harness import watched
 from tests.integration.controllers import SYSTEM_NAMESPACE, ControllerProcess, ensure_namespace, wait_webhooks
 from tests.integration.test_controllers import job_manifest as job_manifest
+
+R = TypeVar("R", bound=Resource)
 
 CHECK = "mk"
 CONFIG = "mk"
@@ -184,6 +187,15 @@ def stop(fed: Federation) -> None:
         agent.terminate()
 
 
+async def owned_workload(client: KubeClient, model: type[Resource], namespace: str, name: str) -> kueue.Workload | None:
+    """The Workload the job `name` of `model` owns, or None."""
+    owner = await client.get(model, name, namespace=namespace)
+    for wl in (await client.list(kueue.Workload, namespace=namespace)).items:
+        if any(ref.uid == owner.metadata.uid and ref.kind == model.KIND for ref in wl.metadata.owner_references or []):
+            return wl
+    return None
+
+
 class Clients:
     """kfed's own gateway to every cluster of the federation, for one test."""
 
@@ -229,6 +241,46 @@ class Clients:
             spec["preemption"] = {"withinClusterQueue": "LowerPriority"}
         await client.create(kueue.ClusterQueue, kueue_object("ClusterQueue", cq, spec))
         await client.create(kueue.LocalQueue, kueue_object("LocalQueue", LQ, {"clusterQueue": cq}, namespace=ns))
+
+    async def remote(self, model: type[R], namespace: str, name: str) -> dict[str, list[R]]:
+        """Per worker, the objects of `model` named `name` in `namespace` (a MultiKueue copy)."""
+        return {
+            worker: [obj for obj in (await client.list(model, namespace=namespace)).items if obj.name == name]
+            for worker, client in self.workers.items()
+        }
+
+    async def remote_copies(self, namespace: str, workload: str) -> dict[str, int]:
+        """Per worker, how many copies of the Workload it holds."""
+        return {
+            worker: sum(wl.name == workload for wl in (await client.list(kueue.Workload, namespace=namespace)).items)
+            for worker, client in self.workers.items()
+        }
+
+    async def leftovers(self, namespace: str, *models: type[Resource]) -> dict[str, list[str]]:
+        """Per worker, what is left in `namespace`: every object of `models`, Workload copy and
+        live pod, as `kind/NAME`."""
+        left: dict[str, list[str]] = {}
+        for worker, client in self.workers.items():
+            names = [f"{m.KIND.lower()}/{o.name}" for m in models for o in (await client.list(m, namespace=namespace)).items]
+            names += [f"workload/{o.name}" for o in (await client.list(kueue.Workload, namespace=namespace)).items]
+            names += [f"pod/{o.name}" for o in (await client.list(Pod, namespace=namespace)).items if o.metadata.deletion_timestamp is None]
+            left[worker] = names
+        return left
+
+    async def single_cluster_queue(self, namespace: str, *, cpu: int, labels: dict[str, str]) -> tuple[KubeClient, str]:
+        """Kueue on one cluster: `namespace` queued on worker1 alone (`cpu` of its flavor, none
+        on the others), preempting lower priorities within its ClusterQueue, with the
+        WorkloadPriorityClasses `NAMESPACE-low` (10) and `NAMESPACE-high` (1000) there.
+        Returns worker1's client and its ClusterQueue's name."""
+        names = await self.queues(
+            namespace, manager_cpu=0, worker_cpu={w: cpu if w == "worker1" else 0 for w in self.workers}, labels=labels, tag=namespace
+        )
+        worker = self.workers["worker1"]
+        await worker.patch(kueue.ClusterQueue, names["worker1"], {"spec": {"preemption": {"withinClusterQueue": "LowerPriority"}}})
+        for level, value in (("low", 10), ("high", 1000)):
+            wpc = {"apiVersion": f"{c.GROUP}/v1beta2", "kind": "WorkloadPriorityClass", "metadata": {"name": f"{namespace}-{level}"}}
+            await worker.create(kueue.WorkloadPriorityClass, {**wpc, "value": value})
+        return worker, names["worker1"]
 
     async def set_quota(self, client: KubeClient, cq: str, cpu: int) -> None:
         current = await client.get(kueue.ClusterQueue, cq)

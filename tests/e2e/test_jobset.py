@@ -39,19 +39,6 @@ async def workload_of(client: KubeClient, ns: str, name: str) -> kueue.Workload 
     return await workload_of_jobset(client, await client.get(JobSet, name, namespace=ns))
 
 
-async def remote_jobsets(kube: Clients, ns: str, name: str) -> dict[str, list[JobSet]]:
-    return {
-        worker: [js for js in (await client.list(JobSet, namespace=ns)).items if js.name == name] for worker, client in kube.workers.items()
-    }
-
-
-async def remote_copies(kube: Clients, ns: str, workload: str) -> dict[str, int]:
-    return {
-        worker: sum(wl.name == workload for wl in (await client.list(kueue.Workload, namespace=ns)).items)
-        for worker, client in kube.workers.items()
-    }
-
-
 def completed(js: JobSet) -> bool:
     return any(cond.type == "Completed" and cond.status == "True" for cond in (js.status.conditions if js.status else None) or [])
 
@@ -67,12 +54,12 @@ async def test_a_jobset_submitted_to_the_manager_runs_on_one_worker_and_its_stat
     assert [(ps.name, ps.count) for ps in wl.spec.pod_sets] == [("leader", 1), ("workers", 4)]
 
     async def running_on() -> list[str]:
-        where = await remote_jobsets(kube, ns, "train")
+        where = await kube.remote(JobSet, ns, "train")
         return [worker for worker, items in where.items() if items]
 
     workers = await eventually(running_on, timeout=60, what="the JobSet created on a worker")
     assert len(workers) == 1, f"JobSet train on {workers}"
-    remote = (await remote_jobsets(kube, ns, "train"))[workers[0]][0]
+    remote = (await kube.remote(JobSet, ns, "train"))[workers[0]][0]
     labels = remote.metadata.labels or {}
     assert labels.get(c.PREBUILT_WORKLOAD_LABEL) == wl.name
     assert labels.get(c.MULTIKUEUE_ORIGIN_LABEL)
@@ -92,8 +79,8 @@ async def test_a_jobset_submitted_to_the_manager_runs_on_one_worker_and_its_stat
     assert (finished.status.cluster_name if finished.status else None) == workers[0]
 
     async def nothing_left() -> bool:
-        jobsets = await remote_jobsets(kube, ns, "train")
-        copies = await remote_copies(kube, ns, wl.name)
+        jobsets = await kube.remote(JobSet, ns, "train")
+        copies = await kube.remote_copies(ns, wl.name)
         return not any(jobsets.values()) and not any(copies.values())
 
     await eventually(nothing_left, timeout=60, what="no JobSet and no Workload copy left on the workers")
@@ -107,7 +94,7 @@ async def test_a_preempted_jobset_is_suspended_removed_from_its_worker_and_runs_
     await kube.manager.create(JobSet, jobset_manifest("victim", ns, run_time="20s", priority_class=f"{ns}-low"))
 
     async def victim_running() -> str | None:
-        where = await remote_jobsets(kube, ns, "victim")
+        where = await kube.remote(JobSet, ns, "victim")
         js = await kube.manager.get(JobSet, "victim", namespace=ns)
         active = sum(rj.get("active", 0) for rj in (js.to_dict().get("status") or {}).get("replicatedJobsStatus", []))
         on = [worker for worker, items in where.items() if items]
@@ -130,7 +117,7 @@ async def test_a_preempted_jobset_is_suspended_removed_from_its_worker_and_runs_
     assert "Preempted to accommodate a workload" in evicted.message
 
     async def victim_gone_from_its_worker() -> bool:
-        return not (await remote_jobsets(kube, ns, "victim"))[first_on] and not (await remote_copies(kube, ns, victim_wl.name))[first_on]
+        return not (await kube.remote(JobSet, ns, "victim"))[first_on] and not (await kube.remote_copies(ns, victim_wl.name))[first_on]
 
     await eventually(victim_gone_from_its_worker, timeout=60, what="the victim's JobSet and copy gone from its worker")
 
@@ -143,8 +130,8 @@ async def test_a_preempted_jobset_is_suspended_removed_from_its_worker_and_runs_
     assert urgent_wl is not None
 
     async def nothing_left() -> bool:
-        left = [await remote_jobsets(kube, ns, name) for name in ("urgent", "victim")]
-        copies = [await remote_copies(kube, ns, wl.name) for wl in (urgent_wl, victim_wl)]
+        left = [await kube.remote(JobSet, ns, name) for name in ("urgent", "victim")]
+        copies = [await kube.remote_copies(ns, wl.name) for wl in (urgent_wl, victim_wl)]
         return not any(items for where in left for items in where.values()) and not any(n for cp in copies for n in cp.values())
 
     await eventually(nothing_left, timeout=60, what="nothing left on the workers")
@@ -192,7 +179,7 @@ async def test_kfed_lists_explains_logs_and_cancels_a_jobset(fed: Federation, ku
     await kube.manager.create(Job, manifest)
 
     async def running_on_worker2() -> bool:
-        where = await remote_jobsets(kube, ns, "pretrain")
+        where = await kube.remote(JobSet, ns, "pretrain")
         return bool(where["worker2"]) and not where["worker1"]
 
     await eventually(running_on_worker2, timeout=90, what="JobSet pretrain on worker2")
@@ -232,7 +219,7 @@ async def test_kfed_lists_explains_logs_and_cancels_a_jobset(fed: Federation, ku
 
     async def gone_everywhere() -> bool:
         on_manager = [js for js in (await kube.manager.list(JobSet, namespace=ns)).items if js.name == "pretrain"]
-        remote = await remote_jobsets(kube, ns, "pretrain")
+        remote = await kube.remote(JobSet, ns, "pretrain")
         copies = [wl for items in (await kube.remote_workloads(ns)).values() for wl in items if wl.name.startswith("jobset-pretrain")]
         return not on_manager and not any(remote.values()) and not copies
 

@@ -28,7 +28,7 @@ from manager.api.core import Job, Pod
 from manager.api.meta import find_condition, is_condition_true
 from manager.api.mpijob import JOB_NAME_LABEL, MPIJob
 from manager.kube.client import KubeClient
-from tests.e2e.federation import RUNS, Clients, Federation, job_manifest, running
+from tests.e2e.federation import RUNS, Clients, Federation, job_manifest, owned_workload, running
 from tests.e2e.test_cli import jobs_json, kfed
 from tests.e2e.test_multikueue import make_priority_classes
 from tests.harness import Provider, eventually, require_controller
@@ -82,30 +82,8 @@ def active(job: MPIJob) -> int:
     return sum(status.active or 0 for status in statuses.values() if status is not None)
 
 
-async def workload_of(client: KubeClient, ns: str, name: str) -> kueue.Workload | None:
-    job = await client.get(MPIJob, name, namespace=ns)
-    for wl in (await client.list(kueue.Workload, namespace=ns)).items:
-        if any(ref.uid == job.metadata.uid and ref.kind == "MPIJob" for ref in wl.metadata.owner_references or []):
-            return wl
-    return None
-
-
 async def pods_of(client: KubeClient, ns: str, name: str) -> list[Pod]:
     return [pod for pod in (await client.list(Pod, namespace=ns)).items if (pod.metadata.labels or {}).get(JOB_NAME_LABEL) == name]
-
-
-async def remote_mpijobs(kube: Clients, ns: str, name: str) -> dict[str, list[MPIJob]]:
-    return {
-        worker: [job for job in (await client.list(MPIJob, namespace=ns)).items if job.name == name]
-        for worker, client in kube.workers.items()
-    }
-
-
-async def remote_copies(kube: Clients, ns: str, workload: str) -> dict[str, int]:
-    return {
-        worker: sum(wl.name == workload for wl in (await client.list(kueue.Workload, namespace=ns)).items)
-        for worker, client in kube.workers.items()
-    }
 
 
 def templates(job: MPIJob) -> dict[str, dict[str, Any]]:
@@ -116,23 +94,13 @@ def templates(job: MPIJob) -> dict[str, dict[str, Any]]:
 async def test_an_mpijob_on_a_single_cluster_waits_suspended_starts_with_its_flavor_is_preempted_and_finishes(kube: Clients) -> None:
     """Kueue on one cluster: worker1's own queue, with room for one MPIJob, admits them."""
     ns = f"ml{uuid.uuid4().hex[:6]}"
-    cqs = await kube.queues(ns, manager_cpu=0, worker_cpu={"worker1": 3, "worker2": 0}, labels=RUNS, tag=ns)
-    worker = kube.workers["worker1"]
-    await worker.patch(kueue.ClusterQueue, cqs["worker1"], {"spec": {"preemption": {"withinClusterQueue": "LowerPriority"}}})
-    for level, value in (("low", 10), ("high", 1000)):
-        wpc = {
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "WorkloadPriorityClass",
-            "metadata": {"name": f"{ns}-{level}"},
-            "value": value,
-        }
-        await worker.create(kueue.WorkloadPriorityClass, wpc)
+    worker, cq = await kube.single_cluster_queue(ns, cpu=3, labels=RUNS)
     # Held: the MPIJob must wait, suspended, with no pod, until its queue admits it.
-    await worker.patch(kueue.ClusterQueue, cqs["worker1"], {"spec": {"stopPolicy": "Hold"}})
+    await worker.patch(kueue.ClusterQueue, cq, {"spec": {"stopPolicy": "Hold"}})
     created = await worker.create(MPIJob, mpijob_manifest("victim", ns, run_time="600s", priority_class=f"{ns}-low"))
     assert created.to_dict()["spec"]["runPolicy"].get("suspend") is True, "queued MPIJobs are created suspended"
     assert "managedBy" not in created.to_dict()["spec"]["runPolicy"], "no MultiKueue check on this queue"
-    wl = await eventually(lambda: workload_of(worker, ns, "victim"), timeout=30, what="a Workload for MPIJob victim")
+    wl = await eventually(lambda: owned_workload(worker, MPIJob, ns, "victim"), timeout=30, what="a Workload for MPIJob victim")
     assert [(ps.name, ps.count) for ps in wl.spec.pod_sets] == [("launcher", 1), ("worker", 2)]
 
     async def suspended_by_the_operator() -> MPIJob | None:
@@ -141,7 +109,7 @@ async def test_an_mpijob_on_a_single_cluster_waits_suspended_starts_with_its_fla
 
     await eventually(suspended_by_the_operator, timeout=30, what="the MPI Operator seeing MPIJob victim suspended")
     assert await pods_of(worker, ns, "victim") == [], "no pod while it waits"
-    await worker.patch(kueue.ClusterQueue, cqs["worker1"], {"spec": {"stopPolicy": "None"}})
+    await worker.patch(kueue.ClusterQueue, cq, {"spec": {"stopPolicy": "None"}})
 
     async def running() -> MPIJob | None:
         job = await worker.get(MPIJob, "victim", namespace=ns)
@@ -168,7 +136,7 @@ async def test_an_mpijob_on_a_single_cluster_waits_suspended_starts_with_its_fla
     await worker.create(MPIJob, mpijob_manifest("urgent", ns, run_time="3s", priority_class=f"{ns}-high"))
 
     async def preempted() -> MPIJob | None:
-        victim_wl = await workload_of(worker, ns, "victim")
+        victim_wl = await owned_workload(worker, MPIJob, ns, "victim")
         evicted = find_condition(victim_wl.status.conditions if victim_wl and victim_wl.status else None, c.EVICTED)
         job = await worker.get(MPIJob, "victim", namespace=ns)
         return job if evicted is not None and evicted.reason == "Preempted" and job.spec.run_policy.suspend is True else None
@@ -190,7 +158,7 @@ async def test_an_mpijob_on_a_single_cluster_waits_suspended_starts_with_its_fla
         return job if condition(job, "Succeeded") else None
 
     await eventually(lambda: succeeded("urgent"), timeout=120, what="MPIJob urgent Succeeded")
-    urgent_wl = await workload_of(worker, ns, "urgent")
+    urgent_wl = await owned_workload(worker, MPIJob, ns, "urgent")
     assert urgent_wl is not None and is_condition_true(urgent_wl.status.conditions if urgent_wl.status else None, c.FINISHED)
     # With the quota back the victim runs again, and its launcher (600 s) keeps it Running.
     await eventually(running, timeout=90, what="MPIJob victim admitted again and Running")
@@ -206,16 +174,16 @@ async def test_an_mpijob_submitted_to_the_manager_runs_on_one_worker_and_its_sta
     assert created.to_dict()["spec"]["runPolicy"]["managedBy"] == c.MULTIKUEUE_CONTROLLER_NAME
     assert created.to_dict()["spec"]["runPolicy"]["suspend"] is True
 
-    wl = await eventually(lambda: workload_of(kube.manager, ns, "pi"), timeout=30, what="a Workload for MPIJob pi")
+    wl = await eventually(lambda: owned_workload(kube.manager, MPIJob, ns, "pi"), timeout=30, what="a Workload for MPIJob pi")
     assert [(ps.name, ps.count) for ps in wl.spec.pod_sets] == [("launcher", 1), ("worker", 2)]
 
     async def running_on() -> list[str]:
-        where = await remote_mpijobs(kube, ns, "pi")
+        where = await kube.remote(MPIJob, ns, "pi")
         return [worker for worker, items in where.items() if items]
 
     workers = await eventually(running_on, timeout=60, what="the MPIJob created on a worker")
     assert len(workers) == 1, f"MPIJob pi on {workers}"
-    remote = (await remote_mpijobs(kube, ns, "pi"))[workers[0]][0]
+    remote = (await kube.remote(MPIJob, ns, "pi"))[workers[0]][0]
     labels = remote.metadata.labels or {}
     assert labels.get(c.PREBUILT_WORKLOAD_LABEL) == wl.name
     assert labels.get(c.MULTIKUEUE_ORIGIN_LABEL)
@@ -236,13 +204,13 @@ async def test_an_mpijob_submitted_to_the_manager_runs_on_one_worker_and_its_sta
     status = done.to_dict()["status"]
     assert status["replicaStatuses"]["Launcher"].get("succeeded") == 1
     assert status.get("completionTime")
-    finished = await workload_of(kube.manager, ns, "pi")
+    finished = await owned_workload(kube.manager, MPIJob, ns, "pi")
     assert finished is not None and is_condition_true(finished.status.conditions if finished.status else None, c.FINISHED)
     assert (finished.status.cluster_name if finished.status else None) == workers[0]
 
     async def nothing_left() -> bool:
-        jobs = await remote_mpijobs(kube, ns, "pi")
-        copies = await remote_copies(kube, ns, wl.name)
+        jobs = await kube.remote(MPIJob, ns, "pi")
+        copies = await kube.remote_copies(ns, wl.name)
         return not any(jobs.values()) and not any(copies.values())
 
     await eventually(nothing_left, timeout=60, what="no MPIJob and no Workload copy left on the workers")
@@ -256,18 +224,18 @@ async def test_a_preempted_mpijob_is_suspended_removed_from_its_worker_and_runs_
     await kube.manager.create(MPIJob, mpijob_manifest("victim", ns, run_time="20s", priority_class=f"{ns}-low"))
 
     async def victim_running() -> str | None:
-        where = await remote_mpijobs(kube, ns, "victim")
+        where = await kube.remote(MPIJob, ns, "victim")
         job = await kube.manager.get(MPIJob, "victim", namespace=ns)
         on = [worker for worker, items in where.items() if items]
         return on[0] if len(on) == 1 and active(job) > 0 else None
 
     first_on = await eventually(victim_running, timeout=90, what="the low-priority MPIJob running on a worker, as the manager sees it")
-    victim_wl = await workload_of(kube.manager, ns, "victim")
+    victim_wl = await owned_workload(kube.manager, MPIJob, ns, "victim")
     assert victim_wl is not None
     await kube.manager.create(MPIJob, mpijob_manifest("urgent", ns, priority_class=f"{ns}-high"))
 
     async def victim_preempted() -> Any:
-        wl = await workload_of(kube.manager, ns, "victim")
+        wl = await owned_workload(kube.manager, MPIJob, ns, "victim")
         evicted = find_condition(wl.status.conditions if wl and wl.status else None, c.EVICTED)
         job = await kube.manager.get(MPIJob, "victim", namespace=ns)
         return evicted if evicted is not None and evicted.reason == "Preempted" and job.spec.run_policy.suspend is True else None
@@ -276,7 +244,7 @@ async def test_a_preempted_mpijob_is_suspended_removed_from_its_worker_and_runs_
     assert "Preempted to accommodate a workload" in evicted.message
 
     async def victim_gone_from_its_worker() -> bool:
-        return not (await remote_mpijobs(kube, ns, "victim"))[first_on] and not (await remote_copies(kube, ns, victim_wl.name))[first_on]
+        return not (await kube.remote(MPIJob, ns, "victim"))[first_on] and not (await kube.remote_copies(ns, victim_wl.name))[first_on]
 
     await eventually(victim_gone_from_its_worker, timeout=60, what="the victim's MPIJob and copy gone from its worker")
 
@@ -285,12 +253,12 @@ async def test_a_preempted_mpijob_is_suspended_removed_from_its_worker_and_runs_
         return all(condition(job, "Succeeded") for job in jobs)
 
     await eventually(both_succeeded, timeout=180, what="the preemptor, then the victim, Succeeded")
-    urgent_wl = await workload_of(kube.manager, ns, "urgent")
+    urgent_wl = await owned_workload(kube.manager, MPIJob, ns, "urgent")
     assert urgent_wl is not None
 
     async def nothing_left() -> bool:
-        left = [await remote_mpijobs(kube, ns, name) for name in ("urgent", "victim")]
-        copies = [await remote_copies(kube, ns, wl.name) for wl in (urgent_wl, victim_wl)]
+        left = [await kube.remote(MPIJob, ns, name) for name in ("urgent", "victim")]
+        copies = [await kube.remote_copies(ns, wl.name) for wl in (urgent_wl, victim_wl)]
         return not any(items for where in left for items in where.values()) and not any(n for cp in copies for n in cp.values())
 
     await eventually(nothing_left, timeout=60, what="nothing left on the workers")
@@ -303,7 +271,7 @@ async def test_kfed_lists_explains_logs_and_cancels_an_mpijob(fed: Federation, k
     await kube.manager.create(Job, job_manifest("waiting", ns, cpu="4"))  # 3 + 4 cpu > 6: waits on the manager
 
     async def running_on_worker2() -> bool:
-        where = await remote_mpijobs(kube, ns, "pretrain")
+        where = await kube.remote(MPIJob, ns, "pretrain")
         job = await kube.manager.get(MPIJob, "pretrain", namespace=ns)
         return bool(where["worker2"]) and not where["worker1"] and condition(job, "Running")
 
@@ -343,7 +311,7 @@ async def test_kfed_lists_explains_logs_and_cancels_an_mpijob(fed: Federation, k
 
     async def gone_everywhere() -> bool:
         on_manager = [job for job in (await kube.manager.list(MPIJob, namespace=ns)).items if job.name == "pretrain"]
-        remote = await remote_mpijobs(kube, ns, "pretrain")
+        remote = await kube.remote(MPIJob, ns, "pretrain")
         copies = [wl for items in (await kube.remote_workloads(ns)).values() for wl in items if wl.name.startswith("mpijob-pretrain")]
         pods = await pods_of(kube.workers["worker2"], ns, "pretrain")
         return not on_manager and not any(remote.values()) and not copies and not pods

@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 
 from manager.api import constants as c
-from manager.api import kueue
 from manager.api.core import Pod
 from manager.api.meta import find_condition, is_condition_true
 from manager.engine.integrations.pod import MANAGED_LABEL, SCHEDULING_GATE
@@ -41,19 +40,6 @@ async def namespace_with_queues(kube: Clients, ns: str, *, manager_cpu: int) -> 
     await kube.manager.request("POST", f"/api/v1/namespaces/{ns}/serviceaccounts", body={"metadata": {"name": "default"}})
 
 
-async def remote_pods(kube: Clients, ns: str, name: str) -> dict[str, list[Pod]]:
-    return {
-        worker: [pod for pod in (await client.list(Pod, namespace=ns)).items if pod.name == name] for worker, client in kube.workers.items()
-    }
-
-
-async def remote_copies(kube: Clients, ns: str, workload: str) -> dict[str, int]:
-    return {
-        worker: sum(wl.name == workload for wl in (await client.list(kueue.Workload, namespace=ns)).items)
-        for worker, client in kube.workers.items()
-    }
-
-
 async def manager_pod(kube: Clients, ns: str, name: str) -> Pod:
     return await kube.manager.get(Pod, name, namespace=ns)
 
@@ -72,12 +58,12 @@ async def test_a_pod_submitted_to_the_manager_runs_on_one_worker_and_its_status_
     assert [(ps.name, ps.count) for ps in wl.spec.pod_sets] == [("main", 1)]
 
     async def running_on() -> list[str]:
-        where = await remote_pods(kube, ns, "single")
+        where = await kube.remote(Pod, ns, "single")
         return [worker for worker, items in where.items() if items]
 
     workers = await eventually(running_on, timeout=60, what="the Pod created on a worker")
     assert len(workers) == 1, f"Pod single on {workers}"
-    [remote] = (await remote_pods(kube, ns, "single"))[workers[0]]
+    [remote] = (await kube.remote(Pod, ns, "single"))[workers[0]]
     labels = remote.metadata.labels or {}
     assert labels.get(c.PREBUILT_WORKLOAD_LABEL) == wl.name
     assert labels.get(c.MULTIKUEUE_ORIGIN_LABEL)
@@ -93,8 +79,8 @@ async def test_a_pod_submitted_to_the_manager_runs_on_one_worker_and_its_status_
     assert (finished.status.cluster_name if finished.status else None) == workers[0]
 
     async def nothing_left() -> bool:
-        pods = await remote_pods(kube, ns, "single")
-        copies = await remote_copies(kube, ns, wl.name)
+        pods = await kube.remote(Pod, ns, "single")
+        copies = await kube.remote_copies(ns, wl.name)
         return not any(pods.values()) and not any(copies.values())
 
     await eventually(nothing_left, timeout=60, what="no Pod and no Workload copy left on the workers")
@@ -108,7 +94,7 @@ async def test_a_pod_preempted_by_a_higher_priority_pod_leaves_its_worker_and_wa
     await kube.manager.create(Pod, pod_manifest("victim", ns, run_time="10m", priority_class=f"{ns}-low"))
 
     async def running_on_a_worker(name: str) -> str | None:
-        where = await remote_pods(kube, ns, name)
+        where = await kube.remote(Pod, ns, name)
         on = [worker for worker, items in where.items() if items]
         return on[0] if len(on) == 1 and phase(await manager_pod(kube, ns, name)) == "Running" else None
 
@@ -127,19 +113,19 @@ async def test_a_pod_preempted_by_a_higher_priority_pod_leaves_its_worker_and_wa
     assert "Preempted to accommodate a workload" in evicted.message
 
     async def victim_gone_from_its_worker() -> bool:
-        return not (await remote_pods(kube, ns, "victim"))[first_on] and not (await remote_copies(kube, ns, victim_wl.name))[first_on]
+        return not (await kube.remote(Pod, ns, "victim"))[first_on] and not (await kube.remote_copies(ns, victim_wl.name))[first_on]
 
     await eventually(victim_gone_from_its_worker, timeout=90, what="the victim's Pod and copy gone from its worker")
     await eventually(lambda: running_on_a_worker("urgent"), timeout=90, what="the high-priority Pod running on a worker")
     waiting = await manager_pod(kube, ns, "victim")
     assert gates(waiting) == [SCHEDULING_GATE] and waiting.metadata.deletion_timestamp is None, "the victim waits, gated"
-    assert not any((await remote_pods(kube, ns, "victim")).values()), "the victim runs nowhere while the preemptor holds the quota"
+    assert not any((await kube.remote(Pod, ns, "victim")).values()), "the victim runs nowhere while the preemptor holds the quota"
 
     for name in ("urgent", "victim"):
         await kube.manager.delete(Pod, name, namespace=ns)
 
     async def nothing_left() -> bool:
-        pods = [await remote_pods(kube, ns, name) for name in ("urgent", "victim")]
+        pods = [await kube.remote(Pod, ns, name) for name in ("urgent", "victim")]
         left = [pod for where in pods for items in where.values() for pod in items]
         copies = [wl for items in (await kube.remote_workloads(ns)).values() for wl in items]
         on_manager = (await kube.manager.list(Pod, namespace=ns)).items
@@ -206,7 +192,7 @@ async def test_a_preempted_pod_group_leaves_its_worker_whole_and_waits_gated_on_
     await kube.manager.create(Pod, urgent)
 
     async def group_gone_from_the_workers() -> bool:
-        left = [await remote_pods(kube, ns, name) for name in ("a", "b")]
+        left = [await kube.remote(Pod, ns, name) for name in ("a", "b")]
         return not any(items for where in left for items in where.values())
 
     await eventually(group_gone_from_the_workers, timeout=90, what="the preempted group's Pods gone from their worker")
@@ -222,7 +208,7 @@ async def test_a_preempted_pod_group_leaves_its_worker_whole_and_waits_gated_on_
 
 
 async def _running_somewhere(kube: Clients, ns: str, name: str) -> bool:
-    where = await remote_pods(kube, ns, name)
+    where = await kube.remote(Pod, ns, name)
     return sum(len(items) for items in where.values()) == 1 and phase(await manager_pod(kube, ns, name)) == "Running"
 
 
@@ -235,7 +221,7 @@ async def test_kfed_logs_reads_a_pod_and_a_pod_groups_pods_from_the_worker_that_
 
     async def running_on(names: tuple[str, ...]) -> str | None:
         pods = [await manager_pod(kube, ns, name) for name in names]
-        where = {worker for name in names for worker, items in (await remote_pods(kube, ns, name)).items() if items}
+        where = {worker for name in names for worker, items in (await kube.remote(Pod, ns, name)).items() if items}
         return next(iter(where)) if len(where) == 1 and all(phase(pod) == "Running" for pod in pods) else None
 
     lone_on = await eventually(lambda: running_on(("lone",)), timeout=90, what="Pod lone running on a worker")

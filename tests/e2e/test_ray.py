@@ -28,7 +28,7 @@ from manager.api.core import Job, Pod
 from manager.api.meta import find_condition, is_condition_true
 from manager.api.ray import CLUSTER_LABEL, RayCluster, RayJob
 from manager.kube.client import KubeClient
-from tests.e2e.federation import RUNS, Clients, Federation, job_manifest, running
+from tests.e2e.federation import RUNS, Clients, Federation, job_manifest, owned_workload, running
 from tests.e2e.test_cli import jobs_json, kfed
 from tests.e2e.test_multikueue import make_priority_classes
 from tests.harness import Provider, eventually, require_controller
@@ -103,32 +103,12 @@ def raycluster_manifest(name: str, ns: str, *, priority_class: str | None = None
     }
 
 
-async def workload_of(client: KubeClient, model: Any, ns: str, name: str) -> kueue.Workload | None:
-    owner = await client.get(model, name, namespace=ns)
-    for wl in (await client.list(kueue.Workload, namespace=ns)).items:
-        if any(ref.uid == owner.metadata.uid and ref.kind == model.KIND for ref in wl.metadata.owner_references or []):
-            return wl
-    return None
-
-
 async def where(kube: Clients, model: Any, ns: str, name: str) -> dict[str, Any]:
     """Per worker: our object there (or None)."""
     found: dict[str, Any] = {}
     for worker, client in kube.workers.items():
         found[worker] = next((obj for obj in (await client.list(model, namespace=ns)).items if obj.name == name), None)
     return found
-
-
-async def leftovers(kube: Clients, ns: str) -> dict[str, list[str]]:
-    """Everything Ray or Kueue left in `ns` on each worker: RayJobs, RayClusters, Workloads, pods."""
-    left: dict[str, list[str]] = {}
-    for worker, client in kube.workers.items():
-        names = [f"rayjob/{o.name}" for o in (await client.list(RayJob, namespace=ns)).items]
-        names += [f"raycluster/{o.name}" for o in (await client.list(RayCluster, namespace=ns)).items]
-        names += [f"workload/{o.name}" for o in (await client.list(kueue.Workload, namespace=ns)).items]
-        names += [f"pod/{o.name}" for o in (await client.list(Pod, namespace=ns)).items if o.metadata.deletion_timestamp is None]
-        left[worker] = names
-    return left
 
 
 async def story(kube: Clients, ns: str) -> str:
@@ -140,7 +120,7 @@ async def story(kube: Clients, ns: str) -> str:
         lines.append(f"manager {wl.name}: cluster={wl.status.cluster_name if wl.status else None} checks={checks} conditions={conds}")
     for job in (await kube.manager.list(RayJob, namespace=ns)).items:
         lines.append(f"manager rayjob/{job.name}: suspend={job.spec.suspend} status={job.to_dict().get('status')}")
-    for worker, names in (await leftovers(kube, ns)).items():
+    for worker, names in (await kube.leftovers(ns, RayJob, RayCluster)).items():
         lines.append(f"{worker}: {names}")
         for job in (await kube.workers[worker].list(RayJob, namespace=ns)).items:
             lines.append(f"{worker} rayjob/{job.name}: suspend={job.spec.suspend} deployment={deployment_status(job)}")
@@ -166,7 +146,7 @@ async def test_a_rayjob_submitted_to_the_manager_runs_on_one_worker_its_status_c
     assert created.spec.suspend is True
     assert created.spec.managed_by == c.MULTIKUEUE_CONTROLLER_NAME
 
-    wl = await eventually(lambda: workload_of(kube.manager, RayJob, ns, "train"), timeout=30, what="a Workload for RayJob train")
+    wl = await eventually(lambda: owned_workload(kube.manager, RayJob, ns, "train"), timeout=30, what="a Workload for RayJob train")
     assert [(ps.name, ps.count) for ps in wl.spec.pod_sets] == [("head", 1), ("workers", 2), ("submitter", 1)]
 
     async def running_on() -> str | None:
@@ -201,14 +181,14 @@ async def test_a_rayjob_submitted_to_the_manager_runs_on_one_worker_its_status_c
 
     done = await eventually(manager_failed, timeout=120, what="the manager's RayJob Failed, from its worker's status")
     assert done.status is not None and "submitter finished" in (done.status.message or "")
-    finished = await workload_of(kube.manager, RayJob, ns, "train")
+    finished = await owned_workload(kube.manager, RayJob, ns, "train")
     assert finished is not None and finished.status is not None
     assert is_condition_true(finished.status.conditions, c.FINISHED) and finished.status.cluster_name == worker
     condition = find_condition(finished.status.conditions, c.FINISHED)
     assert condition is not None and condition.reason == "Failed" and "submitter finished" in (condition.message or "")
 
     async def nothing_left() -> bool:
-        return not any((await leftovers(kube, ns)).values())
+        return not any((await kube.leftovers(ns, RayJob, RayCluster)).values())
 
     await eventually(
         nothing_left, timeout=90, what="no RayJob, RayCluster, Workload copy or pod left on the workers", explain=lambda: story(kube, ns)
@@ -231,12 +211,12 @@ async def test_a_preempted_rayjob_is_suspended_taken_off_its_worker_and_runs_aga
     first_on = await eventually(
         lambda: running_on("victim"), timeout=120, what="the low-priority RayJob running on a worker, as the manager sees it"
     )
-    victim_wl = await workload_of(kube.manager, RayJob, ns, "victim")
+    victim_wl = await owned_workload(kube.manager, RayJob, ns, "victim")
     assert victim_wl is not None
     await kube.manager.create(RayJob, rayjob_manifest("urgent", ns, priority_class=f"{ns}-high"))
 
     async def victim_preempted() -> Any:
-        wl = await workload_of(kube.manager, RayJob, ns, "victim")
+        wl = await owned_workload(kube.manager, RayJob, ns, "victim")
         evicted = find_condition(wl.status.conditions if wl and wl.status else None, c.EVICTED)
         job = await kube.manager.get(RayJob, "victim", namespace=ns)
         return evicted if evicted is not None and evicted.reason == "Preempted" and job.spec.suspend is True else None
@@ -268,7 +248,7 @@ async def test_a_preempted_rayjob_is_suspended_taken_off_its_worker_and_runs_aga
         await kube.manager.delete(RayJob, name, namespace=ns)
 
     async def nothing_left() -> bool:
-        return not any((await leftovers(kube, ns)).values())
+        return not any((await kube.leftovers(ns, RayJob, RayCluster)).values())
 
     await eventually(nothing_left, timeout=90, what="nothing left on the workers after both are deleted", explain=lambda: story(kube, ns))
 
@@ -325,7 +305,7 @@ async def test_kfed_lists_explains_and_cancels_a_raycluster_and_a_rayjob(fed: Fe
 
     async def gone_everywhere() -> bool:
         on_manager = (await kube.manager.list(RayCluster, namespace=ns)).items + (await kube.manager.list(RayJob, namespace=ns)).items
-        left = await leftovers(kube, ns)
+        left = await kube.leftovers(ns, RayJob, RayCluster)
         # The waiting Job may be on a worker by now: only Ray's objects and their copies count.
         ray_left = [name for names in left.values() for name in names if not name.startswith(("workload/job-", "pod/waiting-"))]
         return not on_manager and not ray_left
@@ -345,17 +325,7 @@ async def test_a_rayjob_on_a_single_cluster_waits_suspended_starts_with_its_flav
     runs there with the admitted flavor's node labels; a higher-priority RayCluster preempts it:
     it is suspended, KubeRay deletes its cluster, and its templates are as written again."""
     ns = f"rl{uuid.uuid4().hex[:6]}"
-    names = await kube.queues(ns, manager_cpu=0, worker_cpu={"worker1": 4, "worker2": 0}, labels=RUNS, tag=ns)
-    worker = kube.workers["worker1"]
-    await worker.patch(kueue.ClusterQueue, names["worker1"], {"spec": {"preemption": {"withinClusterQueue": "LowerPriority"}}})
-    for level, value in (("low", 10), ("high", 1000)):
-        body = {
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "WorkloadPriorityClass",
-            "metadata": {"name": f"{ns}-{level}"},
-            "value": value,
-        }
-        await worker.create(kueue.WorkloadPriorityClass, body)
+    worker, _ = await kube.single_cluster_queue(ns, cpu=4, labels=RUNS)
     blocker = job_manifest("blocker", ns, cpu="4", priority_class=f"{ns}-high")
     blocker["spec"]["template"]["metadata"] = {"annotations": {KWOK_RUN_TIME: "600s"}}  # holds the quota until deleted
     await worker.create(Job, blocker)
@@ -365,11 +335,11 @@ async def test_a_rayjob_on_a_single_cluster_waits_suspended_starts_with_its_flav
     assert created.spec.managed_by is None, "no MultiKueue check on this queue"
 
     # While the blocker holds the quota, the RayJob waits suspended and KubeRay makes nothing.
-    wl = await eventually(lambda: workload_of(worker, RayJob, ns, "local"), timeout=30, what="a Workload for the RayJob on worker1")
+    wl = await eventually(lambda: owned_workload(worker, RayJob, ns, "local"), timeout=30, what="a Workload for the RayJob on worker1")
     assert [(ps.name, ps.count) for ps in wl.spec.pod_sets] == [("head", 1), ("workers", 2), ("submitter", 1)]
 
     async def pending() -> kueue.Workload | None:
-        current = await workload_of(worker, RayJob, ns, "local")
+        current = await owned_workload(worker, RayJob, ns, "local")
         quota = find_condition(current.status.conditions if current and current.status else None, c.QUOTA_RESERVED)
         return current if quota is not None and quota.status == "False" else None
 
@@ -403,7 +373,7 @@ async def test_a_rayjob_on_a_single_cluster_waits_suspended_starts_with_its_flav
     stopped = await eventually(
         preempted, timeout=90, what="the RayJob suspended by preemption and Suspended by KubeRay", explain=lambda: story(kube, ns)
     )
-    evicted_wl = await workload_of(worker, RayJob, ns, "local")
+    evicted_wl = await owned_workload(worker, RayJob, ns, "local")
     evicted = find_condition(evicted_wl.status.conditions if evicted_wl and evicted_wl.status else None, c.EVICTED)
     assert evicted is not None and evicted.reason == "Preempted"
     restored = stopped.to_dict()["spec"]["rayClusterSpec"]

@@ -34,7 +34,7 @@ from manager.api.meta import find_condition, is_condition_true
 from manager.api.trainjob import CONTROLLER_NAME, KUEUE_PATCH_MANAGER, ClusterTrainingRuntime, TrainingRuntime, TrainJob
 from manager.dev.trainer import RUNTIME
 from manager.kube.client import KubeClient
-from tests.e2e.federation import RUNS, Clients, Federation, running
+from tests.e2e.federation import RUNS, Clients, Federation, owned_workload, running
 from tests.e2e.test_cli import jobs_json, kfed
 from tests.e2e.test_multikueue import make_priority_classes
 from tests.harness import Provider, eventually, require_controller
@@ -94,60 +94,22 @@ def kueue_replicated_jobs(job: TrainJob) -> list[dict[str, Any]]:
     return list(((patch.get("trainingRuntimeSpec") or {}).get("template") or {}).get("spec", {}).get("replicatedJobs") or [])
 
 
-async def workload_of(client: KubeClient, ns: str, name: str) -> kueue.Workload | None:
-    job = await client.get(TrainJob, name, namespace=ns)
-    for wl in (await client.list(kueue.Workload, namespace=ns)).items:
-        if any(ref.uid == job.metadata.uid and ref.kind == "TrainJob" for ref in wl.metadata.owner_references or []):
-            return wl
-    return None
-
-
 async def pods_of(client: KubeClient, ns: str, name: str) -> list[Pod]:
     return [pod for pod in (await client.list(Pod, namespace=ns)).items if (pod.metadata.labels or {}).get(JOBSET_NAME_LABEL) == name]
-
-
-async def remote_trainjobs(kube: Clients, ns: str, name: str) -> dict[str, list[TrainJob]]:
-    return {
-        worker: [job for job in (await client.list(TrainJob, namespace=ns)).items if job.name == name]
-        for worker, client in kube.workers.items()
-    }
-
-
-async def leftovers(kube: Clients, ns: str) -> dict[str, list[str]]:
-    """What of the namespace's TrainJobs is on each worker: TrainJobs, JobSets, Workload copies, pods."""
-    out: dict[str, list[str]] = {}
-    for worker, client in kube.workers.items():
-        out[worker] = [
-            *(f"trainjob/{j.name}" for j in (await client.list(TrainJob, namespace=ns)).items),
-            *(f"jobset/{j.name}" for j in (await client.list(JobSet, namespace=ns)).items),
-            *(f"workload/{w.name}" for w in (await client.list(kueue.Workload, namespace=ns)).items),
-            *(f"pod/{p.name}" for p in (await client.list(Pod, namespace=ns)).items if p.metadata.deletion_timestamp is None),
-        ]
-    return out
 
 
 # --- one cluster ---------------------------------------------------------------------------------------
 async def test_a_trainjob_on_a_single_cluster_waits_suspended_starts_with_its_flavor_and_is_preempted(kube: Clients) -> None:
     """Kueue on one cluster: worker1's own queue, with room for one TrainJob of 2 nodes, admits them."""
     ns = f"tj{uuid.uuid4().hex[:6]}"
-    cqs = await kube.queues(ns, manager_cpu=0, worker_cpu={"worker1": 3, "worker2": 0}, labels=RUNS, tag=ns)
-    worker = kube.workers["worker1"]
-    await worker.patch(kueue.ClusterQueue, cqs["worker1"], {"spec": {"preemption": {"withinClusterQueue": "LowerPriority"}}})
-    for level, value in (("low", 10), ("high", 1000)):
-        wpc = {
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "WorkloadPriorityClass",
-            "metadata": {"name": f"{ns}-{level}"},
-            "value": value,
-        }
-        await worker.create(kueue.WorkloadPriorityClass, wpc)
+    worker, cq = await kube.single_cluster_queue(ns, cpu=3, labels=RUNS)
     # Held: the TrainJob must wait, suspended, with no pod, until its queue admits it.
-    await worker.patch(kueue.ClusterQueue, cqs["worker1"], {"spec": {"stopPolicy": "Hold"}})
+    await worker.patch(kueue.ClusterQueue, cq, {"spec": {"stopPolicy": "Hold"}})
     created = await worker.create(TrainJob, trainjob_manifest("victim", ns, run_time="600s", priority_class=f"{ns}-low"))
     assert created.spec.suspend is True, "queued TrainJobs are created suspended"
     assert created.spec.managed_by == CONTROLLER_NAME, "no MultiKueue check on this queue: the CRD's default stays"
     assert kueue_patch(created) is not None and kueue_replicated_jobs(created) == [], "Kueue's empty runtime patch, added at creation"
-    wl = await eventually(lambda: workload_of(worker, ns, "victim"), timeout=30, what="a Workload for TrainJob victim")
+    wl = await eventually(lambda: owned_workload(worker, TrainJob, ns, "victim"), timeout=30, what="a Workload for TrainJob victim")
     assert [(ps.name, ps.count) for ps in wl.spec.pod_sets] == [("node", 2)]
     [container] = wl.spec.pod_sets[0].template["spec"]["containers"]
     assert container["resources"] == {"requests": {"cpu": "1"}}, "resourcesPerNode on the node container"
@@ -158,7 +120,7 @@ async def test_a_trainjob_on_a_single_cluster_waits_suspended_starts_with_its_fl
 
     await eventually(suspended_by_the_trainer, timeout=30, what="the Trainer seeing TrainJob victim suspended")
     assert await pods_of(worker, ns, "victim") == [], "no pod while it waits"
-    await worker.patch(kueue.ClusterQueue, cqs["worker1"], {"spec": {"stopPolicy": "None"}})
+    await worker.patch(kueue.ClusterQueue, cq, {"spec": {"stopPolicy": "None"}})
 
     async def victim_running() -> list[Pod] | None:
         job = await worker.get(TrainJob, "victim", namespace=ns)
@@ -184,7 +146,7 @@ async def test_a_trainjob_on_a_single_cluster_waits_suspended_starts_with_its_fl
     await worker.create(TrainJob, trainjob_manifest("urgent", ns, run_time="3s", priority_class=f"{ns}-high"))
 
     async def preempted() -> TrainJob | None:
-        victim_wl = await workload_of(worker, ns, "victim")
+        victim_wl = await owned_workload(worker, TrainJob, ns, "victim")
         evicted = find_condition(victim_wl.status.conditions if victim_wl and victim_wl.status else None, c.EVICTED)
         job = await worker.get(TrainJob, "victim", namespace=ns)
         return job if evicted is not None and evicted.reason == "Preempted" and job.spec.suspend is True else None
@@ -203,7 +165,7 @@ async def test_a_trainjob_on_a_single_cluster_waits_suspended_starts_with_its_fl
         return job if condition(job, "Complete") else None
 
     await eventually(lambda: completed("urgent"), timeout=120, what="TrainJob urgent Complete")
-    urgent_wl = await workload_of(worker, ns, "urgent")
+    urgent_wl = await owned_workload(worker, TrainJob, ns, "urgent")
     assert urgent_wl is not None and is_condition_true(urgent_wl.status.conditions if urgent_wl.status else None, c.FINISHED)
     # With the quota back the victim runs again (its pods run 600 s).
     await eventually(victim_running, timeout=120, what="TrainJob victim admitted again and its pods Running")
@@ -220,15 +182,17 @@ async def test_a_trainjob_submitted_to_the_manager_runs_on_one_worker_its_status
     assert created.spec.managed_by == c.MULTIKUEUE_CONTROLLER_NAME
     assert created.spec.suspend is True
 
-    wl = await eventually(lambda: workload_of(kube.manager, ns, "pretrain"), timeout=30, what="a Workload for TrainJob pretrain")
+    wl = await eventually(
+        lambda: owned_workload(kube.manager, TrainJob, ns, "pretrain"), timeout=30, what="a Workload for TrainJob pretrain"
+    )
     assert [(ps.name, ps.count) for ps in wl.spec.pod_sets] == [("node", 2)]
 
     async def running_on() -> list[str]:
-        return [worker for worker, items in (await remote_trainjobs(kube, ns, "pretrain")).items() if items]
+        return [worker for worker, items in (await kube.remote(TrainJob, ns, "pretrain")).items() if items]
 
     workers = await eventually(running_on, timeout=60, what="the TrainJob created on a worker")
     assert len(workers) == 1, f"TrainJob pretrain on {workers}"
-    remote = (await remote_trainjobs(kube, ns, "pretrain"))[workers[0]][0]
+    remote = (await kube.remote(TrainJob, ns, "pretrain"))[workers[0]][0]
     labels = remote.metadata.labels or {}
     assert labels.get(c.PREBUILT_WORKLOAD_LABEL) == wl.name
     assert labels.get(c.MULTIKUEUE_ORIGIN_LABEL)
@@ -252,12 +216,12 @@ async def test_a_trainjob_submitted_to_the_manager_runs_on_one_worker_its_status
 
     done = await eventually(manager_complete, timeout=120, what="the manager's TrainJob Complete, from its worker's status")
     assert [s.succeeded for s in (done.status.jobs_status if done.status else None) or []] == [1]
-    finished = await workload_of(kube.manager, ns, "pretrain")
+    finished = await owned_workload(kube.manager, TrainJob, ns, "pretrain")
     assert finished is not None and is_condition_true(finished.status.conditions if finished.status else None, c.FINISHED)
     assert (finished.status.cluster_name if finished.status else None) == workers[0]
 
     async def nothing_left() -> dict[str, list[str]] | None:
-        left = await leftovers(kube, ns)
+        left = await kube.leftovers(ns, TrainJob, JobSet)
         return None if any(left.values()) else left
 
     await eventually(nothing_left, timeout=90, what="no TrainJob, JobSet, Workload copy or pod left on the workers")
@@ -270,7 +234,7 @@ async def test_a_trainjob_submitted_to_the_manager_runs_on_one_worker_its_status
         )
 
     await eventually(gone_from_the_manager, timeout=60, what="the TrainJob and its Workload gone from the manager")
-    assert not any((await leftovers(kube, ns)).values())
+    assert not any((await kube.leftovers(ns, TrainJob, JobSet)).values())
 
 
 async def test_a_trainjob_made_before_its_runtime_is_queued_as_soon_as_the_runtime_appears(kube: Clients) -> None:
@@ -295,7 +259,7 @@ async def test_a_trainjob_made_before_its_runtime_is_queued_as_soon_as_the_runti
 
     [event, *_] = await eventually(failed_tries, timeout=60, what="nine FailedCreateWorkload events for TrainJob early")
     assert "spec.runtimeRef" in (event.message or "") and "'late' not found" in (event.message or ""), event.message
-    assert await workload_of(kube.manager, ns, "early") is None
+    assert await owned_workload(kube.manager, TrainJob, ns, "early") is None
 
     cluster_runtime = await kube.manager.get(ClusterTrainingRuntime, RUNTIME)
     runtime = {
@@ -307,7 +271,7 @@ async def test_a_trainjob_made_before_its_runtime_is_queued_as_soon_as_the_runti
     for client in kube.workers.values():
         await client.create(TrainingRuntime, runtime)
     await kube.manager.create(TrainingRuntime, runtime)
-    wl = await eventually(lambda: workload_of(kube.manager, ns, "early"), timeout=10, what="a Workload for TrainJob early")
+    wl = await eventually(lambda: owned_workload(kube.manager, TrainJob, ns, "early"), timeout=10, what="a Workload for TrainJob early")
     assert [(ps.name, ps.count) for ps in wl.spec.pod_sets] == [("node", 2)]
 
     async def manager_complete() -> TrainJob | None:
@@ -326,18 +290,18 @@ async def test_a_trainjob_preempted_on_the_manager_is_suspended_taken_off_its_wo
     await kube.manager.create(TrainJob, trainjob_manifest("victim", ns, run_time="20s", priority_class=f"{ns}-low"))
 
     async def victim_running() -> str | None:
-        where = await remote_trainjobs(kube, ns, "victim")
+        where = await kube.remote(TrainJob, ns, "victim")
         job = await kube.manager.get(TrainJob, "victim", namespace=ns)
         on = [worker for worker, items in where.items() if items]
         return on[0] if len(on) == 1 and active(job) > 0 else None
 
     first_on = await eventually(victim_running, timeout=90, what="the low-priority TrainJob running on a worker, as the manager sees it")
-    victim_wl = await workload_of(kube.manager, ns, "victim")
+    victim_wl = await owned_workload(kube.manager, TrainJob, ns, "victim")
     assert victim_wl is not None
     await kube.manager.create(TrainJob, trainjob_manifest("urgent", ns, run_time="5s", priority_class=f"{ns}-high"))
 
     async def victim_preempted() -> Any:
-        wl = await workload_of(kube.manager, ns, "victim")
+        wl = await owned_workload(kube.manager, TrainJob, ns, "victim")
         evicted = find_condition(wl.status.conditions if wl and wl.status else None, c.EVICTED)
         job = await kube.manager.get(TrainJob, "victim", namespace=ns)
         return evicted if evicted is not None and evicted.reason == "Preempted" and job.spec.suspend is True else None
@@ -346,7 +310,7 @@ async def test_a_trainjob_preempted_on_the_manager_is_suspended_taken_off_its_wo
     assert "Preempted to accommodate a workload" in evicted.message
 
     async def victim_gone_from_its_worker() -> bool:
-        on_worker = (await remote_trainjobs(kube, ns, "victim"))[first_on]
+        on_worker = (await kube.remote(TrainJob, ns, "victim"))[first_on]
         copies = [w for w in (await kube.workers[first_on].list(kueue.Workload, namespace=ns)).items if w.name == victim_wl.name]
         return not on_worker and not copies
 
@@ -359,7 +323,7 @@ async def test_a_trainjob_preempted_on_the_manager_is_suspended_taken_off_its_wo
     await eventually(both_complete, timeout=180, what="the preemptor, then the victim, Complete")
 
     async def nothing_left() -> dict[str, list[str]] | None:
-        left = await leftovers(kube, ns)
+        left = await kube.leftovers(ns, TrainJob, JobSet)
         return None if any(left.values()) else left
 
     await eventually(nothing_left, timeout=90, what="nothing left on the workers")
@@ -371,7 +335,7 @@ async def test_kfed_lists_explains_logs_and_cancels_a_trainjob(fed: Federation, 
     await kube.manager.create(TrainJob, trainjob_manifest("finetune", ns, run_time="600s"))
 
     async def running_on_worker2() -> bool:
-        where = await remote_trainjobs(kube, ns, "finetune")
+        where = await kube.remote(TrainJob, ns, "finetune")
         job = await kube.manager.get(TrainJob, "finetune", namespace=ns)
         return bool(where["worker2"]) and not where["worker1"] and active(job) > 0
 
@@ -405,6 +369,6 @@ async def test_kfed_lists_explains_logs_and_cancels_a_trainjob(fed: Federation, 
 
     async def gone_everywhere() -> bool:
         on_manager = (await kube.manager.list(TrainJob, namespace=ns)).items
-        return not on_manager and not any((await leftovers(kube, ns)).values())
+        return not on_manager and not any((await kube.leftovers(ns, TrainJob, JobSet)).values())
 
     await eventually(gone_everywhere, timeout=90, what="the TrainJob gone from the manager, and nothing of it left on worker2")
