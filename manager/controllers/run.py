@@ -187,7 +187,7 @@ class Process:
         self.ssl_context = context
 
         uses_multikueue = functools.partial(queue_uses_multikueue, self.caches, self.client)
-        app = make_app(uses_multikueue=uses_multikueue, adapters=self.integrations.adapters)
+        app = make_app(uses_multikueue=uses_multikueue, adapters=self.integrations.webhooked)
         port = self._serve("webhook-server", app, opts.webhook_address, context)
         if opts.webhook_service:
             namespace, _, name = opts.webhook_service.partition("/")
@@ -239,7 +239,7 @@ class Process:
             self._endpoint_changed.clear()
             if self.webhook_endpoint is not None:
                 try:
-                    stored = await install(self.client, self.webhook_endpoint, self.integrations.adapters)
+                    stored = await install(self.client, self.webhook_endpoint, self.integrations.webhooked)
                     if self.opts.visibility_address:
                         namespace, _, name = self.opts.visibility_service.partition("/")
                         stored += await install_api_services(

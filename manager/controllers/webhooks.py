@@ -20,7 +20,7 @@ import logging
 import ssl
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
 
 from aiohttp import web
 
@@ -30,6 +30,7 @@ from manager.api.manifest import validate_object
 from manager.api.meta import OwnerReference
 from manager.controllers.caches import Caches
 from manager.engine.integrations.adapter import JobAdapter
+from manager.engine.integrations.pod import PodTemplateParent
 from manager.engine.integrations.registry import BATCH_JOB, DEFAULT, Registry
 from manager.engine.jobs import prebuilt_workload_name, queue_name_of
 from manager.engine.worker_restriction import SelectionError, job_restriction
@@ -40,7 +41,9 @@ from manager.kube.errors import ForbiddenError, KubeError, NotFoundError
 log = logging.getLogger("kfed.webhooks")
 
 MUTATE_JOB_PATH = "/mutate-batch-v1-job"
-DEFAULT_ADAPTERS = DEFAULT.adapters
+DEFAULT_ADAPTERS = DEFAULT.webhooked
+# A kind whose objects kfed's webhook defaults: a job kind, or one queued through its pods alone.
+Webhooked: TypeAlias = JobAdapter[Any] | PodTemplateParent
 VALIDATE_PATH = "/validate-kueue-x-k8s-io"
 CONVERT_PATH = "/convert"
 WEBHOOK_READ_TIMEOUT = 5.0  # seconds; the apiserver gives a webhook 10
@@ -62,7 +65,7 @@ def _review(
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
 
 
-def mutate_path(adapter: JobAdapter[Any]) -> str:
+def mutate_path(adapter: Webhooked) -> str:
     """Kueue's defaulting webhook path for a kind, e.g. `/mutate-jobset-x-k8s-io-v1alpha2-jobset`."""
     group = adapter.model.GROUP.replace(".", "-") or "core"
     return f"/mutate-{group}-{adapter.model.VERSION}-{adapter.kind.lower()}"
@@ -84,7 +87,7 @@ def default_job(
     review: dict[str, Any],
     *,
     uses_multikueue: Callable[[str, str], bool],
-    adapter: JobAdapter[Any] = BATCH_JOB,
+    adapter: Webhooked = BATCH_JOB,
     part_of_managed_job: Callable[[list[OwnerReference]], bool] = lambda refs: False,
 ) -> dict[str, Any]:
     """Suspend a queued job of the adapter's kind at creation (`adapter.creation_patch`);
@@ -111,7 +114,8 @@ def default_job(
         return _review(request, allowed=False, message=f'{adapter.kind} "{name}" is invalid: {"; ".join(problems)}')
     patch: list[dict[str, Any]] = adapter.creation_patch(job)
     if (
-        adapter.can_default_managed_by(adapter.raw_managed_by(job))
+        isinstance(adapter, JobAdapter)
+        and adapter.can_default_managed_by(adapter.raw_managed_by(job))
         and not prebuilt_workload_name(meta)
         and uses_multikueue(namespace, queue)
     ):
@@ -193,7 +197,7 @@ def _pure(handler: Callable[[dict[str, Any]], dict[str, Any]]) -> Callable[[dict
 
 
 def make_app(
-    *, uses_multikueue: Callable[[str, str], Awaitable[bool]], adapters: Sequence[JobAdapter[Any]] = DEFAULT_ADAPTERS
+    *, uses_multikueue: Callable[[str, str], Awaitable[bool]], adapters: Sequence[Webhooked] = DEFAULT_ADAPTERS
 ) -> web.Application:
     """The webhook server. `uses_multikueue(namespace, queue)` may read the cluster: it is
     awaited once per queued job, before the pure handler runs."""
@@ -209,7 +213,7 @@ def make_app(
             return web.json_response({"error": "the body is not an AdmissionReview or ConversionReview object"}, status=400)
         return web.json_response(await handler(review))
 
-    def mutate_job(adapter: JobAdapter[Any]) -> Callable[[web.Request], Any]:
+    def mutate_job(adapter: Webhooked) -> Callable[[web.Request], Any]:
         async def default(review: dict[str, Any]) -> dict[str, Any]:
             queued = queued_job(review)
             federated = await uses_multikueue(*queued) if queued else False
@@ -228,7 +232,7 @@ def make_app(
     async def convert(request: web.Request) -> web.Response:
         return await handle(request, _pure(convert_review))
 
-    registry = Registry(tuple(adapters))
+    registry = Registry(tuple(adapter for adapter in adapters if isinstance(adapter, JobAdapter)))
     app = web.Application(client_max_size=8 * 1024 * 1024)
     for adapter in adapters:
         app.router.add_post(mutate_path(adapter), mutate_job(adapter))
@@ -267,7 +271,7 @@ def _configuration(kind: str, name: str, webhooks: list[dict[str, Any]]) -> dict
     }
 
 
-def webhook_configurations(endpoint: WebhookEndpoint, adapters: Sequence[JobAdapter[Any]] = DEFAULT_ADAPTERS) -> list[dict[str, Any]]:
+def webhook_configurations(endpoint: WebhookEndpoint, adapters: Sequence[Webhooked] = DEFAULT_ADAPTERS) -> list[dict[str, Any]]:
     mutating = [
         {
             "name": f"m{adapter.kind.lower()}.kfed.x-k8s.io",
@@ -298,7 +302,7 @@ def webhook_configurations(endpoint: WebhookEndpoint, adapters: Sequence[JobAdap
     ]
 
 
-async def install(client: KubeClient, endpoint: WebhookEndpoint, adapters: Sequence[JobAdapter[Any]] = DEFAULT_ADAPTERS) -> list[bytes]:
+async def install(client: KubeClient, endpoint: WebhookEndpoint, adapters: Sequence[Webhooked] = DEFAULT_ADAPTERS) -> list[bytes]:
     """Point the CRDs' conversion at us, then create or update the webhook configurations.
     Returns every `caBundle` as the apiserver stored it (what it will trust).
 

@@ -47,6 +47,9 @@ class Integration:
 
 
 INTEGRATIONS = {
+    "deployment": Integration(
+        "deployment", "Deployments (each pod queued alone, run on a worker; kube-controller-manager makes them, with --jobs)"
+    ),
     "jobset": Integration("jobset.x-k8s.io/jobset", "JobSet (its controller runs on each worker)"),
     "lws": Integration(
         "leaderworkerset.x-k8s.io/leaderworkerset", "LeaderWorkerSet (its controller runs on each worker; one Workload per group)"

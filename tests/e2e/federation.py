@@ -119,6 +119,7 @@ def build(
     integrations: tuple[str, ...] = (),
     multikueue: dict[str, Any] | None = None,
     manager_config: dict[str, Any] | None = None,
+    manager_controllers: bool = False,
 ) -> Federation:
     """The federation; `worker_config` is a Kueue Configuration for the workers' agents.
     `controllers` maps a local job controller's name (`manager.dev.catalog`: jobset, lws,
@@ -127,7 +128,9 @@ def build(
     it serves as well as Jobs, as `kfed dev up --integrations` sets them up. `integrations`
     names more job kinds kfed's processes integrate (`kfed dev up --integrations`' short names,
     such as `pod`). `manager_config` adds sections to the manager's Configuration
-    (`featureGates`, ...)."""
+    (`featureGates`, ...). With `manager_controllers` the manager runs Kubernetes' own
+    controllers too (kube-controller-manager, and kube-scheduler with kwok nodes, as `kfed dev
+    up --jobs` does): a Deployment there makes its pods."""
     wanted = controllers or {}
     unknown = sorted(set(wanted) - set(catalog.BY_NAME))
     if unknown:
@@ -137,7 +140,7 @@ def build(
         raise ValueError(f"the local controllers asked for also need {', '.join(missing)}")
     chosen = [(controller, wanted[controller.name]) for controller in catalog.CONTROLLERS if controller.name in wanted]
     suffix = uuid.uuid4().hex[:4]
-    manager = provider.create([f"mk-manager-{suffix}"], aggregation=True)[0]
+    manager = provider.create([f"mk-manager-{suffix}"], aggregation=True, jobs=manager_controllers)[0]
     w1, w2 = provider.create([f"mk-w1-{suffix}", f"mk-w2-{suffix}"], jobs=True)
     fed = Federation(manager, {"worker1": w1, "worker2": w2}, directory)
     crds = federation.crd_manifests(REPO_ROOT / "crds")

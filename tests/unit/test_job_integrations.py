@@ -509,8 +509,8 @@ def test_an_unsupported_framework_name_is_one_line_naming_the_field() -> None:
         enabled(["batch/job", "kubeflow.org/pytorchjob"])
     assert str(err.value) == (
         'integrations.frameworks[1]: Unsupported value: "kubeflow.org/pytorchjob": supported values: '
-        '"batch/job", "jobset.x-k8s.io/jobset", "kubeflow.org/mpijob", "leaderworkerset.x-k8s.io/leaderworkerset", "pod", '
-        '"ray.io/raycluster", "ray.io/rayjob", "trainer.kubeflow.org/trainjob"'
+        '"batch/job", "deployment", "jobset.x-k8s.io/jobset", "kubeflow.org/mpijob", "leaderworkerset.x-k8s.io/leaderworkerset", '
+        '"pod", "ray.io/raycluster", "ray.io/rayjob", "trainer.kubeflow.org/trainjob"'
     )
 
 

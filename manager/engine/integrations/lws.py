@@ -59,6 +59,7 @@ from manager.engine.integrations.pod import (
     POD_GROUP_TOTAL_COUNT_ANNOTATION,
     ROLE_HASH_ANNOTATION,
     SCHEDULING_GATE,
+    template_marks_patch,
 )
 from manager.engine.jobs import JobConversionError, PodSetInfo, prebuilt_workload_metadata, queue_name_of, workload_name
 
@@ -155,27 +156,11 @@ def creation_patch(obj: dict[str, Any]) -> list[dict[str, Any]]:
     priority = (meta.get("labels") or {}).get(c.PRIORITY_CLASS_LABEL)
     lwt = (obj.get("spec") or {}).get("leaderWorkerTemplate") or {}
     ops: list[dict[str, Any]] = []
+    labels = {c.QUEUE_NAME_LABEL: queue, **({c.PRIORITY_CLASS_LABEL: priority} if priority else {})}
+    annotations = {SUSPENDED_BY_PARENT_ANNOTATION: FRAMEWORK, GROUP_SERVING_ANNOTATION: GROUP_SERVING_VALUE}
     for field in ("leaderTemplate", "workerTemplate"):
-        if field not in lwt or lwt[field] is None:
-            continue
-        template = lwt[field] or {}
-        tmeta = template.get("metadata") or {}
-        labels = {**(tmeta.get("labels") or {}), c.QUEUE_NAME_LABEL: queue}
-        if priority:
-            labels[c.PRIORITY_CLASS_LABEL] = priority
-        annotations = {
-            **(tmeta.get("annotations") or {}),
-            SUSPENDED_BY_PARENT_ANNOTATION: FRAMEWORK,
-            GROUP_SERVING_ANNOTATION: GROUP_SERVING_VALUE,
-        }
-        base = f"/spec/leaderWorkerTemplate/{field}"
-        if "metadata" not in template or template.get("metadata") is None:
-            ops.append({"op": "add", "path": f"{base}/metadata", "value": {"labels": labels, "annotations": annotations}})
-            continue
-        if labels != (tmeta.get("labels") or {}):
-            ops.append({"op": "add", "path": f"{base}/metadata/labels", "value": labels})
-        if annotations != (tmeta.get("annotations") or {}):
-            ops.append({"op": "add", "path": f"{base}/metadata/annotations", "value": annotations})
+        if field in lwt and lwt[field] is not None:
+            ops += template_marks_patch(lwt[field], f"/spec/leaderWorkerTemplate/{field}", labels, annotations)
     return ops
 
 

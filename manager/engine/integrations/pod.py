@@ -57,16 +57,17 @@ import hashlib
 import json
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import Field
 
 from manager.api import constants as c
 from manager.api.core import POD_FAILED, POD_SUCCEEDED, Pod
 from manager.api.kueue import PodSet, Workload
-from manager.api.meta import ObjectMeta, OwnerReference
+from manager.api.meta import ObjectMeta, OwnerReference, Resource
+from manager.api.validation import dns_subdomain_errors
 from manager.engine.integrations.adapter import Finished, JobAdapter, PodQuery
-from manager.engine.jobs import JobConversionError, PodSetInfo, multikueue_remote_metadata, prebuilt_workload_name
+from manager.engine.jobs import JobConversionError, PodSetInfo, multikueue_remote_metadata, prebuilt_workload_name, queue_name_of
 
 # Kueue's pod integration constants (pkg/controller/jobs/pod/constants).
 SCHEDULING_GATE = "kueue.x-k8s.io/admission"
@@ -87,6 +88,12 @@ POD_READY = "Ready"
 POD_SET = "main"
 # Kueue's default managedJobsNamespaceSelector leaves the system namespaces alone.
 SYSTEM_NAMESPACES = ("kube-system", "kfed-system")
+ELASTIC_JOB_ANNOTATION = "kueue.x-k8s.io/elastic-job"  # Kueue's workload slicing, which kfed does not do
+
+
+def outside_system_namespaces() -> dict[str, Any]:
+    """The namespaceSelector of the webhooks for pods and their parents: not the system namespaces."""
+    return {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": list(SYSTEM_NAMESPACES)}]}
 
 
 def is_gated(pod: Pod) -> bool:
@@ -221,6 +228,78 @@ def suspended_by_parent(meta: dict[str, Any] | None) -> bool:
 
 def is_serving(pod: Pod) -> bool:
     return (pod.metadata.annotations or {}).get(GROUP_SERVING_ANNOTATION) == "true" and bool(group_name(pod.metadata.labels))
+
+
+def template_marks_patch(
+    template: dict[str, Any] | None, path: str, labels: dict[str, str], annotations: dict[str, str]
+) -> list[dict[str, Any]]:
+    """JSON patch operations that add `labels` and `annotations` to the pod template at `path`
+    (a JSON pointer), keeping the template's own; none when it has them already."""
+    template = template or {}
+    meta = template.get("metadata") or {}
+    merged_labels = {**(meta.get("labels") or {}), **labels}
+    merged_annotations = {**(meta.get("annotations") or {}), **annotations}
+    if template.get("metadata") is None:
+        return [{"op": "add", "path": f"{path}/metadata", "value": {"labels": merged_labels, "annotations": merged_annotations}}]
+    ops = []
+    if merged_labels != (meta.get("labels") or {}):
+        ops.append({"op": "add", "path": f"{path}/metadata/labels", "value": merged_labels})
+    if merged_annotations != (meta.get("annotations") or {}):
+        ops.append({"op": "add", "path": f"{path}/metadata/annotations", "value": merged_annotations})
+    return ops
+
+
+class PodTemplateParent:
+    """A kind Kueue queues through its pods alone (its Deployment integration): no Workload, no
+    controller and no status of kfed's. Its webhook marks the pod template of a queued object
+    at creation, with the queue and WorkloadPriorityClass labels, the managed label and
+    `pod-suspending-parent: FRAMEWORK`; so the pod integration (enabled for the pods a parent
+    suspends) queues each of its pods as a single Pod: gated at creation, one Workload each,
+    ungated with its flavor once admitted, deleted when preempted (the kind's controller makes
+    a new pod, which waits gated), and through MultiKueue run on a worker as a Pod is."""
+
+    framework: ClassVar[str]  # the name in the Configuration's integrations.frameworks
+    model: type[Resource]
+    template_pointer: ClassVar[str] = "/spec/template"  # the pod template, as a JSON pointer
+
+    @property
+    def kind(self) -> str:
+        return self.model.KIND
+
+    def creation_patch(self, obj: dict[str, Any]) -> list[dict[str, Any]]:
+        """Kueue's webhook Default for the kind: the pod template's marks (JSON patch)."""
+        meta = obj.get("metadata") or {}
+        queue = queue_name_of(meta.get("labels"), meta.get("annotations"))
+        if not queue:
+            return []
+        labels = {c.QUEUE_NAME_LABEL: queue, MANAGED_LABEL: MANAGED_VALUE}
+        if priority := (meta.get("labels") or {}).get(c.PRIORITY_CLASS_LABEL):
+            labels[c.PRIORITY_CLASS_LABEL] = priority
+        template = _at_pointer(obj, self.template_pointer)
+        return template_marks_patch(template, self.template_pointer, labels, {SUSPENDED_BY_PARENT_ANNOTATION: self.framework})
+
+    def creation_problems(self, obj: dict[str, Any]) -> list[str]:
+        """Kueue's webhook ValidateCreate for the kind: the queue name is a DNS subdomain, and no
+        elastic job (kfed, like Kueue here, slices no workload)."""
+        meta = obj.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        problems = []
+        if c.QUEUE_NAME_LABEL in labels:
+            problems += [str(e) for e in dns_subdomain_errors(f"metadata.labels[{c.QUEUE_NAME_LABEL}]", str(labels[c.QUEUE_NAME_LABEL]))]
+        if ELASTIC_JOB_ANNOTATION in (meta.get("annotations") or {}):
+            gvk = f"{self.model.GROUP}/{self.model.VERSION}, Kind={self.kind}"
+            problems.append(f'metadata.annotations[{ELASTIC_JOB_ANNOTATION}]: Forbidden: elastic job is not supported for "{gvk}"')
+        return problems
+
+    def webhook_namespace_selector(self) -> dict[str, Any] | None:
+        return outside_system_namespaces()
+
+
+def _at_pointer(obj: dict[str, Any], pointer: str) -> dict[str, Any] | None:
+    found: Any = obj
+    for part in pointer.strip("/").split("/"):
+        found = found.get(part) if isinstance(found, dict) else None
+    return found if isinstance(found, dict) else None
 
 
 class PodAdapter(JobAdapter[Pod]):
@@ -379,7 +458,7 @@ class PodAdapter(JobAdapter[Pod]):
         return problems
 
     def webhook_namespace_selector(self) -> dict[str, Any] | None:
-        return {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": list(SYSTEM_NAMESPACES)}]}
+        return outside_system_namespaces()
 
     def controller_rules(self) -> list[dict[str, list[str]]]:
         """The defaults, and delete: a Pod is stopped by deleting it (Kueue's pod RBAC markers)."""

@@ -15,7 +15,7 @@ from typing import Any
 from manager.api.meta import OwnerReference
 from manager.engine import integrations
 from manager.engine.integrations.adapter import JobAdapter
-from manager.engine.integrations.pod import PodAdapter
+from manager.engine.integrations.pod import PodAdapter, PodTemplateParent
 
 
 def _subclasses(cls: type[JobAdapter[Any]]) -> list[type[JobAdapter[Any]]]:
@@ -35,8 +35,17 @@ def discover() -> tuple[JobAdapter[Any], ...]:
     return tuple(found[name]() for name in sorted(found))
 
 
+def discover_parents() -> tuple[PodTemplateParent, ...]:
+    """One of each kind queued through its pods alone (`PodTemplateParent`: the Deployment),
+    ordered by framework name. `discover` has imported every module of the package."""
+    found = {cls.framework: cls for cls in PodTemplateParent.__subclasses__() if "framework" in vars(cls)}
+    return tuple(found[name]() for name in sorted(found))
+
+
 ADAPTERS: tuple[JobAdapter[Any], ...] = discover()
+PARENTS: tuple[PodTemplateParent, ...] = discover_parents()
 BY_FRAMEWORK = {adapter.framework: adapter for adapter in ADAPTERS}
+PARENTS_BY_FRAMEWORK = {parent.framework: parent for parent in PARENTS}
 BATCH_JOB = BY_FRAMEWORK["batch/job"]
 JOBSET = BY_FRAMEWORK["jobset.x-k8s.io/jobset"]
 
@@ -47,9 +56,16 @@ class UnsupportedFrameworkError(ValueError):
 
 @dataclass(frozen=True)
 class Registry:
-    """The enabled adapters, in the Configuration's order."""
+    """The enabled adapters, in the Configuration's order, and the enabled kinds queued through
+    their pods alone (`parents`: they need only their webhook)."""
 
     adapters: tuple[JobAdapter[Any], ...]
+    parents: tuple[PodTemplateParent, ...] = ()
+
+    @property
+    def webhooked(self) -> tuple[JobAdapter[Any] | PodTemplateParent, ...]:
+        """Every enabled kind whose objects kfed's webhook defaults at creation."""
+        return (*self.adapters, *self.parents)
 
     def by_gvk(self, gvk: str) -> JobAdapter[Any] | None:
         return next((adapter for adapter in self.adapters if adapter.gvk == gvk), None)
@@ -76,18 +92,21 @@ class Registry:
 def enabled(frameworks: Sequence[str]) -> Registry:
     """The registry for a Configuration's `integrations.frameworks`."""
     chosen: list[JobAdapter[Any]] = []
+    parents: list[PodTemplateParent] = []
     for index, name in enumerate(frameworks):
-        adapter = BY_FRAMEWORK.get(name)
-        if adapter is None:
-            supported = ", ".join(f'"{known}"' for known in BY_FRAMEWORK)
+        adapter, parent = BY_FRAMEWORK.get(name), PARENTS_BY_FRAMEWORK.get(name)
+        if adapter is None and parent is None:
+            supported = ", ".join(f'"{known}"' for known in sorted([*BY_FRAMEWORK, *PARENTS_BY_FRAMEWORK]))
             raise UnsupportedFrameworkError(f'integrations.frameworks[{index}]: Unsupported value: "{name}": supported values: {supported}')
-        if adapter not in chosen:
+        if adapter is not None and adapter not in chosen:
             chosen.append(adapter)
-    if any(adapter.runs_as_pod_groups for adapter in chosen) and BY_FRAMEWORK["pod"] not in chosen:
-        # Kueue's ImplicitlyEnabledFrameworkNames: a kind run as pod groups needs the pod
-        # integration, for the pods it suspends only.
+        if parent is not None and parent not in parents:
+            parents.append(parent)
+    if (parents or any(adapter.runs_as_pod_groups for adapter in chosen)) and BY_FRAMEWORK["pod"] not in chosen:
+        # Kueue's ImplicitlyEnabledFrameworkNames: a kind run as pod groups, or queued through
+        # its pods, needs the pod integration, for the pods it suspends only.
         chosen.append(PodAdapter(only_suspended_by_parent=True))
-    return Registry(tuple(chosen))
+    return Registry(tuple(chosen), tuple(parents))
 
 
 DEFAULT = enabled(["batch/job"])
