@@ -21,7 +21,8 @@ from manager.api.core import Pod
 from manager.engine.integrations.pod import SCHEDULING_GATE
 from tests.e2e.federation import RUNS, Clients, Federation, running
 from tests.harness import Provider, eventually
-from tests.integration.test_deployment_integration import deployment_manifest, gates
+from tests.integration.test_deployment_integration import deployment_manifest
+from tests.integration.test_lws_integration import gates
 
 
 @pytest.fixture(scope="module")

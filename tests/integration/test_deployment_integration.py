@@ -16,13 +16,13 @@ from manager.api import constants as c
 from manager.api import kueue
 from manager.api.apps import Deployment
 from manager.api.core import Pod
-from manager.api.meta import is_condition_true
 from manager.dev.local import LocalCluster
 from manager.engine.integrations.pod import MANAGED_LABEL, SCHEDULING_GATE, SUSPENDED_BY_PARENT_ANNOTATION
 from manager.kube.client import KubeClient
 from tests.harness import Provider, eventually
 from tests.integration.controllers import ControllerProcess, crd_cluster, running_manager
 from tests.integration.test_controllers import make_queues
+from tests.integration.test_lws_integration import admitted, gates
 
 KWOK_NODES = {"type": "kwok"}
 
@@ -54,10 +54,6 @@ def deployment_manifest(name: str, ns: str, *, replicas: int, cpu: str = "1", pr
     }
 
 
-def gates(pod: Pod) -> list[str]:
-    return [gate.get("name", "") for gate in pod.spec.scheduling_gates or []]
-
-
 def running(pod: Pod) -> bool:
     return pod.status is not None and pod.status.phase == "Running" and pod.metadata.deletion_timestamp is None
 
@@ -74,10 +70,6 @@ async def workloads_by_pod(kube: KubeClient, ns: str) -> dict[str, kueue.Workloa
         if owner is not None:
             found[owner.name] = wl
     return found
-
-
-def admitted(wl: kueue.Workload | None) -> bool:
-    return wl is not None and is_condition_true(wl.status.conditions if wl.status else None, c.ADMITTED)
 
 
 async def test_each_pod_of_a_queued_deployment_is_queued_alone_and_runs_once_admitted(

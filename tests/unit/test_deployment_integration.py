@@ -3,7 +3,6 @@ webhook puts on the pod template; no Workload of the Deployment's own."""
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from manager.api import constants as c
@@ -12,6 +11,7 @@ from manager.controllers.webhooks import WebhookEndpoint, default_job, webhook_c
 from manager.engine.integrations.deployment import DeploymentParent
 from manager.engine.integrations.pod import MANAGED_LABEL, SCHEDULING_GATE, SUSPENDED_BY_PARENT_ANNOTATION, PodAdapter
 from manager.engine.integrations.registry import BY_FRAMEWORK, PARENTS_BY_FRAMEWORK, enabled
+from tests.unit.test_mpijob_integration import json_patched
 from tests.unit.test_pod_integration import patch_of
 
 DEPLOYMENT = PARENTS_BY_FRAMEWORK["deployment"]
@@ -31,19 +31,6 @@ def deployment(*, labels: dict[str, str] | None = None, template_meta: dict[str,
         "metadata": {"name": "web", "namespace": "ns", "labels": labels if labels is not None else {c.QUEUE_NAME_LABEL: "q"}, **meta},
         "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "web"}}, "template": template},
     }
-
-
-def applied(obj: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, Any]:
-    """The object after the webhook's JSON patch (only `add` of an object member is used)."""
-    out = copy.deepcopy(obj)
-    for op in ops:
-        assert op["op"] == "add"
-        *parents, last = op["path"].strip("/").split("/")
-        target = out
-        for part in parents:
-            target = target[part]
-        target[last] = op["value"]
-    return out
 
 
 def test_enabling_deployments_enables_the_pod_integration_for_the_pods_a_parent_suspends() -> None:
@@ -71,7 +58,7 @@ def test_a_queued_deployment_gets_its_pod_template_marked_and_nothing_else() -> 
     # Even on a queue of a MultiKueue check: a Deployment has no managedBy; its pods go to the workers.
     answer = default_job(review(obj), uses_multikueue=lambda ns, q: True, adapter=DEPLOYMENT)
     assert answer["response"]["allowed"]
-    marked = applied(obj, patch_of(answer))
+    marked = json_patched(obj, patch_of(answer))
     assert marked["metadata"] == obj["metadata"] and marked["spec"]["replicas"] == 3
     assert marked["spec"]["template"]["metadata"] == {
         "labels": {"app": "web", c.QUEUE_NAME_LABEL: "q", MANAGED_LABEL: "true", c.PRIORITY_CLASS_LABEL: "high"},
@@ -92,12 +79,12 @@ def test_a_template_without_metadata_gets_it_and_a_marked_one_is_left_as_it_is()
             },
         }
     ]
-    assert DEPLOYMENT.creation_patch(applied(obj, ops)) == []
+    assert DEPLOYMENT.creation_patch(json_patched(obj, ops)) == []
     assert DEPLOYMENT.creation_patch(deployment(labels={})) == [], "not queued: not touched"
 
 
 def test_each_pod_of_a_marked_template_is_gated_and_queued_alone_by_the_implicit_pod_integration() -> None:
-    marked = applied(deployment(), DEPLOYMENT.creation_patch(deployment()))
+    marked = json_patched(deployment(), DEPLOYMENT.creation_patch(deployment()))
     template = marked["spec"]["template"]
     raw_pod = {"metadata": {"name": "web-5d9c-x2", "namespace": "ns", **template["metadata"]}, "spec": template["spec"]}
     [pods] = [a for a in enabled(["deployment"]).adapters if isinstance(a, PodAdapter)]

@@ -67,7 +67,8 @@ def test_an_unknown_integration_is_one_line_naming_it_and_the_known_ones() -> No
     with pytest.raises(ValueError) as raised:
         federation.parse_integrations("jobset,sparkapplication")
     assert (
-        str(raised.value) == "--integrations: unknown sparkapplication (known: job, deployment, jobset, lws, mpijob, pod, raycluster, rayjob, trainjob)"
+        str(raised.value)
+        == "--integrations: unknown sparkapplication (known: job, deployment, jobset, lws, mpijob, pod, raycluster, rayjob, trainjob)"
     )
 
 
