@@ -95,6 +95,8 @@ def default_job(
     clusters. An object whose controller owner is a managed job kind is part of that job and
     left alone (Kueue's FindAncestorJobManagedByKueue)."""
     request = review.get("request") or {}
+    if request.get("operation") == "UPDATE" and isinstance(adapter, PodTemplateParent):
+        return _update_parent(request, adapter)
     queued = queued_job(review)
     if queued is None:
         return _review(request, allowed=True)
@@ -121,6 +123,18 @@ def default_job(
     ):
         patch.append(adapter.managed_by_patch(c.MULTIKUEUE_MANAGED_BY))
     return _review(request, allowed=True, patch=patch)
+
+
+def _update_parent(request: dict[str, Any], parent: PodTemplateParent) -> dict[str, Any]:
+    """An update of a kind queued through its pods alone: refused with Kueue's update checks, or
+    its pod template marked again from the new labels (a queue set or changed while no pod
+    runs reaches the pods its rollout makes)."""
+    old, new = request.get("oldObject") or {}, request.get("object") or {}
+    problems = parent.update_problems(old, new)
+    if problems:
+        name = (new.get("metadata") or {}).get("name") or ""
+        return _review(request, allowed=False, message=f'{parent.kind} "{name}" is invalid: {"; ".join(problems)}')
+    return _review(request, allowed=True, patch=parent.creation_patch(new))
 
 
 async def queue_uses_multikueue(caches: Caches, client: KubeClient, namespace: str, queue: str) -> bool:
@@ -280,7 +294,7 @@ def webhook_configurations(endpoint: WebhookEndpoint, adapters: Sequence[Webhook
                 {
                     "apiGroups": [adapter.model.GROUP],
                     "apiVersions": [adapter.model.VERSION],
-                    "operations": ["CREATE"],
+                    "operations": list(adapter.webhook_operations),
                     "resources": [adapter.model.PLURAL],
                 }
             ],

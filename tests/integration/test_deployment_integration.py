@@ -19,6 +19,7 @@ from manager.api.core import Pod
 from manager.dev.local import LocalCluster
 from manager.engine.integrations.pod import MANAGED_LABEL, SCHEDULING_GATE, SUSPENDED_BY_PARENT_ANNOTATION
 from manager.kube.client import KubeClient
+from manager.kube.errors import KubeError
 from tests.harness import Provider, eventually
 from tests.integration.controllers import ControllerProcess, crd_cluster, running_manager
 from tests.integration.test_controllers import make_queues
@@ -104,6 +105,14 @@ async def test_each_pod_of_a_queued_deployment_is_queued_alone_and_runs_once_adm
         return dep if dep.status is not None and dep.status.ready_replicas == 2 else None
 
     await eventually(two_ready, timeout=60, what="the Deployment reporting its two admitted pods ready")
+    # Kueue's update checks: a Deployment with a ready pod keeps its queue.
+    with pytest.raises(KubeError) as refused:
+        await kube.patch(Deployment, "web", {"metadata": {"labels": {c.QUEUE_NAME_LABEL: "other-queue"}}}, namespace=ns)
+    assert f'metadata.labels[{c.QUEUE_NAME_LABEL}]: Invalid value: "other-queue": field is immutable' in str(refused.value)
+    # One with none takes a new queue, and its template follows, for the pods its rollout makes.
+    await kube.create(Deployment, deployment_manifest("idle", ns, replicas=0))
+    moved = await kube.patch(Deployment, "idle", {"metadata": {"labels": {c.QUEUE_NAME_LABEL: "other-queue"}}}, namespace=ns)
+    assert moved.spec.template.metadata is not None and (moved.spec.template.metadata.labels or {})[c.QUEUE_NAME_LABEL] == "other-queue"
 
     await kube.delete(Deployment, "web", namespace=ns)
 

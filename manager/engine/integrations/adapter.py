@@ -327,6 +327,10 @@ class JobAdapter(ABC, Generic[J]):
         apiserver's validation says them); none by default."""
         return []
 
+    # The operations kfed's webhook sees: a job kind's creation only (Kueue's update checks of
+    # job kinds are not done yet).
+    webhook_operations: ClassVar[tuple[str, ...]] = ("CREATE",)
+
     def webhook_namespace_selector(self) -> dict[str, Any] | None:
         """The namespaceSelector of the kind's defaulting webhook; None for every namespace."""
         return None

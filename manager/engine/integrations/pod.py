@@ -65,7 +65,7 @@ from manager.api import constants as c
 from manager.api.core import POD_FAILED, POD_SUCCEEDED, Pod
 from manager.api.kueue import PodSet, Workload
 from manager.api.meta import ObjectMeta, OwnerReference, Resource
-from manager.api.validation import dns_subdomain_errors
+from manager.api.validation import dns_subdomain_errors, invalid
 from manager.engine.integrations.adapter import Finished, JobAdapter, PodQuery
 from manager.engine.jobs import JobConversionError, PodSetInfo, multikueue_remote_metadata, prebuilt_workload_name, queue_name_of
 
@@ -261,6 +261,9 @@ class PodTemplateParent:
     framework: ClassVar[str]  # the name in the Configuration's integrations.frameworks
     model: type[Resource]
     template_pointer: ClassVar[str] = "/spec/template"  # the pod template, as a JSON pointer
+    # Its webhook sees updates too: a queue changed while no pod runs is written into the
+    # template again (the pods the rollout makes join the new queue), and the rest is checked.
+    webhook_operations: ClassVar[tuple[str, ...]] = ("CREATE", "UPDATE")
 
     @property
     def kind(self) -> str:
@@ -286,9 +289,29 @@ class PodTemplateParent:
         problems = []
         if c.QUEUE_NAME_LABEL in labels:
             problems += [str(e) for e in dns_subdomain_errors(f"metadata.labels[{c.QUEUE_NAME_LABEL}]", str(labels[c.QUEUE_NAME_LABEL]))]
-        if ELASTIC_JOB_ANNOTATION in (meta.get("annotations") or {}):
+        if (meta.get("annotations") or {}).get(ELASTIC_JOB_ANNOTATION) == "true":
             gvk = f"{self.model.GROUP}/{self.model.VERSION}, Kind={self.kind}"
             problems.append(f'metadata.annotations[{ELASTIC_JOB_ANNOTATION}]: Forbidden: elastic job is not supported for "{gvk}"')
+        return problems
+
+    def update_problems(self, old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+        """Kueue's webhook ValidateUpdate for the kind: the creation checks, and, while any of
+        its pods is ready (it counts as running), the queue name kept, as it must always be
+        once set; the WorkloadPriorityClass never removed, nor added while it runs."""
+        problems = self.creation_problems(new)
+        old_meta, new_meta = old.get("metadata") or {}, new.get("metadata") or {}
+        running = ((old.get("status") or {}).get("readyReplicas") or 0) > 0
+        old_queue = queue_name_of(old_meta.get("labels"), old_meta.get("annotations"))
+        new_queue = queue_name_of(new_meta.get("labels"), new_meta.get("annotations"))
+        if (running or not new_queue) and new_queue != old_queue:
+            problems.append(str(invalid(f"metadata.labels[{c.QUEUE_NAME_LABEL}]", new_queue, "field is immutable")))
+        old_class = (old_meta.get("labels") or {}).get(c.PRIORITY_CLASS_LABEL, "")
+        new_class = (new_meta.get("labels") or {}).get(c.PRIORITY_CLASS_LABEL, "")
+        where = f"metadata.labels[{c.PRIORITY_CLASS_LABEL}]"
+        if running and not old_class and new_class:
+            problems.append(str(invalid(where, new_class, "WorkloadPriorityClass cannot be added to a non-suspended workload")))
+        if old_class and not new_class:
+            problems.append(str(invalid(where, new_class, "WorkloadPriorityClass cannot be removed from a workload")))
         return problems
 
     def webhook_namespace_selector(self) -> dict[str, Any] | None:
