@@ -44,6 +44,20 @@ def jobs_json(manager: LocalCluster, ns: str) -> dict[str, dict[str, Any]]:
     return {row["name"]: row for row in json.loads(result.stdout)}
 
 
+def jobs_table(manager: LocalCluster, ns: str) -> dict[str, list[str]] | None:
+    """`kfed jobs -n NS` as printed: each row's columns by its first (`KIND/NAME`); None when the
+    command failed."""
+    result = kfed(manager, "jobs", "-n", ns)
+    if result.returncode != 0:
+        return None
+    return {line.split()[0]: line.split() for line in result.stdout.splitlines()[1:]}
+
+
+def status_in(rows: dict[str, list[str]] | None, name: str) -> str:
+    """The STATUS column of `name`'s row in a `jobs_table`; "" without one."""
+    return (rows or {}).get(name, ["", "", ""])[2]
+
+
 @pytest.fixture
 def tag() -> str:
     return f"c{uuid.uuid4().hex[:6]}"

@@ -19,7 +19,7 @@ from manager.api.jobset import JobSet
 from manager.api.meta import find_condition, is_condition_true
 from manager.kube.client import KubeClient
 from tests.e2e.federation import RUNS, Clients, Federation, job_manifest, running
-from tests.e2e.test_cli import jobs_json, kfed
+from tests.e2e.test_cli import jobs_json, jobs_table, kfed, status_in
 from tests.e2e.test_multikueue import make_priority_classes
 from tests.harness import Provider, eventually, require_controller
 from tests.integration.test_job_integrations import jobset_manifest
@@ -185,9 +185,8 @@ async def test_kfed_lists_explains_logs_and_cancels_a_jobset(fed: Federation, ku
     await eventually(running_on_worker2, timeout=90, what="JobSet pretrain on worker2")
 
     async def listed() -> Any:
-        result = kfed(fed.manager, "jobs", "-n", ns)
-        rows = {line.split()[0]: line.split() for line in result.stdout.splitlines()[1:]}
-        return rows if result.returncode == 0 and rows.get("jobset/pretrain", [""] * 3)[2] == "Running" else None
+        rows = jobs_table(fed.manager, ns)
+        return rows if status_in(rows, "jobset/pretrain") == "Running" else None
 
     rows = await eventually(listed, timeout=60, what="`kfed jobs` listing the JobSet Running")
     assert rows["jobset/pretrain"][3] == "worker2"

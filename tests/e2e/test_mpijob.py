@@ -29,7 +29,7 @@ from manager.api.meta import find_condition, is_condition_true
 from manager.api.mpijob import JOB_NAME_LABEL, MPIJob
 from manager.kube.client import KubeClient
 from tests.e2e.federation import RUNS, Clients, Federation, job_manifest, owned_workload, running
-from tests.e2e.test_cli import jobs_json, kfed
+from tests.e2e.test_cli import jobs_json, jobs_table, kfed, status_in
 from tests.e2e.test_multikueue import make_priority_classes
 from tests.harness import Provider, eventually, require_controller
 from tests.integration.test_job_integrations import KWOK_RUN_TIME
@@ -278,9 +278,8 @@ async def test_kfed_lists_explains_logs_and_cancels_an_mpijob(fed: Federation, k
     await eventually(running_on_worker2, timeout=90, what="MPIJob pretrain Running on worker2")
 
     async def listed() -> Any:
-        result = kfed(fed.manager, "jobs", "-n", ns)
-        rows = {line.split()[0]: line.split() for line in result.stdout.splitlines()[1:]}
-        return rows if result.returncode == 0 and rows.get("mpijob/pretrain", [""] * 3)[2] == "Running" else None
+        rows = jobs_table(fed.manager, ns)
+        return rows if status_in(rows, "mpijob/pretrain") == "Running" else None
 
     rows = await eventually(listed, timeout=60, what="`kfed jobs` listing the MPIJob Running")
     assert rows["mpijob/pretrain"][3] == "worker2"

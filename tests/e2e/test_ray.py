@@ -29,7 +29,7 @@ from manager.api.meta import find_condition, is_condition_true
 from manager.api.ray import CLUSTER_LABEL, RayCluster, RayJob
 from manager.kube.client import KubeClient
 from tests.e2e.federation import RUNS, Clients, Federation, job_manifest, owned_workload, running
-from tests.e2e.test_cli import jobs_json, kfed
+from tests.e2e.test_cli import jobs_json, jobs_table, kfed, status_in
 from tests.e2e.test_multikueue import make_priority_classes
 from tests.harness import Provider, eventually, require_controller
 from tests.integration.test_job_integrations import KWOK_RUN_TIME
@@ -273,10 +273,8 @@ async def test_kfed_lists_explains_and_cancels_a_raycluster_and_a_rayjob(fed: Fe
     assert len(await cluster_pods(kube.workers["worker2"], ns, "serve")) == 2
 
     async def listed() -> Any:
-        result = kfed(fed.manager, "jobs", "-n", ns)
-        rows = {line.split()[0]: line.split() for line in result.stdout.splitlines()[1:]}
-        running = all(rows.get(name, [""] * 3)[2] == "Running" for name in ("raycluster/serve", "rayjob/tune"))
-        return rows if result.returncode == 0 and running else None
+        rows = jobs_table(fed.manager, ns)
+        return rows if all(status_in(rows, name) == "Running" for name in ("raycluster/serve", "rayjob/tune")) else None
 
     rows = await eventually(listed, timeout=90, what="`kfed jobs` listing the RayCluster and the RayJob Running")
     assert rows["raycluster/serve"][3] == "worker2" and rows["rayjob/tune"][3] == "worker2"
@@ -285,9 +283,8 @@ async def test_kfed_lists_explains_and_cancels_a_raycluster_and_a_rayjob(fed: Fe
     await kube.manager.create(Job, job_manifest("waiting", ns, cpu="4"))
 
     async def waiting_listed() -> Any:
-        result = kfed(fed.manager, "jobs", "-n", ns)
-        rows = {line.split()[0]: line.split() for line in result.stdout.splitlines()[1:]}
-        return rows if result.returncode == 0 and rows.get("job/waiting", [""] * 3)[2] == "Pending" else None
+        rows = jobs_table(fed.manager, ns)
+        return rows if status_in(rows, "job/waiting") == "Pending" else None
 
     rows = await eventually(waiting_listed, timeout=30, what="`kfed jobs` listing the Job Pending behind the Ray jobs' quota")
     assert rows["rayjob/tune"][2] == "Running"

@@ -35,7 +35,7 @@ from manager.api.trainjob import CONTROLLER_NAME, KUEUE_PATCH_MANAGER, ClusterTr
 from manager.dev.trainer import RUNTIME
 from manager.kube.client import KubeClient
 from tests.e2e.federation import RUNS, Clients, Federation, owned_workload, running
-from tests.e2e.test_cli import jobs_json, kfed
+from tests.e2e.test_cli import jobs_json, jobs_table, kfed
 from tests.e2e.test_multikueue import make_priority_classes
 from tests.harness import Provider, eventually, require_controller
 from tests.integration.test_job_integrations import KWOK_RUN_TIME
@@ -342,9 +342,8 @@ async def test_kfed_lists_explains_logs_and_cancels_a_trainjob(fed: Federation, 
     await eventually(running_on_worker2, timeout=90, what="TrainJob finetune active on worker2")
 
     async def listed() -> Any:
-        result = kfed(fed.manager, "jobs", "-n", ns)
-        rows = {line.split()[0]: line.split() for line in result.stdout.splitlines()[1:]}
-        return rows if result.returncode == 0 and ("trainjob/finetune" in rows or "finetune" in rows) else None
+        rows = jobs_table(fed.manager, ns)
+        return rows if rows is not None and ("trainjob/finetune" in rows or "finetune" in rows) else None
 
     rows = await eventually(listed, timeout=60, what="`kfed jobs` listing the TrainJob")
     row = rows.get("trainjob/finetune") or rows["finetune"]
