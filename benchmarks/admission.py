@@ -10,6 +10,8 @@ That is 15,000 Workloads on one local-harness cluster, admitted by `python -m ma
 separate process. A runner in this process plays the jobs: it creates the Workloads on
 schedule and marks each Finished (a status patch) once it has run for its runtime after
 admission, as Kueue's benchmark does; a preempted one is re-run from scratch when readmitted.
+Like Kueue's runner, it finishes each eviction at once (`releaser.Releaser`: QuotaReserved=False,
+no admission): the manager keeps a victim's quota until then, as Kueue does.
 Prints: wall time and the quota bound, average time to admission per class, the
 ClusterQueues' average usage, the API QPS the manager used, and the manager's CPU and RSS.
 
@@ -38,6 +40,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from procstats import cpu_by_kind, machine_busy, metric_sum, proc_stats
+from releaser import Releaser
 
 from manager.api import constants as c
 from manager.api import kueue
@@ -294,6 +297,8 @@ async def run_baseline(
                 run.intervals.append((run.admitted_at[-1], time.monotonic()))
 
         informer.add_handler(on_workload)
+        # The runner finishes each eviction as Kueue's runner does: at once, QuotaReserved=False.
+        releaser = Releaser(client, informer)
         watch = asyncio.create_task(informer.run())
         await informer.synced.wait()
 
@@ -321,6 +326,7 @@ async def run_baseline(
         kinds_after, busy_after, runner_after = cpu_by_kind(base), machine_busy(), sum(os.times()[:2])
         watch.cancel()
         await asyncio.gather(watch, return_exceptions=True)
+        await releaser.close()
         spent = {k: kinds_after.get(k, 0.0) - kinds_before.get(k, 0.0) for k in kinds_after}
         spent["runner (this script)"] = runner_after - runner_before
         busy = (busy_after[0] - busy_before[0]) / max(busy_after[1] - busy_before[1], 1)

@@ -282,7 +282,7 @@ def kfed_in_state(decision: Decision, directory: Path) -> Outcome:
     loaded = load_paths([str(path)])
     if loaded.errors:
         raise SystemExit(f"{path}: {loaded.errors[0]}")
-    simulation = Simulation([Source(str(path), obj) for _, obj in loaded.objects], keep_evicted_reservations=True)
+    simulation = Simulation([Source(str(path), obj) for _, obj in loaded.objects], release_after=None)
     by_name = {obj["metadata"]["name"]: obj for obj, _ in held}
     step = simulation.step()
     outcome = Outcome()

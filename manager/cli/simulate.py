@@ -19,6 +19,13 @@ def add_command(commands: Any) -> None:
     parser = commands.add_parser("simulate", help="run Kueue's admission offline over manifests and show the result")
     parser.add_argument("-f", "--filename", action="append", required=True, help="file or directory of manifests (repeatable)")
     parser.add_argument("--cycles", type=int, default=None, help="run exactly N scheduling cycles (default: until nothing changes)")
+    parser.add_argument(
+        "--release-after",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="how long an evicted job takes to stop and give its quota back (a cycle is one second; default 0: within the cycle)",
+    )
     parser.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
     parser.set_defaults(func=run)
 
@@ -26,6 +33,9 @@ def add_command(commands: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.cycles is not None and args.cycles < 0:
         print("--cycles: must be zero or more", file=sys.stderr)
+        return 1
+    if not 0 <= args.release_after < float("inf"):
+        print("--release-after: must be a number of seconds, zero or more", file=sys.stderr)
         return 1
     loaded = load_paths(args.filename)
     for error in loaded.errors:
@@ -42,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     for document in loaded.skipped:
         print(f"{document.source}[{document.index}]: skipped {document.data.get('apiVersion')} {document.kind}", file=sys.stderr)
     try:
-        simulation = Simulation(sources)
+        simulation = Simulation(sources, release_after=args.release_after)
         for note in simulation.notes:
             print(note, file=sys.stderr)
         result = simulation.run(args.cycles)

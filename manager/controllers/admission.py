@@ -2,8 +2,9 @@
 workload controller, run over the engine's AdmissionState.
 
 Informer events are applied to the state as they arrive (one event loop, no locks). The
-loop then runs scheduling cycles until one changes nothing, and writes what the engine
-decided: Workload status patches with a resourceVersion precondition (a conflict undoes the
+loop then runs scheduling cycles until one changes nothing or evicts, and writes what the
+engine decided (after a cycle that evicts, the next waits until those evictions are written,
+as Kueue issues a cycle's preemptions within the cycle): Workload status patches with a resourceVersion precondition (a conflict undoes the
 assumed decision; the next observed object decides), Events, and ClusterQueue and
 LocalQueue status. Only the leader runs cycles and writes; a standby keeps its state
 current so that it can take over at once.
@@ -68,6 +69,10 @@ def fruitless_round_pause(rounds: int) -> float:
     return min(FRUITLESS_PAUSE_FIRST * float(2 ** min(rounds - 1, 16)), FRUITLESS_PAUSE_MAX)
 
 
+# The longest the loop waits for the last round's eviction writes before it decides again (a
+# write stuck behind a slow apiserver must not stop admission elsewhere for good).
+EVICTIONS_TIMEOUT = 10.0
+
 # Queue status writes at most this often: Kueue's UpdatesBatchPeriod (pkg/constants), 1 s.
 STATUS_INTERVAL = 1.0
 
@@ -107,10 +112,11 @@ class AdmissionController:
         recorder: EventRecorder | None = None,
         write_concurrency: int = 32,
         clock: Callable[[], datetime] = utcnow,
+        release_bare_evictions: bool = False,
     ) -> None:
         self.client = client
         self.caches = caches
-        self.state = AdmissionState(config, jitter=random.random)  # Kueue's backoff jitter
+        self.state = AdmissionState(config, jitter=random.random, release_bare_evictions=release_bare_evictions)  # Kueue's backoff jitter
         self.recorder = recorder
         self.clock = clock
         self._wake = asyncio.Event()
@@ -124,6 +130,9 @@ class AdmissionController:
         # many workloads as had writes queued behind the client's rate limit.)
         self._held: set[str] = set()
         self._writes = TurnSemaphore(write_concurrency)
+        # The eviction writes of the last round: the next cycle decides once they have reached
+        # the apiserver, as Kueue's cycle issues its preemptions before the next one starts.
+        self._evicting: set[asyncio.Task[None]] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._queue_status: dict[str, dict[str, Any]] = {}
         self._deactivate: set[str] = set()
@@ -282,6 +291,8 @@ class AdmissionController:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), timeout=self._wait_time())
             self._wake.clear()
+            if self._evicting:
+                await asyncio.wait(set(self._evicting), timeout=EVICTIONS_TIMEOUT)
             try:
                 admitted = await self._round()
             except asyncio.CancelledError:
@@ -307,7 +318,8 @@ class AdmissionController:
             for wl in result.admitted:
                 self._admitted.inc(wl.admission_cq)
             admitted = admitted or bool(result.admitted)
-            if not result.changed:
+            if not result.changed or result.preemptions:
+                # After a cycle that evicts, its writes go out before the next cycle decides.
                 break
             if i % 20 == 19:
                 await asyncio.sleep(0)  # let watches and writes make progress during a long round
@@ -346,6 +358,9 @@ class AdmissionController:
                 self._held.discard(write.key)
             task = asyncio.create_task(self._write(write))
             self._inflight[write.key] = task
+            if write.preempting_cq:
+                self._evicting.add(task)
+                task.add_done_callback(self._evicting.discard)
             if not write.moves_quota:
                 self._unsent.add(write.key)  # a message: a write that moves quota may replace it
             self._tasks.add(task)

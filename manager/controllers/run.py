@@ -126,9 +126,19 @@ ExtensionFactory = Callable[["Process"], Extension]
 class Process:
     """Everything one process runs; `run()` returns the exit code."""
 
-    def __init__(self, opts: Options, *, component: str, extensions: Sequence[ExtensionFactory] = ()) -> None:
+    def __init__(
+        self,
+        opts: Options,
+        *,
+        component: str,
+        extensions: Sequence[ExtensionFactory] = (),
+        release_unowned_evictions: bool = False,
+    ) -> None:
         self.opts = opts
         self.component = component
+        # Kueue's lifecycle keeps an evicted Workload's quota until its QuotaReserved turns False
+        # (see `AdmissionState`); the worker agent releases a remote copy no job owns at once.
+        self.release_unowned_evictions = release_unowned_evictions
         self.extension_factories = list(extensions)
         self.cert_manager: WebhookCertManager | None = None
         self.ssl_context: ssl.SSLContext | None = None
@@ -282,7 +292,14 @@ class Process:
         recorder = EventRecorder(self.client, component=f"kfed-{self.component.replace('_', '-')}")
         self.metrics = process_metrics(self.configuration, self._local_queue_labels)
         self.metrics.role = ROLE_FOLLOWER if opts.leader_elect else ROLE_STANDALONE
-        self.admission = AdmissionController(self.client, self.caches, config=self.configuration, recorder=recorder, metrics=self.metrics)
+        self.admission = AdmissionController(
+            self.client,
+            self.caches,
+            config=self.configuration,
+            recorder=recorder,
+            metrics=self.metrics,
+            release_bare_evictions=self.release_unowned_evictions,
+        )
         self.job_controllers = [
             JobController(
                 self.client,
@@ -390,13 +407,16 @@ class Process:
         log.info("stopped", extra={"component": self.component})
 
 
-def main(argv: list[str] | None, *, component: str, extensions: Sequence[ExtensionFactory] = ()) -> int:
+def main(
+    argv: list[str] | None, *, component: str, extensions: Sequence[ExtensionFactory] = (), release_unowned_evictions: bool = False
+) -> int:
     from manager.runtime.options import parse
 
     opts = parse(argv, component=component)
     logs.configure(opts.log_level)
     try:
-        return asyncio.run(Process(opts, component=component, extensions=extensions).run())
+        process = Process(opts, component=component, extensions=extensions, release_unowned_evictions=release_unowned_evictions)
+        return asyncio.run(process.run())
     except KeyboardInterrupt:
         return 0
     except (OSError, ValueError) as err:

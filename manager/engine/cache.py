@@ -290,12 +290,13 @@ class Cache:
         return out
 
     # --- queries ---------------------------------------------------------------------------------
-    def stop_policies(self, wl: WorkloadInfo) -> tuple[str, str]:
+    def stop_policies(self, wl: WorkloadInfo) -> tuple[str | None, str | None]:
         """The stop policies of the ClusterQueue holding a reserved workload's quota and of its
-        LocalQueue ("None" for a queue that is not there), for `reserved_eviction`."""
+        LocalQueue (None for a queue that is not there), for `reserved_release` and
+        `reserved_eviction`."""
         cq = self.cluster_queues.get(wl.admission_cq)
         lq = self.local_queues.get(f"{wl.namespace}/{wl.queue_name}")
-        return (cq.stop_policy if cq else "None"), ((lq.spec.stop_policy if lq else None) or "None")
+        return (cq.stop_policy if cq else None), ((lq.spec.stop_policy or "None") if lq else None)
 
     def cluster_queue_for(self, wl: WorkloadInfo) -> tuple[ClusterQueueInfo | None, str]:
         """The ClusterQueue a workload's LocalQueue points to, or why there is none."""

@@ -101,20 +101,20 @@ def _document_hash(obj: BaseModel) -> str:
 
 class Simulation:
     """`kfed simulate` as a driver over the live path's `AdmissionState`: it feeds the objects in,
-    runs cycles, applies the status writes to its in-memory objects, and stands in for the Job
-    controller, which gives an evicted workload's quota back once its job has stopped (at once
-    here, since nothing runs)."""
+    runs cycles (one a simulated second), applies the status writes to its in-memory objects, and
+    stands in for the job integration. Under Kueue's lifecycle an evicted Workload keeps its
+    quota until its job has stopped and its QuotaReserved turns False; here nothing runs, so the
+    simulation releases each victim `release_after` seconds after its eviction: 0 (the default)
+    within the cycle that evicted it, a job that stops at once; 1, at the next cycle; None, never
+    (a state replayed as it was, rather than run on from: benchmarks/preemption_replay.py)."""
 
-    def __init__(self, sources: Sequence[Source], *, keep_evicted_reservations: bool = False) -> None:
-        """`keep_evicted_reservations` keeps each evicted Workload's reservation until something
-        gives it back, as on a cluster whose job controller has not stopped the job yet: a
-        state replayed as it was, rather than run on from (benchmarks/preemption_replay.py)."""
+    def __init__(self, sources: Sequence[Source], *, release_after: float | None = 0.0) -> None:
         self.notes: list[str] = []
         sources = self._deduplicate(sources)
         configs = [source.obj for source in sources if isinstance(source.obj, Configuration)]
-        self.state = AdmissionState(
-            configs[-1] if configs else None, admission_checks_known=False, release_bare_evictions=not keep_evicted_reservations
-        )
+        self.state = AdmissionState(configs[-1] if configs else None, admission_checks_known=False)
+        self.release_after = release_after
+        self._releases: dict[str, datetime] = {}  # victim -> when its job has stopped
         workload_sources: list[Source] = []
         for source in sources:
             if isinstance(source.obj, (Workload, Job)):
@@ -139,9 +139,10 @@ class Simulation:
         # admission side, as on a cluster: they hold nothing and come out as they went in.
         self.untracked = sorted((wl for wl, _ in built if wl.key not in self.state.infos), key=lambda wl: wl.key)
         # Stop policies and deactivations evict running workloads as they come in.
-        for info in () if keep_evicted_reservations else self.workloads:
+        for info in self.workloads:
             if info.evicted:
-                self.state.finish_eviction(info.key, self.start)
+                self._release_later(info.key, self.start)
+        self._release_due(self.start)
 
     # --- building ---------------------------------------------------------------------------------
     def _feed(self, obj: BaseModel) -> None:
@@ -261,13 +262,27 @@ class Simulation:
     def now(self) -> datetime:
         return self.start + timedelta(seconds=self.cycles)
 
+    def _release_later(self, key: str, evicted_at: datetime) -> None:
+        if self.release_after is not None:
+            self._releases.setdefault(key, evicted_at + timedelta(seconds=self.release_after))
+
+    def _release_due(self, now: datetime) -> None:
+        """The victims whose jobs have stopped by `now` give their quota back."""
+        for key, due in sorted(self._releases.items(), key=lambda item: (item[1], item[0])):
+            if due <= now:
+                del self._releases[key]
+                self.state.finish_eviction(key, now)
+
     def step(self) -> CycleResult:
-        """Run one cycle, then stop the victims' jobs (which gives their quota back)."""
+        """Release the victims whose jobs have stopped, run one cycle, and stop the new victims'
+        jobs (those that stop at once give their quota back in the same step)."""
         self.cycles += 1
         now = self.now()
+        self._release_due(now)
         outcome = self.state.cycle(now)
         for preemption in outcome.preemptions:
-            self.state.finish_eviction(preemption.victim.key, now)
+            self._release_later(preemption.victim.key, now)
+        self._release_due(now)
         self.admitted += len(outcome.admitted)
         self.preemptions += len(outcome.preemptions)
         self.decisions += outcome.heads
@@ -281,7 +296,7 @@ class Simulation:
             converged = True
         else:
             while self.cycles < max_cycles:
-                if not self.step().changed:
+                if not self.step().changed and not self._releases:
                     converged = True
                     break
         return self.result(converged)

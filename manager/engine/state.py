@@ -44,6 +44,7 @@ from manager.engine.workload import (
     is_finished,
     preemption_gates_view,
     reserved_eviction,
+    reserved_release,
     workload_priority,
 )
 from manager.engine.writes import WriteBookkeeping, older_than_held, take_admitted_as_written, take_pending_condition_as_written
@@ -65,7 +66,7 @@ class AdmissionState(WriteBookkeeping, Deadlines):
         self,
         config: Configuration | None = None,
         *,
-        release_bare_evictions: bool = True,
+        release_bare_evictions: bool = False,
         admission_checks_known: bool = True,
         jitter: Callable[[], float] | None = None,
     ) -> None:
@@ -77,7 +78,12 @@ class AdmissionState(WriteBookkeeping, Deadlines):
         # Workloads this state released itself (no job owns them) waiting out their backoff:
         # Kueue's workload controller ends it (Requeued=True, BackoffFinished), and so does this.
         self.backoff_deadlines: dict[str, datetime] = {}
-        # An evicted Workload that no Job owns has nothing to stop; its quota goes back at once.
+        # Kueue's lifecycle (the default): an evicted Workload keeps its reservation, and its
+        # usage stays charged, until its QuotaReserved turns False. The job integration writes
+        # that once the job has stopped; for a Workload no job owns, whoever plays that part
+        # (Kueue's scheduler-performance runner does). `release_bare_evictions` instead gives an
+        # unowned victim's quota back at once: the worker agent's choice for a remote copy that
+        # no job owns yet (`manager.controllers.run.Process`).
         self.release_bare_evictions = release_bare_evictions
         # `kfed simulate` reads no AdmissionChecks: every check a ClusterQueue names then counts
         # as present and active, instead of making the queue inactive.
@@ -308,9 +314,15 @@ class AdmissionState(WriteBookkeeping, Deadlines):
         take_admitted_as_written(info)
         if info.conditions.get(c.ADMITTED) != before:
             self.dirty.add(info.key)
+        cq_policy, lq_policy = self.cache.stop_policies(info)
+        release = reserved_release(
+            info, cluster_queue_policy=cq_policy, local_queue_policy=lq_policy, granular=self.scheduler.explain_bypassed
+        )
+        if release is not None:
+            self._release_reservation(info, now, reason=release[0], message=release[1])
+            return
         eviction = None
         if not info.evicted:
-            cq_policy, lq_policy = self.cache.stop_policies(info)
             eviction = reserved_eviction(info, cluster_queue_policy=cq_policy, local_queue_policy=lq_policy)
         if eviction is None and not info.evicted:
             eviction = self._pods_ready_eviction(info, now)
@@ -335,17 +347,22 @@ class AdmissionState(WriteBookkeeping, Deadlines):
         evicted = info.conditions.get(c.EVICTED)
         message = evicted.message if evicted is not None else "The workload was evicted"
         reason = evicted.reason if evicted is not None else REASON_PENDING_EVALUATION
-        cq = self.cache.cluster_queues.get(info.admission_cq)
         # Same rule as for a Job's release: Requeued=True at once only after a preemption or
         # node failures; otherwise False until the workload controller's follow-up (set first:
         # the release queues it, and a PodsReady timeout's backoff holds it back).
         info.set_condition(c.REQUEUED, "True" if requeued_on_release(reason) else "False", reason, message, now)
-        self.scheduler.release(info, now, reason=REASON_PENDING_EVALUATION, message=message)
+        self._release_reservation(info, now, reason=REASON_PENDING_EVALUATION, message=message)
         if reason == REASON_PODS_READY_TIMEOUT:
             self.backoff_deadlines[key] = info.requeue_at or now
+
+    def _release_reservation(self, info: WorkloadInfo, now: datetime, *, reason: str, message: str) -> None:
+        """Kueue's workload controller unsetting a reservation itself (`reserved_release`): the
+        quota goes back with no eviction, and the workload is queued again."""
+        cq = self.cache.cluster_queues.get(info.admission_cq)
+        self.scheduler.release(info, now, reason=reason, message=message)
         if cq is not None:
             self.scheduler.requeue_inadmissible_in_tree(cq.node.root(), now)
-        self.dirty.add(key)
+        self.dirty.add(info.key)
 
     def _remove(self, key: str, now: datetime) -> None:
         self.pods_ready_deadlines.pop(key, None)

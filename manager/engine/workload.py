@@ -51,6 +51,7 @@ REASON_DEACTIVATED = "Deactivated"
 REASON_ADMISSION_CHECK = "AdmissionCheck"
 # The job reconciler's QuotaReserved reason when an evicted job's quota is given back.
 REASON_PENDING = "Pending"
+REASON_INADMISSIBLE = "Inadmissible"  # Kueue's fallback when UnadmittedWorkloadsObservability is off
 # A condition another controller sets to ask Kueue's workload controller to deactivate a
 # Workload (the MultiKueue manager does, for a copy it evicted); the eviction consumes it.
 DEACTIVATION_TARGET = "DeactivationTarget"
@@ -570,6 +571,21 @@ def requeue_patch(wl: Workload, *, reason: str, message: str, now: datetime) -> 
     return status_patch(wl, status)
 
 
+def unset_reservation_patch(wl: Workload, *, reason: str, message: str, now: datetime) -> Patch:
+    """Kueue's UnsetQuotaReservationWithCondition alone: QuotaReserved=False with `reason` and
+    `message`, no admission, and Admitted synced. What Kueue's scheduler-performance runner
+    writes to finish the eviction of a Workload that no job owns ("Evicted by the test runner");
+    the engine gives the quota back once it observes it."""
+    admitted_reason, admitted_message = admitted_without_reservation(wl)
+    conditions = _set_conditions(
+        wl,
+        now,
+        _condition(c.QUOTA_RESERVED, "False", reason, message),
+        _condition(c.ADMITTED, "False", admitted_reason, admitted_message),
+    )
+    return status_patch(wl, {"admission": None, "conditions": conditions})
+
+
 def release_patch(wl: Workload, *, now: datetime) -> Patch:
     """Kueue's UnsetQuotaReservationWithCondition once an evicted job has stopped: the quota
     goes back, with Requeued naming the eviction: True after a preemption or node failures,
@@ -682,21 +698,47 @@ def eviction_labels(reason: str) -> tuple[str, str]:
     return reason, ""
 
 
-def stop_policy_eviction(info: WorkloadInfo, *, cluster_queue_policy: str, local_queue_policy: str) -> tuple[str, str] | None:
-    """(reason, message) when a stop policy evicts this reserved workload: HoldAndDrain evicts
-    everything; Hold only reservations still waiting for their admission checks. The policies
-    are its ClusterQueue's and LocalQueue's ("None" for a queue that is not there)."""
-    admitted = info.condition_true(c.ADMITTED)
-    for policy, reason, message in (
-        (cluster_queue_policy, REASON_CQ_STOPPED, "The ClusterQueue is stopped"),
-        (local_queue_policy, REASON_LQ_STOPPED, "The LocalQueue is stopped"),
+def reserved_release(
+    info: WorkloadInfo, *, cluster_queue_policy: str | None, local_queue_policy: str | None, granular: bool
+) -> tuple[str, str] | None:
+    """(reason, message) of QuotaReserved=False when Kueue's workload controller gives back the
+    quota of a workload that holds it but is not admitted yet (it waits for its admission
+    checks), with no eviction (`UnsetQuotaReservationWithCondition`): its LocalQueue, then its
+    ClusterQueue, missing or stopped (a policy of None: the queue is not there). `granular`:
+    the UnadmittedWorkloadsObservability gate's reasons, else Kueue's fallback, Inadmissible.
+    These are the only cases where the engine releases a reservation itself; every other
+    release is the job integration's, after an eviction."""
+    if info.condition_true(c.ADMITTED):
+        return None
+    for kind, name, policy in (
+        ("LocalQueue", info.queue_name, local_queue_policy),
+        ("ClusterQueue", info.admission_cq, cluster_queue_policy),
     ):
-        if policy == "HoldAndDrain" or (policy == "Hold" and not admitted):
+        if policy is None:
+            return (REASON_MISCONFIGURED if granular else REASON_INADMISSIBLE), f"{kind} {name} is terminating or missing"
+        if policy != "None":
+            return (REASON_SUSPENDED if granular else REASON_INADMISSIBLE), f"{kind} {name} is stopped"
+    return None
+
+
+def stop_policy_eviction(info: WorkloadInfo, *, cluster_queue_policy: str | None, local_queue_policy: str | None) -> tuple[str, str] | None:
+    """(reason, message) when a stop policy evicts this admitted workload: HoldAndDrain on its
+    LocalQueue, then on its ClusterQueue (Kueue's order). A reservation not admitted yet is
+    given back instead (`reserved_release`)."""
+    if not info.condition_true(c.ADMITTED):
+        return None
+    for policy, reason, message in (
+        (local_queue_policy, REASON_LQ_STOPPED, "The LocalQueue is stopped"),
+        (cluster_queue_policy, REASON_CQ_STOPPED, "The ClusterQueue is stopped"),
+    ):
+        if policy == "HoldAndDrain":
             return reason, message
     return None
 
 
-def reserved_eviction(info: WorkloadInfo, *, cluster_queue_policy: str, local_queue_policy: str) -> tuple[str, str] | None:
+def reserved_eviction(
+    info: WorkloadInfo, *, cluster_queue_policy: str | None, local_queue_policy: str | None
+) -> tuple[str, str] | None:
     """(reason, message) when Kueue's workload controller evicts a workload holding quota: a
     stop policy first, then a deactivation, then an admission check asking for a retry."""
     eviction = stop_policy_eviction(info, cluster_queue_policy=cluster_queue_policy, local_queue_policy=local_queue_policy)

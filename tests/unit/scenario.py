@@ -230,12 +230,17 @@ class Outcome:
 
 
 def run(
-    objects: list[dict[str, Any]], *, cycles: int | None = None, config: dict[str, Any] | None = None, max_cycles: int = 1000
+    objects: list[dict[str, Any]],
+    *,
+    cycles: int | None = None,
+    config: dict[str, Any] | None = None,
+    max_cycles: int = 1000,
+    release_after: float | None = 0.0,
 ) -> Outcome:
     objs = list(objects)
     if config is not None:
         objs.insert(0, {"apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration", **config})
-    simulation = Simulation(sources(objs))
+    simulation = Simulation(sources(objs), release_after=release_after)
     result = simulation.run(cycles, max_cycles=max_cycles)
     assert result.converged, f"still changing after {result.cycles} cycles"
     return Outcome(result, simulation)

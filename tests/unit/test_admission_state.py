@@ -72,8 +72,8 @@ def released(write: StatusWrite, original: kueue.Workload, rv: str) -> kueue.Wor
     return out
 
 
-def ready_state(cpu: int = 2, **cq_spec: Any) -> AdmissionState:
-    state = AdmissionState()
+def ready_state(cpu: int = 2, *, release_bare_evictions: bool = False, **cq_spec: Any) -> AdmissionState:
+    state = AdmissionState(release_bare_evictions=release_bare_evictions)
     state.upsert_namespace("ns", {})
     state.upsert_flavor(flavor())
     state.upsert_cluster_queue(cluster_queue(cpu=cpu, **cq_spec))
@@ -238,8 +238,32 @@ def test_a_victim_still_stopping_is_targeted_again_and_no_other_is_evicted() -> 
     assert all(state.infos[f"ns/{name}"].reserved for name in ("x", "y", "z")), "y keeps its quota until its Job stops"
 
 
-def test_a_bare_workload_is_requeued_at_once_when_preempted() -> None:
+def test_a_bare_victim_keeps_its_quota_until_another_writer_releases_it() -> None:
+    """Kueue's lifecycle: the eviction only sets Evicted; the quota goes back once QuotaReserved
+    turns False (Kueue's runner writes it for a Workload no job owns), and then the preemptor,
+    which waited at its queue's head, is admitted."""
     state = ready_state(cpu=1, preemption={"withinClusterQueue": "LowerPriority"})
+    low = workload("low", priority=1)
+    state.upsert_workload(low, T0)
+    first = run(state)[0]
+    admitted_low = stored(first, low, "2")
+    state.write_succeeded(first, admitted_low)
+    state.upsert_workload(workload("high", priority=100, at=5), T0)
+    writes = {w.key: w for w in run(state)}
+    assert not writes["ns/high"].admits
+    victim = writes["ns/low"].status
+    assert victim.admission is not None and is_condition_true(victim.conditions, c.EVICTED)
+    evicted_low = stored(writes["ns/low"], admitted_low, "3")
+    state.write_succeeded(writes["ns/low"], evicted_low)
+    assert not any(w.admits for w in run(state)), "no admission while the victim holds its quota"
+    state.upsert_workload(released(writes["ns/low"], evicted_low, "4"), T0)
+    assert [w.key for w in run(state) if w.admits] == ["ns/high"]
+
+
+def test_a_worker_releases_a_bare_copy_at_once_when_preempted() -> None:
+    """The worker agent's choice (`release_bare_evictions`): a remote copy no job owns has
+    nothing to stop, so its quota goes back with the eviction."""
+    state = ready_state(cpu=1, release_bare_evictions=True, preemption={"withinClusterQueue": "LowerPriority"})
     low = workload("low", priority=1)
     state.upsert_workload(low, T0)
     first = run(state)[0]
@@ -521,7 +545,7 @@ def test_admissions_and_evictions_are_marked_as_moving_quota() -> None:
     state.upsert_workload(workload("high", priority=100, at=2), T0)
     writes = {w.key: w for w in run(state)}
     assert writes["ns/low"].moves_quota, "the eviction of the preempted workload"
-    assert writes["ns/high"].moves_quota, "a bare workload's eviction ends at once: the preemptor is admitted"
+    assert not writes["ns/high"].moves_quota, "the preemptor only says that it waits for its victim"
 
 
 def test_an_admission_replaces_its_workloads_message_still_waiting_to_be_sent() -> None:
@@ -580,16 +604,19 @@ def test_a_pending_condition_another_writer_left_is_not_written_over() -> None:
     state.write_succeeded(first, stored(first, low, "2"))
     state.upsert_workload(workload("high", priority=100, at=5), T0)
     writes = {w.key: w for w in run(state)}
-    released = stored(writes["ns/low"], low, "3")
-    state.write_succeeded(writes["ns/low"], released)
-    state.upsert_workload(released, T0)
-    by_runner = released.model_copy(deep=True)
-    by_runner.metadata.resource_version = "4"
+    evicted = stored(writes["ns/low"], low, "3")
+    state.write_succeeded(writes["ns/low"], evicted)
+    state.upsert_workload(evicted, T0)
+    by_runner = released(writes["ns/low"], evicted, "4")
     for cond in by_runner.status.conditions or [] if by_runner.status else []:
         if cond.type == c.QUOTA_RESERVED:
             cond.reason, cond.message = "Pending", "Evicted by the test runner"
     state.upsert_workload(by_runner, T0)
-    assert [w.key for w in run(state)] == []
+    assert [w.key for w in state.flush(T0)] == [], "the runner's release is left as it is"
+    writes = {w.key: w for w in run(state)}
+    assert writes["ns/high"].admits
+    reason = next(cond.reason for cond in writes["ns/low"].status.conditions or [] if cond.type == c.QUOTA_RESERVED)
+    assert reason == "WaitingForQuota", "written again only once it fails as a head again, as Kueue writes it"
 
 
 def test_a_workload_seen_before_its_local_queue_at_start_is_not_written_as_misconfigured() -> None:

@@ -347,6 +347,26 @@ def test_negative_cycles_is_rejected(capsys: pytest.CaptureFixture[str]) -> None
     assert code == 1 and "--cycles" in err
 
 
+@pytest.mark.parametrize("value", ["-1", "nan", "inf"])
+def test_a_release_delay_that_is_no_number_of_seconds_is_rejected(capsys: pytest.CaptureFixture[str], value: str) -> None:
+    code, _, err = simulate(capsys, EXAMPLE["single-queue"], output="table", extra=("--release-after", value))
+    assert code == 1 and err.strip() == "--release-after: must be a number of seconds, zero or more"
+
+
+def test_release_after_keeps_the_victims_quota_while_their_jobs_stop(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """The preemption example, with the notebooks' jobs taking 5 s to stop: after 3 cycles the
+    training job still waits for its victims, which still hold their quota."""
+    code, result, _ = simulate(capsys, EXAMPLE["preemption"], EXAMPLE["jobs/notebooks"])
+    assert code == 0
+    running = write(tmp_path, "running.yaml", list(workloads(result).values()))
+    slow_stop = ("--release-after", "5", "--cycles", "3")
+    code, result, _ = simulate(capsys, EXAMPLE["preemption"], running, EXAMPLE["jobs/training"], extra=slow_stop)
+    assert code == 0
+    training_wl = next(wl for name, wl in workloads(result).items() if name.startswith("job-training-"))
+    assert condition(training_wl, "QuotaReserved")["reason"] == "WaitingForPreemptedWorkloads"
+    assert reserved_cpu(cluster_queue(result, "notebooks-cq")) == "32"
+
+
 # --- agreement with Kueue: preemption across queues, one charge per admission ---------------------
 
 KUEUE_V1BETA2 = "kueue.x-k8s.io/v1beta2"
