@@ -18,6 +18,9 @@ Two parts (`--parts`, both by default):
 - **multikueue**: a burst of `--jobs` suspended Jobs on a manager with 3 workers: Kueue's
   manager and a Kueue on each worker against kfed's manager and 3 worker agents
   (`benchmarks/multikueue.py`). kfed's dispatcher is `--dispatcher`, Kueue's `--kueue-dispatcher`.
+  Kueue's manager is `hack/kueue/build.sh worker-limits`: v0.19.2 with one line changed so that
+  its clients to the workers get `--qps` and `--burst` like every other client here (the release
+  leaves them at client-go's 5 QPS, burst 10, with no setting; v0.20 raised the default).
 
 Every cluster is the local harness (manager/dev/local.py: a real kube-apiserver and etcd), with
 an audit log (level Metadata) on its apiserver so that requests are counted the same way for
@@ -26,8 +29,9 @@ controllers the admin's, the benchmark runners `bench-runner`, a MultiKueue mana
 `multikueue-manager` on its workers). Watches are not counted.
 
 Upstream Kueue is the release pinned in hack/kueue/versions.env, built from its Go module by
-`hack/kueue/build.sh` (manager) and `hack/kueue/build.sh perf` (runner and minimalkueue), each
-cached by version; KFED_KUEUE_BIN and KFED_KUEUE_PERF_BIN skip the build.
+`hack/kueue/build.sh` (manager), `hack/kueue/build.sh worker-limits` (the MultiKueue part's
+manager) and `hack/kueue/build.sh perf` (runner and minimalkueue), each cached by version;
+KFED_KUEUE_BIN, KFED_KUEUE_WORKER_LIMITS_BIN and KFED_KUEUE_PERF_BIN skip the build.
 
 Client limits: minimalkueue hard-codes 50 QPS and burst 100, per kind it writes (client-go keeps
 a token bucket per REST client, controller-runtime makes one per kind: Workloads, Events,
@@ -70,6 +74,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import admission
+import lifecycle
 import multikueue
 from procstats import cpu_by_kind, cpu_seconds, proc_stats
 
@@ -81,6 +86,7 @@ from tests.kueue_upstream import KUEUE_NAMESPACE, UpstreamKueue
 
 REPO = Path(__file__).resolve().parents[1]
 RUNNER_USER = "bench-runner"
+TRACE_USER = "bench-trace"  # the lifecycle trace's watch (benchmarks/lifecycle.py)
 REMOTE_USER = "multikueue-manager"
 ADMIN_USER = "kubernetes-admin"  # the harness's admin certificate: what the controllers use
 MINIMALKUEUE_QPS, MINIMALKUEUE_BURST = 50, 100  # hard-coded in minimalkueue
@@ -204,6 +210,7 @@ class Figures:
     apiserver_cpu: float  # seconds, every apiserver of the run
     limits: str
     extra: dict[str, tuple[float, str]] = field(default_factory=dict)  # more rows: value and unit
+    lifecycle: lifecycle.Lifecycle | None = None  # the baseline's eviction lifecycle, from a watch
 
     @property
     def admitted_per_second(self) -> float:
@@ -249,9 +256,22 @@ def print_table(title: str, kfed: Figures | None, kueue: Figures | None) -> None
         b = get(kueue) if kueue else float("nan")
         ratio = f"{a / b:.2f}" if b and a == a and b == b else "-"
         print(f"| {label:<40} | {fmt.format(a):>10} | {fmt.format(b):>10} | {ratio:>10} |")
+    lives = [f.lifecycle if f else None for f in (kfed, kueue)]
+    if any(lives):
+        print(f"| {'eviction lifecycle (benchmarks/lifecycle.py)':<40} | {'kfed':>10} | {'Kueue':>10} |")
+        rows_of = [dict(life.rows()) if life else {} for life in lives]
+        for label in dict.fromkeys(label for rows in rows_of for label in rows):
+            print(f"| {label} | {rows_of[0].get(label, '-'):>10} | {rows_of[1].get(label, '-'):>10} |")
     for f in (kfed, kueue):
         if f is not None:
             print(f"  {f.system} client limits: {f.limits}")
+
+
+def traced_lifecycle(cluster: LocalCluster, trace: lifecycle.Trace) -> lifecycle.Lifecycle:
+    """The run's eviction lifecycle, its cohorts read from the cluster's ClusterQueues."""
+    status, body = cluster.request("GET", "/apis/kueue.x-k8s.io/v1beta2/clusterqueues")
+    queues = body.get("items", []) if status == 200 and isinstance(body, dict) else []
+    return lifecycle.summarize(trace.transitions, lifecycle.cohorts(queues))
 
 
 def _class_wait(cls: str) -> Callable[[Figures], float]:
@@ -308,15 +328,16 @@ async def baseline_kfed(base: Path, args: argparse.Namespace) -> Figures:
     provider = LocalProvider(base)
     try:
         (cluster,) = start_clusters(provider, ["kfed-baseline"])
-        result = await admission.run_baseline(
-            cluster,
-            base,
-            scale=args.scale,
-            qps=args.baseline_qps,
-            burst=args.baseline_burst,
-            timeout=args.timeout,
-            runner_kubeconfig=identity_kubeconfig(cluster, RUNNER_USER),
-        )
+        with lifecycle.WatchedTrace(identity_kubeconfig(cluster, TRACE_USER)) as trace:
+            result = await admission.run_baseline(
+                cluster,
+                base,
+                scale=args.scale,
+                qps=args.baseline_qps,
+                burst=args.baseline_burst,
+                timeout=args.timeout,
+                runner_kubeconfig=identity_kubeconfig(cluster, RUNNER_USER),
+            )
         by_user = requests_by_user(cluster, result.started_at, result.started_at + result.wall)
         waits = result.waits()
         return Figures(
@@ -333,6 +354,7 @@ async def baseline_kfed(base: Path, args: argparse.Namespace) -> Figures:
             apiserver_cpu=result.spent.get("kube-apiserver", 0.0),
             limits=kfed_limits(args, "runner"),
             extra={"controller API requests per second": (by_user.get(ADMIN_USER, 0) / result.wall, "")},
+            lifecycle=traced_lifecycle(cluster, trace),
         )
     finally:
         provider.delete_all()
@@ -420,6 +442,7 @@ def baseline_with_kueue_runner(
     provider = LocalProvider(base)
     process: Component | None = None
     runner: subprocess.Popen[bytes] | None = None
+    trace_watch: lifecycle.WatchedTrace | None = None
     try:
         (cluster,) = start_clusters(provider, [f"{system.lower()}-baseline"])
         process = controller(cluster)
@@ -429,6 +452,8 @@ def baseline_with_kueue_runner(
         config.write_text(yaml.safe_dump(generator_config(args.scale), sort_keys=False))
         runner_kubeconfig = write_kubeconfig(base / "runner.kubeconfig", identity_kubeconfig(cluster, RUNNER_USER))
         apiserver_before = apiserver_cpu(base)
+        trace_watch = lifecycle.WatchedTrace(identity_kubeconfig(cluster, TRACE_USER))
+        trace = trace_watch.start()
         start = time.time()
         process.start()
         assert process.pid is not None
@@ -451,6 +476,7 @@ def baseline_with_kueue_runner(
         # empty), before it cleans up; that is the end of the run.
         wait_for(lambda: summary.exists() or runner.poll() is not None, timeout=args.timeout + 60, what="the Kueue runner's summary")
         end = time.time()
+        trace_watch.stop()
         cpu, rss = proc_stats(process.pid)
         apiserver = apiserver_cpu(base) - apiserver_before
         if not summary.exists():
@@ -477,8 +503,11 @@ def baseline_with_kueue_runner(
             apiserver_cpu=apiserver,
             limits=limits,
             extra={"controller API requests per second": (by_user.get(ADMIN_USER, 0) / (end - start), "")},
+            lifecycle=traced_lifecycle(cluster, trace),
         )
     finally:
+        if trace_watch is not None:
+            trace_watch.stop()
         if runner is not None and runner.poll() is None:
             runner.terminate()
             runner.wait(timeout=60)
@@ -596,6 +625,8 @@ async def multikueue_kueue(base: Path, args: argparse.Namespace, bin_dir: Path) 
             log_level="error",
             client_connection=connection,
             feature_gates=NO_WAIT_FOR_PODS_READY,
+            # The worker-limits build's clients to the workers: the same limits as kfed's.
+            environment={"KFED_KUEUE_WORKER_QPS": f"{args.qps:g}", "KFED_KUEUE_WORKER_BURST": str(args.burst)},
         )
         kueues.append(kueue_manager)
         kueue_manager.start()
@@ -637,7 +668,8 @@ async def multikueue_kueue(base: Path, args: argparse.Namespace, bin_dir: Path) 
         figures.extra["worker controller peak RSS (MiB)"] = (worker_rss / 2**20, "MiB")
         figures.limits = (
             f"dispatcher {args.kueue_dispatcher}; manager and worker Kueues {args.qps:g} QPS, burst {args.burst}; "
-            f"the manager's clients to its workers {CLIENT_GO_DEFAULT} (client-go's default); runner {RUNNER_QPS}"
+            f"the manager's clients to its workers {args.qps:g} QPS, burst {args.burst} (hack/kueue/build.sh worker-limits; "
+            f"v0.19.2 itself has {CLIENT_GO_DEFAULT}, client-go's default, and no setting); runner {RUNNER_QPS}"
         )
         return figures
     finally:
@@ -711,7 +743,8 @@ async def main(args: argparse.Namespace) -> None:
         if "kueue" in systems:
 
             async def kueue_multikueue() -> Figures:
-                return await multikueue_kueue(base / "kueue-multikueue", args, build("manager", "KFED_KUEUE_BIN"))
+                bin_dir = build("worker-limits", "KFED_KUEUE_WORKER_LIMITS_BIN")
+                return await multikueue_kueue(base / "kueue-multikueue", args, bin_dir)
 
             kueue_figures = await attempt("Kueue's MultiKueue burst", kueue_multikueue)
         if "kfed" in systems:

@@ -124,7 +124,9 @@ def webhook_configurations(manifests: str, url: str, ca_pem: bytes) -> list[dict
     return webhooks_by_url(manifests, url, ca_pem, names=CONFIGURATION_NAMES, adapt=adapt)
 
 
-def with_private_etc(root: Path, argv: list[str], *, visibility: Path | None = None) -> list[str]:
+def with_private_etc(
+    root: Path, argv: list[str], *, visibility: Path | None = None, environment: dict[str, str] | None = None
+) -> list[str]:
     """`argv` run with `root/etc/kueue/...` seen at `/etc/kueue/...`, in a mount namespace of its
     own, with a metrics certificate for 127.0.0.1 issued into it (and `visibility`, when given,
     seen at `/visibility`, in a root of its own). A user namespace maps the caller to root there,
@@ -140,7 +142,8 @@ def with_private_etc(root: Path, argv: list[str], *, visibility: Path | None = N
     pki.write(certs, "tls", pki.issue(ca, "kueue-metrics", server_ips=("127.0.0.1",)))
     env = shutil.which("env") or "/usr/bin/env"
     mounts = [unshare, "--user", "--map-root-user", "--mount", "/bin/sh", "-c", _PRIVATE_ETC, "private-etc", str(root), *argv]
-    return [env, f"VISIBILITY_DIR={visibility or ''}", *mounts]
+    extra = [f"{name}={value}" for name, value in sorted((environment or {}).items())]
+    return [env, f"VISIBILITY_DIR={visibility or ''}", *extra, *mounts]
 
 
 @dataclass
@@ -165,6 +168,8 @@ class UpstreamKueue:
     # these names (the Service its APIServices name); None: no visibility server.
     visibility_port: int | None = None
     visibility_names: tuple[str, ...] = ()
+    # Environment variables for the process (the worker-limits build reads its clients' limits there).
+    environment: dict[str, str] = field(default_factory=dict)
     process: Component | None = None
     _ca_pem: bytes = b""
 
@@ -230,7 +235,7 @@ class UpstreamKueue:
             f"--kubeconfig={self.cluster.kubeconfig_path}",
             f"--zap-log-level={self.log_level}",
         ]
-        argv = with_private_etc(self.directory / "private-etc", argv, visibility=visibility_dir)
+        argv = with_private_etc(self.directory / "private-etc", argv, visibility=visibility_dir, environment=self.environment)
         self._ca_pem = ca.cert_pem
         return Component("kueue", argv, self.directory / "kueue.log")
 

@@ -6,6 +6,13 @@
 #   hack/kueue/build.sh perf    prints the directory holding Kueue's scheduler performance harness:
 #                               runner and minimalkueue (test/performance/scheduler), crds/ and
 #                               configs/ (the harness's generator configurations)
+#   hack/kueue/build.sh worker-limits
+#                               prints the directory holding kueue, crds/ and webhook-manifests.yaml
+#                               like the manager's, built with one change (see below): the clients
+#                               of a MultiKueue manager to its workers take their QPS and burst from
+#                               KFED_KUEUE_WORKER_QPS and KFED_KUEUE_WORKER_BURST when set (v0.19.2
+#                               leaves them at client-go's 5 and 10 with no setting; v0.20 raised
+#                               them). For benchmarks/compare_kueue.py's MultiKueue part only.
 #   hack/kueue/build.sh visibility-client
 #                               prints the directory holding kueue-visibility-client, a client of
 #                               the visibility API built with Kueue's own clientset
@@ -24,13 +31,14 @@ source "$here/../lib/cache.sh"
 target=${1:-manager}
 case "$target" in
   manager) out_name="kueue-${KUEUE_VERSION}"; what="Kueue ${KUEUE_VERSION}'s manager" ;;
+  worker-limits) out_name="kueue-worker-limits-${KUEUE_VERSION}"; what="Kueue ${KUEUE_VERSION}'s manager with settable worker client limits" ;;
   perf) out_name="kueue-perf-${KUEUE_VERSION}"; what="Kueue ${KUEUE_VERSION}'s scheduler performance runner and minimalkueue" ;;
   visibility-client)
     # The program's own source is part of the cache key: an edit builds it again.
     digest=$(sha256sum "$here/visibility-client/main.go" | cut -c1-12)
     out_name="kueue-visibility-client-${KUEUE_VERSION}-${digest}"
     what="a visibility API client with Kueue ${KUEUE_VERSION}'s clientset" ;;
-  *) echo "usage: $0 [manager|perf|visibility-client]" >&2; exit 2 ;;
+  *) echo "usage: $0 [manager|perf|worker-limits|visibility-client]" >&2; exit 2 ;;
 esac
 cached_build "$out_name" "build upstream Kueue ${KUEUE_VERSION}" "building $what from its Go module"
 mkdir -p "$out/module" "$out/crds"
@@ -57,7 +65,49 @@ if [[ "$target" == visibility-client ]]; then
   finish_build "$out"
   exit 0
 fi
-if [[ "$target" == manager ]]; then
+if [[ "$target" == worker-limits ]]; then
+  # The one change: the rest.Config of each worker's client (clientConfig.toRESTConfig) gets its
+  # QPS and burst from the environment when they are set. The build stops if the line it
+  # changes is not there any more. Go refuses overlays of the module cache: a copy is built.
+  cluster_go="pkg/controller/admissionchecks/multikueue/multikueuecluster.go"
+  line='	return clientcmd.RESTConfigFromKubeConfig(c.Kubeconfig)'
+  [[ $(grep -cxF "$line" "$source_dir/$cluster_go") == 1 ]] || {
+    echo "$source_dir/$cluster_go no longer builds a worker's rest.Config in toRESTConfig; revisit hack/kueue/build.sh" >&2
+    exit 1
+  }
+  cp -r "$source_dir" "$out/source"
+  chmod -R u+w "$out/source"
+  sed -i 's|^\treturn clientcmd.RESTConfigFromKubeConfig(c.Kubeconfig)$|\treturn kfedWorkerLimits(clientcmd.RESTConfigFromKubeConfig(c.Kubeconfig))|' "$out/source/$cluster_go"
+  cat > "$out/source/pkg/controller/admissionchecks/multikueue/kfed_worker_limits.go" <<'GO'
+package multikueue
+
+// Added by kfed's hack/kueue/build.sh worker-limits, for a benchmark at equal client limits.
+
+import (
+	"os"
+	"strconv"
+
+	"k8s.io/client-go/rest"
+)
+
+// kfedWorkerLimits sets a worker client's QPS and burst from KFED_KUEUE_WORKER_QPS and
+// KFED_KUEUE_WORKER_BURST when they are set, and leaves client-go's defaults otherwise.
+func kfedWorkerLimits(config *rest.Config, err error) (*rest.Config, error) {
+	if err != nil {
+		return nil, err
+	}
+	if qps, parseErr := strconv.ParseFloat(os.Getenv("KFED_KUEUE_WORKER_QPS"), 32); parseErr == nil {
+		config.QPS = float32(qps)
+	}
+	if burst, parseErr := strconv.Atoi(os.Getenv("KFED_KUEUE_WORKER_BURST")); parseErr == nil {
+		config.Burst = burst
+	}
+	return config, nil
+}
+GO
+  printf '\nreplace sigs.k8s.io/kueue => ../source\n' >> "$out/module/go.mod"
+fi
+if [[ "$target" == manager || "$target" == worker-limits ]]; then
   build "$out/kueue" sigs.k8s.io/kueue/cmd/kueue
   cp "$source_dir/config/components/webhook/manifests.yaml" "$out/webhook-manifests.yaml"
   chmod u+w "$out/webhook-manifests.yaml"

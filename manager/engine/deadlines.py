@@ -86,16 +86,18 @@ class Deadlines:
                 self._check_reserved(info, now)
 
     def end_backoffs(self, now: datetime) -> None:
-        """Kueue's workload controller for the workloads released here: once the backoff ran
-        out, Requeued=True (BackoffFinished), requeueAt cleared, and queued again."""
+        """Kueue's workload controller for a pending workload that no job owns (or that was
+        released here) once its backoff ran out: requeueAt cleared, Requeued=True
+        (BackoffFinished) where a PodsReady timeout left it False, and queued again."""
         due = [key for key, at in self.backoff_deadlines.items() if at <= now]
         for key in due:
             del self.backoff_deadlines[key]
             info = self.infos.get(key)
-            requeued = info.conditions.get(c.REQUEUED) if info is not None else None
-            if info is None or info.reserved or requeued is None or requeued.reason != REASON_PODS_READY_TIMEOUT:
+            if info is None or info.reserved:
                 continue
-            info.set_condition(c.REQUEUED, "True", *BACKOFF_FINISHED, now)
+            requeued = info.conditions.get(c.REQUEUED)
+            if requeued is not None and requeued.status == "False" and requeued.reason == REASON_PODS_READY_TIMEOUT:
+                info.set_condition(c.REQUEUED, "True", *BACKOFF_FINISHED, now)
             count = info.obj.status.requeue_state.count if info.obj.status and info.obj.status.requeue_state else None
             info.requeue_state_write = (kueue.RequeueState(count=count),)
             info.requeue_at = None

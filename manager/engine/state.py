@@ -290,6 +290,10 @@ class AdmissionState(WriteBookkeeping, Deadlines):
             self._check_reserved(info, now)
         else:
             self.scheduler.enqueue(info, now)
+            if info.requeue_at is not None and not self._owned_by_controller(info):
+                # Released by another writer (Kueue's runner) with a backoff to wait out: no job
+                # controller ends it, so this side does, as Kueue's workload controller would.
+                self.backoff_deadlines[key] = info.requeue_at
 
     def _refresh_pending(self, info: WorkloadInfo, wl: Workload) -> None:
         info.carry_foreign(wl)

@@ -736,9 +736,7 @@ def stop_policy_eviction(info: WorkloadInfo, *, cluster_queue_policy: str | None
     return None
 
 
-def reserved_eviction(
-    info: WorkloadInfo, *, cluster_queue_policy: str | None, local_queue_policy: str | None
-) -> tuple[str, str] | None:
+def reserved_eviction(info: WorkloadInfo, *, cluster_queue_policy: str | None, local_queue_policy: str | None) -> tuple[str, str] | None:
     """(reason, message) when Kueue's workload controller evicts a workload holding quota: a
     stop policy first, then a deactivation, then an admission check asking for a retry."""
     eviction = stop_policy_eviction(info, cluster_queue_policy=cluster_queue_policy, local_queue_policy=local_queue_policy)

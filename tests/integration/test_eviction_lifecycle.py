@@ -8,8 +8,8 @@ releaser (`benchmarks/releaser.py`) plays the job's part for both: it turns an e
 lifecycle the victim holds its quota until then; the preemptor waits sticky at its queue's head,
 and a later preemptor counts a victim already being evicted instead of evicting another.
 
-A trace records, from the watch, each Workload's transitions in the order the apiserver served
-them: evicted (Evicted turns True), released (QuotaReserved turns False after an eviction) and
+A trace (`benchmarks/lifecycle.py`) records, from the watch, each Workload's transitions in the
+order the apiserver served them: evicted (Evicted turns True), released (QuotaReserved turns False after an eviction) and
 admitted (QuotaReserved turns True). Both managers must evict the same Workloads in the same order
 and admit the same Workloads in the same order; the expected sequences are Kueue's, read from its
 code (`pkg/cache/queue/cluster_queue.go` for the sticky preemptor, `pkg/scheduler/preemption` for
@@ -31,6 +31,7 @@ from typing import Any
 
 import pytest
 
+from benchmarks import lifecycle
 from benchmarks.releaser import Releaser, awaits_release
 from manager.api import constants as c
 from manager.api import kueue
@@ -77,33 +78,17 @@ def kfed_system(provider: Provider, tmp_path_factory: pytest.TempPathFactory) ->
         yield System("kfed", cluster)
 
 
-@dataclass
-class Trace:
-    """Transitions in the order the watch served them: (seconds since the start, kind, name)."""
-
-    start: float = field(default_factory=time.monotonic)
-    events: list[tuple[float, str, str]] = field(default_factory=list)
-
-    def on_workload(self, kind: str, old: kueue.Workload | None, new: kueue.Workload | None) -> None:
-        if new is None:
-            return
-        was = old.status.conditions if old is not None and old.status else None
-        now = new.status.conditions if new.status else None
-        at = time.monotonic() - self.start
-        for condition, label in ((c.EVICTED, "evicted"), (c.QUOTA_RESERVED, "admitted")):
-            if is_condition_true(now, condition) and not is_condition_true(was, condition):
-                self.events.append((at, label, new.name))
-        if is_condition_true(was, c.QUOTA_RESERVED) and not is_condition_true(now, c.QUOTA_RESERVED):
-            self.events.append((at, "released", new.name))
+class Trace(lifecycle.Trace):
+    """`benchmarks/lifecycle.py`'s trace, read by Workload name."""
 
     def names(self, kind: str) -> list[str]:
-        return [name for _, label, name in self.events if label == kind]
+        return [t.key.split("/", 1)[1] for t in self.transitions if t.kind == kind]
 
     def first(self, kind: str) -> float | None:
-        return next((at for at, label, _ in self.events if label == kind), None)
+        return next((t.at for t in self.transitions if t.kind == kind), None)
 
     def story(self) -> str:
-        return "; ".join(f"{at:.2f}s {label} {name}" for at, label, name in self.events)
+        return "; ".join(f"{t.at:.2f}s {t.kind} {t.key.split('/', 1)[1]}" for t in self.transitions)
 
 
 @dataclass

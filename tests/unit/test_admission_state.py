@@ -62,12 +62,13 @@ def workload(
 
 
 def released(write: StatusWrite, original: kueue.Workload, rv: str) -> kueue.Workload:
-    """An evicted Workload once its Job stopped: the job integration cleared its reservation."""
+    """An evicted Workload once its Job stopped: the job integration (or Kueue's runner) cleared
+    its reservation, as Kueue's UnsetQuotaReservationWithCondition does (Admitted turns False too)."""
     out = stored(write, original, rv)
     assert out.status is not None
     out.status.admission = None
     for cond in out.status.conditions or []:
-        if cond.type == c.QUOTA_RESERVED:
+        if cond.type in (c.QUOTA_RESERVED, c.ADMITTED):
             cond.status = "False"
     return out
 

@@ -111,7 +111,7 @@ def reserved_info(*, admitted: bool) -> WorkloadInfo:
     checks = None if admitted else {"mk": "Pending"}
     obj = workload("w", "lq", {"cpu": "1"}, admitted=("cq", {"cpu": "default"}), created=0, checks=checks)
     if not admitted:
-        conditions = obj["status"]["conditions"]  # type: ignore[index]
+        conditions = obj["status"]["conditions"]
         conditions[1].update(status="False", reason="UnsatisfiedAdmissionChecks", message="The workload has not all checks ready")
     wl = Workload.model_validate(obj)
     return build_info(wl, priority=0, created=T0)

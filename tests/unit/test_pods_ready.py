@@ -28,7 +28,7 @@ from manager.engine.podsready import (
 from manager.engine.state import AdmissionState
 from manager.engine.workload import build_info
 from manager.engine.writes import StatusWrite
-from tests.unit.test_admission_state import T0, cluster_queue, flavor, local_queue, run, stored, workload
+from tests.unit.test_admission_state import T0, cluster_queue, flavor, local_queue, released, run, stored, workload
 
 pytestmark = pytest.mark.unit
 
@@ -293,25 +293,25 @@ def test_without_block_admission_two_not_ready_workloads_are_admitted_together()
     assert writes_at(state, 1)["ns/b"].admits
 
 
-def test_a_bare_workload_is_released_at_once_and_queued_again_when_its_backoff_ends() -> None:
-    """No job owns it: the admission side releases it and ends its backoff, as Kueue's
-    workload controller does."""
+def test_a_bare_workload_keeps_its_quota_until_released_and_is_queued_again_when_its_backoff_ends() -> None:
+    """No job owns it: Kueue's workload controller evicts it and keeps its reservation (the
+    runner releases it); once its backoff runs out the admission side clears requeueAt and
+    queues it again, as Kueue's workload controller does."""
     state = pods_ready_state(timeout="3s", requeuingStrategy={"backoffBaseSeconds": 5})
     wl = workload("a")
     state.upsert_workload(wl, T0)
     [first] = run(state, T0)
     state.write_succeeded(first, stored(first, wl, "2"))
     evicted = writes_at(state, 3)["ns/a"]
-    assert evicted.status.admission is None and not evicted.admits  # released in the same write
-    requeued = find_condition(evicted.status.conditions, c.REQUEUED)
-    assert requeued is not None and (requeued.status, requeued.reason) == ("False", "PodsReadyTimeout")
+    assert evicted.status.admission is not None and not evicted.admits, "the eviction keeps the reservation"
+    assert find_condition(evicted.status.conditions, c.EVICTED) is not None
     assert evicted.status.requeue_state == kueue.RequeueState(count=1, requeue_at=T0 + timedelta(seconds=8))
-    state.write_succeeded(evicted, stored(evicted, wl, "3"))
+    held = stored(evicted, wl, "3")
+    state.write_succeeded(evicted, held)
+    state.upsert_workload(released(evicted, held, "4"), T0 + timedelta(seconds=4))
     assert "ns/a" not in writes_at(state, 7)  # still in its backoff
     readmitted = writes_at(state, 8)["ns/a"]
     assert readmitted.admits
-    requeued = find_condition(readmitted.status.conditions, c.REQUEUED)
-    assert requeued is not None and (requeued.status, requeued.reason) == ("True", "BackoffFinished")
     assert readmitted.status.requeue_state == kueue.RequeueState(count=1)
 
 
