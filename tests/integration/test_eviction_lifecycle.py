@@ -262,11 +262,12 @@ async def test_the_smallest_case_evicts_once_as_kueue_does(kueue_system: System,
     same_on_both(runs, evicted=["b1"], admitted=["a1", "a2"], of=["a1", "a2"])
 
 
-async def test_a_later_preemptor_counts_a_victim_already_being_evicted(kueue_system: System, kfed_system: System) -> None:
+async def test_a_later_preemptor_waits_for_a_victim_already_being_evicted(kueue_system: System, kfed_system: System) -> None:
     """Cohort of A, B and C (1 cpu each, borrowing limit 2, reclaimWithinCohort Any). C runs
-    c1..c3 (priorities 1..3). a1 reclaims c1; b1 arrives while c1 is being evicted and counts
-    it instead of evicting c2. Once c1 is released a1 (the higher priority) takes it, and b1
-    then reclaims c2."""
+    c1..c3 (priorities 1..3). a1 reclaims c1; b1 arrives while c1 is being evicted, and its
+    target is c1 too: a1 (first in each cycle) counts c1 as under way, and b1 is skipped for
+    overlapping targets, so neither evicts c2 while c1 holds its quota. Once c1 is released a1
+    (the higher priority) takes it, and b1 then reclaims c2."""
     runs: dict[str, Run] = {}
     for system in (kueue_system, kfed_system):
         case = "reuse"
