@@ -35,6 +35,7 @@ from benchmarks import lifecycle
 from benchmarks.releaser import Releaser, awaits_release
 from manager.api import constants as c
 from manager.api import kueue
+from manager.api.core import Job
 from manager.api.meta import is_condition_true
 from manager.dev import federation
 from manager.dev.local import LocalCluster
@@ -43,6 +44,7 @@ from manager.kube.errors import ConflictError
 from manager.kube.informer import Informer
 from tests.harness import Provider, eventually
 from tests.integration.controllers import crd_cluster, running_manager
+from tests.integration.test_controllers import job_manifest
 from tests.kueue_upstream import UpstreamKueue, require_upstream_kueue
 
 RELEASE_AFTER = 1.0  # seconds from an eviction to its release: a job that takes a second to stop
@@ -71,6 +73,43 @@ def kueue_system(provider: Provider, tmp_path_factory: pytest.TempPathFactory) -
 
 
 @pytest.fixture(scope="module")
+def kueue_jobs_system(provider: Provider, tmp_path_factory: pytest.TempPathFactory) -> Iterator[System]:
+    """Upstream Kueue with its webhooks (its Job integration suspends queued Jobs), on a cluster
+    whose Jobs really run (kube-controller-manager, kube-scheduler, kwok nodes)."""
+    bin_dir = require_upstream_kueue()
+    (cluster,) = provider.create([f"lifecycle-kueue-jobs-{uuid.uuid4().hex[:4]}"], jobs=True)
+    upstream = UpstreamKueue(cluster, tmp_path_factory.mktemp("lifecycle-kueue-jobs"), bin_dir)
+    upstream.start()
+    for obj in job_cluster_objects():
+        federation.create(cluster, obj)
+    try:
+        yield System("upstream Kueue", cluster)
+    finally:
+        upstream.stop()
+
+
+@pytest.fixture(scope="module")
+def kfed_jobs_system(provider: Provider, tmp_path_factory: pytest.TempPathFactory) -> Iterator[System]:
+    cluster = crd_cluster(provider, "lifecycle-kfed-jobs-", jobs=True)
+    with running_manager(cluster, tmp_path_factory.mktemp("lifecycle-kfed-jobs")):
+        for obj in job_cluster_objects():
+            federation.create(cluster, obj)
+        yield System("kfed", cluster)
+
+
+def job_cluster_objects() -> list[dict[str, Any]]:
+    """The flavor, and the WorkloadPriorityClasses the Job-owned case names."""
+    priorities = [("low", 1), ("mid", 10), ("high", 20)]
+    return [
+        {"apiVersion": V1BETA2, "kind": "ResourceFlavor", "metadata": {"name": FLAVOR}},
+        *(
+            {"apiVersion": V1BETA2, "kind": "WorkloadPriorityClass", "metadata": {"name": name}, "value": value}
+            for name, value in priorities
+        ),
+    ]
+
+
+@pytest.fixture(scope="module")
 def kfed_system(provider: Provider, tmp_path_factory: pytest.TempPathFactory) -> Iterator[System]:
     cluster = crd_cluster(provider, "lifecycle-kfed-")
     with running_manager(cluster, tmp_path_factory.mktemp("lifecycle-kfed")):
@@ -78,17 +117,30 @@ def kfed_system(provider: Provider, tmp_path_factory: pytest.TempPathFactory) ->
         yield System("kfed", cluster)
 
 
+@dataclass
 class Trace(lifecycle.Trace):
-    """`benchmarks/lifecycle.py`'s trace, read by Workload name."""
+    """`benchmarks/lifecycle.py`'s trace, read by the name of each Workload's Job (its own name
+    for a Workload that no job owns)."""
+
+    owners: dict[str, str] = field(default_factory=dict)  # Workload key -> its Job's name
+
+    def on_workload(self, kind: str, old: kueue.Workload | None, new: kueue.Workload | None) -> None:
+        if new is not None:
+            owner = next((ref.name for ref in new.metadata.owner_references or [] if ref.controller), None)
+            self.owners[new.key] = owner or new.name
+        super().on_workload(kind, old, new)
+
+    def name(self, key: str) -> str:
+        return self.owners.get(key, key.split("/", 1)[1])
 
     def names(self, kind: str) -> list[str]:
-        return [t.key.split("/", 1)[1] for t in self.transitions if t.kind == kind]
+        return [self.name(t.key) for t in self.transitions if t.kind == kind]
 
     def first(self, kind: str) -> float | None:
         return next((t.at for t in self.transitions if t.kind == kind), None)
 
     def story(self) -> str:
-        return "; ".join(f"{t.at:.2f}s {t.kind} {t.key.split('/', 1)[1]}" for t in self.transitions)
+        return "; ".join(f"{t.at:.2f}s {t.kind} {self.name(t.key)}" for t in self.transitions)
 
 
 @dataclass
@@ -100,12 +152,22 @@ class Run:
     namespace: str
     informer: Informer[kueue.Workload]
     trace: Trace
-    releaser: Releaser
+    releaser: Releaser | None
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
     def reserved(self, name: str) -> bool:
-        wl = self.informer.get(f"{self.namespace}/{name}")
-        return wl is not None and is_condition_true(wl.status.conditions if wl.status else None, c.QUOTA_RESERVED)
+        """The Workload `name`, or the Workload of the Job `name`, holds quota."""
+        keys = [key for key, owner in self.trace.owners.items() if owner == name] or [f"{self.namespace}/{name}"]
+        return any(
+            (wl := self.informer.get(key)) is not None and is_condition_true(wl.status.conditions if wl.status else None, c.QUOTA_RESERVED)
+            for key in keys
+        )
+
+    async def job(self, name: str, queue: str, *, cpu: int, priority_class: str) -> None:
+        """A Job whose pods run until it is stopped (kwok completes a pod after this delay)."""
+        manifest = job_manifest(name, self.namespace, queue=queue, cpu=str(cpu), priority_class=priority_class)
+        manifest["spec"]["template"]["metadata"] = {"annotations": {"pod-complete.stage.kwok.x-k8s.io/delay": "10m"}}
+        await self.client.create(Job, manifest)
 
     async def workload(self, name: str, queue: str, *, cpu: int, priority: int) -> None:
         pod = {
@@ -191,9 +253,10 @@ def cluster_queue(name: str, *, cpu: int, cohort: str | None, borrowing_limit: i
 
 
 @contextlib.asynccontextmanager
-async def started(system: System, case: str, queues: list[dict[str, Any]]) -> AsyncIterator[Run]:
+async def started(system: System, case: str, queues: list[dict[str, Any]], *, release: bool = True) -> AsyncIterator[Run]:
     """A namespace of the case's own, its ClusterQueues (named `case-<queue>`) with a LocalQueue
-    each (named after the queue), a trace and a releaser on a watch of its Workloads."""
+    each (named after the queue), a trace and a releaser on a watch of its Workloads (`release`
+    False: none, where the job integration releases its own Workloads)."""
     namespace = f"{case}-{uuid.uuid4().hex[:4]}"
     federation.create(system.cluster, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
     for cq in queues:
@@ -210,7 +273,7 @@ async def started(system: System, case: str, queues: list[dict[str, Any]]) -> As
     informer: Informer[kueue.Workload] = Informer(client, kueue.Workload, namespace=namespace)
     trace = Trace()
     informer.add_handler(trace.on_workload)
-    releaser = Releaser(client, informer, delay=RELEASE_AFTER)
+    releaser = Releaser(client, informer, delay=RELEASE_AFTER) if release else None
     watch = asyncio.create_task(informer.run())
     run = Run(system, client, namespace, informer, trace, releaser)
     try:
@@ -219,7 +282,8 @@ async def started(system: System, case: str, queues: list[dict[str, Any]]) -> As
     finally:
         for task in list(run.tasks):
             task.cancel()
-        await releaser.close()
+        if releaser is not None:
+            await releaser.close()
         watch.cancel()
         await asyncio.gather(watch, *run.tasks, return_exceptions=True)
         await client.close()
@@ -232,10 +296,6 @@ def same_on_both(runs: dict[str, Run], *, evicted: list[str], admitted: list[str
     stories = "\n".join(f"  {name}: {run.trace.story()}" for name, run in runs.items())
     for name, (got_evicted, got_admitted) in seen.items():
         assert (got_evicted, got_admitted) == (evicted, admitted), f"{name} differs from Kueue's lifecycle:\n{stories}"
-
-
-async def run_case(systems: list[System], script: Callable[[System], Awaitable[Run]]) -> dict[str, Run]:
-    return {system.name: await script(system) for system in systems}
 
 
 async def test_the_smallest_case_evicts_once_as_kueue_does(kueue_system: System, kfed_system: System) -> None:
@@ -301,5 +361,26 @@ async def test_a_preemptor_stays_sticky_at_its_queue_head_while_its_victim_is_ev
             run.after_first_eviction(0, lambda run=run: run.workload("q", "s", cpu=1, priority=20))  # type: ignore[misc]
             await run.workload("p", "s", cpu=3, priority=10)
             await run.settled("q")
+            runs[system.name] = run
+    same_on_both(runs, evicted=["l1", "p"], admitted=["p", "q"], of=["p", "q"])
+
+
+async def test_a_preempted_job_holds_its_quota_until_stopped_and_its_preemptor_stays_sticky(
+    kueue_jobs_system: System, kfed_jobs_system: System
+) -> None:
+    """The sticky case on the Job-owned path: each system's own Job integration stops the
+    victim's Job and releases its Workload (no scripted releaser). l1 (low, 2 cpu) runs; p (mid,
+    3 cpu) evicts it; q (high, 1 cpu) arrives once the eviction is seen. p holds its queue's
+    head until admitted, then q evicts p."""
+    runs: dict[str, Run] = {}
+    for system in (kueue_jobs_system, kfed_jobs_system):
+        case = "sticky-jobs"
+        queues = [cluster_queue(f"{case}-s", cpu=3, cohort=None, borrowing_limit=None, preemption={"withinClusterQueue": "LowerPriority"})]
+        async with started(system, case, queues, release=False) as run:
+            await run.job("l1", "s", cpu=2, priority_class="low")
+            await run.all_reserved("l1")
+            run.after_first_eviction(0, lambda run=run: run.job("q", "s", cpu=1, priority_class="high"))  # type: ignore[misc]
+            await run.job("p", "s", cpu=3, priority_class="mid")
+            await run.settled("q", timeout=120)
             runs[system.name] = run
     same_on_both(runs, evicted=["l1", "p"], admitted=["p", "q"], of=["p", "q"])
