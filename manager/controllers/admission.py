@@ -3,10 +3,10 @@ workload controller, run over the engine's AdmissionState.
 
 Informer events are applied to the state as they arrive (one event loop, no locks). The
 loop then runs scheduling cycles until one changes nothing or evicts, and writes what the
-engine decided (after a cycle that evicts, the next waits until those evictions are written,
-as Kueue issues a cycle's preemptions within the cycle): Workload status patches with a resourceVersion precondition (a conflict undoes the
-assumed decision; the next observed object decides), Events, and ClusterQueue and
-LocalQueue status. Only the leader runs cycles and writes; a standby keeps its state
+engine decided: Workload status patches with a resourceVersion precondition (a conflict
+undoes the assumed decision; the next observed object decides), Events, and ClusterQueue and
+LocalQueue status. After a cycle that evicts, the next waits until those evictions are
+written, as Kueue issues a cycle's preemptions within the cycle. Only the leader runs cycles and writes; a standby keeps its state
 current so that it can take over at once.
 """
 
@@ -116,7 +116,8 @@ class AdmissionController:
     ) -> None:
         self.client = client
         self.caches = caches
-        self.state = AdmissionState(config, jitter=random.random, release_bare_evictions=release_bare_evictions)  # Kueue's backoff jitter
+        # random.random: Kueue's backoff jitter.
+        self.state = AdmissionState(config, jitter=random.random, release_bare_evictions=release_bare_evictions)
         self.recorder = recorder
         self.clock = clock
         self._wake = asyncio.Event()
