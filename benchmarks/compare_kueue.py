@@ -328,6 +328,7 @@ async def baseline_kfed(base: Path, args: argparse.Namespace) -> Figures:
     provider = LocalProvider(base)
     try:
         (cluster,) = start_clusters(provider, ["kfed-baseline"])
+        admission.install_kfed(cluster)  # the Workload CRD, before the trace watches Workloads
         with lifecycle.WatchedTrace(identity_kubeconfig(cluster, TRACE_USER)) as trace:
             result = await admission.run_baseline(
                 cluster,

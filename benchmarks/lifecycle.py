@@ -12,8 +12,8 @@ False after an eviction) and admissions (QuotaReserved turns True), each with it
 - evictions issued while a victim of another preemptor in the same cohort was still unreleased
   (Kueue's brakes: the sticky preemptor and a later preemptor's count of victims under way keep
   these few);
-- preemptors admitted before their last victim was released (the victim's quota was counted
-  twice meanwhile, or the preemptor fit elsewhere).
+- preemptors admitted before their last victim was released or finished (the preemptor fit
+  in quota something else gave back, or the manager counted the victim's quota as free early).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ _PREEMPTOR_UID = re.compile(r"\(UID: ([^,)]+)")
 @dataclass(frozen=True)
 class Transition:
     at: float  # seconds since the trace started
-    kind: str  # "evicted", "released" or "admitted"
+    kind: str  # "evicted", "released", "admitted" or "finished"
     key: str  # namespace/name
     uid: str
     cluster_queue: str
@@ -75,6 +75,10 @@ class Trace:
             self.transitions.append(Transition(at, "released", new.key, uid, cq))
         if is_condition_true(now, c.QUOTA_RESERVED) and not is_condition_true(was, c.QUOTA_RESERVED):
             self.transitions.append(Transition(at, "admitted", new.key, uid, cq))
+        if is_condition_true(now, c.FINISHED) and not is_condition_true(was, c.FINISHED):
+            # A victim that finished before its release (its runner wrote Finished first) gives
+            # its quota back with its end.
+            self.transitions.append(Transition(at, "finished", new.key, uid, cq))
 
 
 @dataclass(frozen=True)
@@ -128,7 +132,7 @@ def summarize(transitions: list[Transition], cohort_of: Callable[[str], str]) ->
             held[t.key] = (cohort, t.preemptor_uid)
             if t.preemptor_uid:
                 victims_of.setdefault(t.preemptor_uid, []).append(t)
-        elif t.kind == "released":
+        elif t.kind in ("released", "finished"):
             held.pop(t.key, None)
             releases.setdefault(t.key, []).append(t.at)
         else:

@@ -51,3 +51,15 @@ def test_an_immediate_release_shows_as_a_wave_and_as_evictions_while_a_victim_is
 def test_a_victim_evicted_again_by_the_same_preemptor_is_not_counted_as_held_by_another() -> None:
     trace = [evicted(0.0, "b1", "co1-b", "uid-a1"), evicted(0.3, "b2", "co1-b", "uid-a1")]
     assert summarize(trace, cohort_of).evictions_while_another_victim_held == 0
+
+
+def test_a_victim_that_finished_instead_of_being_released_gives_its_quota_back_with_its_end() -> None:
+    trace = [
+        evicted(0.0, "b1", "co1-b", "uid-a1"),
+        Transition(0.2, "finished", "ns/b1", "uid-b1", "co1-b"),
+        admitted(0.3, "a1", "co1-a"),
+        evicted(0.4, "b2", "co1-b", "uid-a2"),
+    ]
+    summary = summarize(trace, cohort_of)
+    assert summary.preemptors_admitted_before_their_last_release == 0
+    assert summary.evictions_while_another_victim_held == 0
