@@ -339,6 +339,15 @@ class KubeClient:
             if not token:
                 return ObjectList(items, resource_version)
 
+    async def may(self, attributes: dict[str, str]) -> bool:
+        """Whether this client's identity may make a request with these resource attributes
+        (`group`, `resource`, `verb`, `namespace`, ...): a SelfSubjectAccessReview, which every
+        authenticated identity may ask."""
+        review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview", "spec": {"resourceAttributes": attributes}}
+        path = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
+        answer = await self.request("POST", path, body=review, what="SelfSubjectAccessReview")
+        return bool((answer.get("status") or {}).get("allowed"))
+
     async def list_metadata(self, model: type[Resource], *, namespace: str | None = None, limit: int = 500) -> builtins.list[ObjectMeta]:
         """Only the metadata of every object (a PartialObjectMetadataList, page by page): what a
         Secret or a ConfigMap holds never leaves the apiserver."""
