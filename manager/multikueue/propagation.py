@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable
+from dataclasses import replace
 from typing import Any
 
 from manager.api import kueue
@@ -38,6 +39,7 @@ from manager.multikueue.queues import (
     Held,
     Owned,
     WorkerQueues,
+    idle_namespaces,
     is_ours,
     kept_condition,
     local_queue_manifest,
@@ -233,26 +235,26 @@ class QueuePropagator:
             namespaces = [] if remote.namespaces is not None else (await client.list(Namespace, label_selector=selector)).items
             looked_in = sorted({ns.name for ns in namespaces} | {lq.namespace for lq in ours})
             workloads = [wl for ns in looked_in for wl in (await client.list(kueue.Workload, namespace=ns)).items]
-            owned = [ns for ns in namespaces if is_ours(ns.metadata.labels, origin)]
-            held: dict[str, list[Held]] = {}
-            for mine in owned:
-                found = await _held(client, mine.name)
-                if found is not None:
-                    held[mine.name] = [
-                        *found,
-                        *(_as_held("Workload", wl.metadata) for wl in workloads if wl.namespace == mine.name),
-                        *(_as_held("LocalQueue", lq.metadata) for lq in queues if lq.namespace == mine.name),
-                    ]
+            needed = self._needed()
             worker = WorkerQueues(
-                namespaces=[Owned(ns.name, ns.metadata.uid or "") for ns in owned],
+                namespaces=[Owned(ns.name, ns.metadata.uid or "") for ns in namespaces if is_ours(ns.metadata.labels, origin)],
                 local_queues=[Owned(lq.key, lq.metadata.uid or "") for lq in ours],
                 all_local_queues=[lq.key for lq in queues],
                 workloads=[(wl.namespace, wl.spec.queue_name or "") for wl in workloads],
                 jobs=[job.namespace for _, job in remote.all_jobs()],
-                held=held,
                 our_uids=[job.metadata.uid for _, job in remote.all_jobs() if job.metadata.uid],
             )
-            cleanup = plan_cleanup(worker, needed=self._needed(), origin=origin)
+            # What the namespaces kfed no longer needs hold (metadata only): only those may go.
+            held: dict[str, list[Held]] = {}
+            for idle in idle_namespaces(worker, needed=needed):
+                found = await _held(client, idle)
+                if found is not None:
+                    held[idle] = [
+                        *found,
+                        *(_as_held("Workload", wl.metadata) for wl in workloads if wl.namespace == idle),
+                        *(_as_held("LocalQueue", lq.metadata) for lq in queues if lq.namespace == idle),
+                    ]
+            cleanup = plan_cleanup(replace(worker, held=held), needed=needed, origin=origin)
             for lq in cleanup.local_queues:
                 namespace, _, name = lq.name.partition("/")
                 self._removed_keys.add((remote.name, lq.name))

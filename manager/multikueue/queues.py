@@ -240,22 +240,34 @@ class Cleanup:
     kept: list[tuple[str, str]] = field(default_factory=list)  # (namespace, why), of ours kfed would delete but for others' objects
 
 
+def _unused_queues(worker: WorkerQueues, needed: Iterable[tuple[str, str]]) -> list[Owned]:
+    used = set(worker.workloads) | set(needed)
+    return [lq for lq in worker.local_queues if tuple(lq.name.split("/", 1)) not in used]
+
+
+def idle_namespaces(worker: WorkerQueues, *, needed: Iterable[tuple[str, str]]) -> list[str]:
+    """Our namespaces kfed no longer needs: no need from the manager, no Workload, no job of
+    ours, no LocalQueue of ours staying. Only these are read (`held`) and may be deleted."""
+    wanted = list(needed)
+    staying = {lq.name for lq in worker.local_queues} - {lq.name for lq in _unused_queues(worker, wanted)}
+    busy = {ns for ns, _ in {*worker.workloads, *wanted}} | set(worker.jobs) | {key.partition("/")[0] for key in staying}
+    return sorted(ns.name for ns in worker.namespaces if ns.name not in busy)
+
+
 def plan_cleanup(worker: WorkerQueues, *, needed: Iterable[tuple[str, str]], origin: str) -> Cleanup:
     """Our LocalQueues no Workload on the worker uses and no manager Workload still needs there
     (`needed`: (namespace, queue)); then our namespaces kfed no longer needs (no need from the
     manager, no Workload, no job of ours, no LocalQueue of ours staying). Of those, a namespace
     is deleted only when it holds nothing kfed did not create (`others_in`, read in `held`; a
     namespace not read is never deleted); otherwise it is kept, with the objects that keep it."""
-    wanted = set(needed)
-    used = set(worker.workloads)
-    going = [lq for lq in worker.local_queues if tuple(lq.name.split("/", 1)) not in used | wanted]
+    going = _unused_queues(worker, needed)
     going_names = {lq.name for lq in going}
     staying_ours = {lq.name for lq in worker.local_queues} - going_names
-    busy = {ns for ns, _ in used | wanted} | set(worker.jobs) | {key.partition("/")[0] for key in staying_ours}
+    idle = set(idle_namespaces(worker, needed=needed))
     ours = list(worker.our_uids)
     deleted, kept = [], []
     for ns in sorted(worker.namespaces, key=lambda owned: owned.name):
-        if ns.name in busy:
+        if ns.name not in idle:
             continue
         if ns.name not in worker.held:
             kept.append((ns.name, "its contents could not be read"))

@@ -19,6 +19,7 @@ from manager.multikueue.queues import (
     Held,
     Owned,
     WorkerQueues,
+    idle_namespaces,
     is_ours,
     kept_condition,
     local_queue_manifest,
@@ -292,10 +293,13 @@ def test_a_namespace_whose_contents_could_not_be_read_is_never_deleted() -> None
     assert cleanup.kept == [("team-a", "its contents could not be read")]
 
 
-def test_a_namespace_kfed_still_uses_is_not_said_to_be_kept() -> None:
+def test_a_namespace_kfed_still_uses_is_not_read_nor_said_to_be_kept() -> None:
     planted = [Held("Secret", "registry-creds", "s1")]
-    cleanup = plan_cleanup(worker(held={"team-a": planted, "team-b": []}, jobs=["team-a"]), needed=[], origin="mgr-a")
+    busy = worker(held={"team-a": planted, "team-b": []}, jobs=["team-a"])
+    assert idle_namespaces(busy, needed=[]) == ["team-b"]  # only it is read
+    cleanup = plan_cleanup(busy, needed=[], origin="mgr-a")
     assert [o.name for o in cleanup.namespaces] == ["team-b"] and cleanup.kept == []
+    assert idle_namespaces(worker(), needed=[("team-a", "user-queue")]) == ["team-b"]
 
 
 def test_the_kept_namespaces_condition_names_each_and_why() -> None:
