@@ -77,6 +77,16 @@ class CapacityAwareDispatcherConfig(KubeModel):
     admission_timeout: Duration | None = None
 
 
+class QueuePropagationConfig(KubeModel):
+    """kfed's own: which of the manager's namespaces propagate their queues to the workers, and
+    which worker namespaces never receive them (`manager.multikueue.queues`)."""
+
+    # Unset: every namespace but kube-* and kfed-system. Set: the namespaces whose labels match.
+    namespace_selector: LabelSelector | None = None
+    # Never propagated to, beside kube-* and kfed-system: exact names, or prefixes ending in `*`.
+    denied_namespaces: list[str] | None = None
+
+
 class MultiKueueConfiguration(KubeModel):
     gc_interval: Duration | None = None
     origin: str | None = Field(default=None, max_length=63)
@@ -87,6 +97,7 @@ class MultiKueueConfiguration(KubeModel):
     # kfed's own: keep on each worker the namespaces and LocalQueues the dispatched Workloads need
     # (`manager.multikueue.queues`). Off (Kueue's rule: the administrator mirrors them).
     propagate_queues: bool | None = None
+    queue_propagation: QueuePropagationConfig | None = None
 
     @property
     def effective_origin(self) -> str:

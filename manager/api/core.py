@@ -118,6 +118,18 @@ class Secret(Resource, OpenModel, kind="Secret", namespaced=True):
     string_data: dict[str, str] | None = Field(default=None, repr=False)
 
 
+class ServiceAccount(Resource, OpenModel, kind="ServiceAccount", namespaced=True):
+    """A ServiceAccount: kfed reads only its metadata (whether queue propagation may delete a namespace)."""
+
+
+class ConfigMap(Resource, OpenModel, kind="ConfigMap", namespaced=True):
+    """A ConfigMap: kfed reads only its metadata (whether queue propagation may delete a namespace)."""
+
+
+class RoleBinding(Resource, OpenModel, group="rbac.authorization.k8s.io", kind="RoleBinding", namespaced=True):
+    """A RoleBinding: kfed reads only its metadata (whether queue propagation may delete a namespace)."""
+
+
 class PriorityClass(Resource, OpenModel, group="scheduling.k8s.io", kind="PriorityClass"):
     value: int
     global_default: bool | None = None

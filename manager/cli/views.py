@@ -34,7 +34,7 @@ from manager.engine.workload import (
     owner_name,
     workload_priority,
 )
-from manager.multikueue.queues import QUEUES_CONDITION, REASON_CLUSTER_QUEUE_MISSING
+from manager.multikueue.queues import KEPT_CONDITION, QUEUES_CONDITION, REASON_CLUSTER_QUEUE_MISSING
 from manager.multikueue.reads import copy_counts, flavor_usage, worker_usage
 
 STATES = ("Pending", "QuotaReserved", "Dispatching", "Running", "Succeeded", "Failed", "Preempted", "Evicted")
@@ -464,6 +464,7 @@ class WorkerView:
     # (flavor, resource) -> (reserved, nominal, borrowed); empty from a read API that predates it
     flavors: dict[tuple[str, str], tuple[int, int, int]] = field(default_factory=dict)
     queue_drift: str = ""  # a propagated LocalQueue's missing ClusterQueue (`kfed.dev/QueuesInSync` False)
+    kept_namespaces: str = ""  # namespaces propagation created and keeps, and why (`kfed.dev/NamespacesKept` True)
 
 
 def worker_view_from(item: Mapping[str, Any]) -> WorkerView:
@@ -486,6 +487,7 @@ def worker_view_from(item: Mapping[str, Any]) -> WorkerView:
             for resource, use in (resources or {}).items()
         },
         queue_drift=str(item.get("queueDrift") or ""),
+        kept_namespaces=str(item.get("keptNamespaces") or ""),
     )
 
 
@@ -497,6 +499,9 @@ def worker_view(cluster: kueue.MultiKueueCluster) -> WorkerView:
     drift = find_condition(cluster.status.conditions if cluster.status else None, QUEUES_CONDITION)
     if drift is not None and drift.status == "False":
         view.queue_drift = drift.message
+    kept = find_condition(cluster.status.conditions if cluster.status else None, KEPT_CONDITION)
+    if kept is not None and kept.status == "True":
+        view.kept_namespaces = kept.message
     return view
 
 
@@ -545,12 +550,19 @@ def cluster_rows(views: Sequence[WorkerView], *, now: datetime, wide: bool = Fal
 
 
 def _active_reason(v: WorkerView, *, wide: bool) -> str:
-    """An Active worker's REASON: why it could not be read, else its propagated queues' drift."""
+    """An Active worker's REASON: why it could not be read, else its propagated queues' drift
+    and the namespaces propagation keeps there (and why, with wide)."""
     if not v.reachable:
         return v.error if wide else v.error.split(":")[0]
+    said = []
     if v.queue_drift:
-        return f"{REASON_CLUSTER_QUEUE_MISSING}: {v.queue_drift}" if wide else REASON_CLUSTER_QUEUE_MISSING
-    return ""
+        said.append(f"{REASON_CLUSTER_QUEUE_MISSING}: {v.queue_drift}" if wide else REASON_CLUSTER_QUEUE_MISSING)
+    if v.kept_namespaces:
+        said.append(f"{NAMESPACES_KEPT}: {v.kept_namespaces}" if wide else NAMESPACES_KEPT)
+    return "; ".join(said)
+
+
+NAMESPACES_KEPT = "NamespacesKept"
 
 
 def cluster_records(views: Sequence[WorkerView]) -> list[dict[str, Any]]:
@@ -567,6 +579,7 @@ def cluster_records(views: Sequence[WorkerView]) -> list[dict[str, Any]]:
             "pending": v.pending if v.reachable else None,
             "usage": {resource: {"reserved": used, "nominal": total} for resource, (used, total) in sorted(v.usage.items())},
             "queueDrift": v.queue_drift or None,
+            "keptNamespaces": v.kept_namespaces or None,
         }
         for v in sorted(views, key=lambda x: x.name)
     ]

@@ -29,7 +29,7 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, stop
 from tenacity.wait import wait_base, wait_exponential, wait_random
 
 from manager.api.core import Pod
-from manager.api.meta import Resource, format_time
+from manager.api.meta import ObjectMeta, Resource, format_time
 from manager.kube.errors import (
     GoneError,
     KubeError,
@@ -61,6 +61,7 @@ JSON_PATCH = "application/json-patch+json"
 USER_AGENT = f"kfed/{_package_version()} (python; kubernetes_asyncio)"
 # As kubernetes_asyncio sets it: one watch event of a large object can exceed aiohttp's default.
 WATCH_READ_BUFFER = 2**21
+METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
 
 
 class RequestOptions(TypedDict, total=False):
@@ -71,6 +72,7 @@ class RequestOptions(TypedDict, total=False):
     content_type: str  # application/json unless said
     what: str  # the call in error messages; "METHOD path" unless said
     deferrable: bool  # waits for a token behind every other request (Events); see ratelimit.py
+    accept: str  # application/json unless said (a metadata-only list asks for PartialObjectMetadataList)
 
 
 class KubeconfigError(ValueError):
@@ -194,13 +196,14 @@ class KubeClient:
     ) -> aiohttp.ClientResponse:
         query, body, what = options.get("query"), options.get("body"), options.get("what", "")
         content_type = options.get("content_type", "application/json")
+        accept = options.get("accept", "application/json")
         await self.limiter.acquire(DEFERRABLE if options.get("deferrable") else REQUEST)
         self.stats.requests += 1
         self.stats.by_verb[method] = self.stats.by_verb.get(method, 0) + 1
         request_timeout = timeout if timeout is not None else self.timeout
         started = time.monotonic()
         try:
-            response = await self._http(method, path, query, body, content_type, request_timeout)
+            response = await self._http(method, path, query, body, content_type, request_timeout, accept=accept)
         except (TimeoutError, aiohttp.ClientError, OSError) as err:
             raise TransientError(f"{what}: {type(err).__name__}: {err}".rstrip(": ")) from None
         if self.observe_latency is not None:
@@ -221,12 +224,14 @@ class KubeClient:
         body: Any,
         content_type: str,
         timeout: float | aiohttp.ClientTimeout | None,
+        *,
+        accept: str = "application/json",
     ) -> aiohttp.ClientResponse:
         """One request on the ApiClient's session, with its credentials, proxy and TLS server name.
         Not through the generated `call_api`: it walks every body and header to "sanitize" them
         (ours are plain JSON already), which was a twentieth of a busy manager's CPU."""
         api, rest = self.api, self.api.rest_client
-        headers = {**api.default_headers, "Content-Type": content_type, "Accept": "application/json"}
+        headers = {**api.default_headers, "Content-Type": content_type, "Accept": accept}
         if api.cookie:
             headers["Cookie"] = api.cookie
         await api.update_params_for_auth(headers, [], ["BearerToken"])  # a rotated token is read here
@@ -333,6 +338,31 @@ class KubeClient:
             token = str(meta.get("continue") or "")
             if not token:
                 return ObjectList(items, resource_version)
+
+    async def may(self, attributes: dict[str, str]) -> bool:
+        """Whether this client's identity may make a request with these resource attributes
+        (`group`, `resource`, `verb`, `namespace`, ...): a SelfSubjectAccessReview, which every
+        authenticated identity may ask."""
+        review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview", "spec": {"resourceAttributes": attributes}}
+        path = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
+        answer = await self.request("POST", path, body=review, what="SelfSubjectAccessReview")
+        return bool((answer.get("status") or {}).get("allowed"))
+
+    async def list_metadata(self, model: type[Resource], *, namespace: str | None = None, limit: int = 500) -> builtins.list[ObjectMeta]:
+        """Only the metadata of every object (a PartialObjectMetadataList, page by page): what a
+        Secret or a ConfigMap holds never leaves the apiserver."""
+        what = f"list {model.KIND} (metadata)"
+        found: builtins.list[ObjectMeta] = []
+        token = ""
+        while True:
+            query = [("limit", str(limit)), *([("continue", token)] if token else [])]
+            data = await self._retrying(
+                lambda q=query: self.request("GET", api_path(model, namespace=namespace), query=q, what=what, accept=METADATA_LIST)  # type: ignore[misc]
+            )
+            found.extend(ObjectMeta.model_validate(raw.get("metadata") or {}) for raw in data.get("items") or [])
+            token = str((data.get("metadata") or {}).get("continue") or "")
+            if not token:
+                return found
 
     async def create(
         self, model: type[R], obj: R | dict[str, Any], *, namespace: str | None = None, retry_unreachable_webhook: bool = False

@@ -29,7 +29,7 @@ from manager.kube.informer import Informer
 from manager.multikueue.agent_health import REASON_AGENT_NOT_RUNNING
 from manager.multikueue.kubeconfig import REASON_BAD, KubeconfigRejectedError, check_kubeconfig_path, parse_kubeconfig
 from manager.multikueue.plan import WORKER_NAMESPACES_ANNOTATION, connection_failed_message, worker_namespaces
-from manager.multikueue.queues import QUEUES_CONDITION
+from manager.multikueue.queues import KEPT_CONDITION, QUEUES_CONDITION
 from manager.multikueue.remote import RemoteCluster
 from manager.runtime.controller import Controller, Result
 from manager.runtime.metrics import Registry
@@ -78,6 +78,9 @@ class ClusterController:
         # What each cluster's `kfed.dev/QueuesInSync` condition should say, where the manager
         # propagates queues (`manager.multikueue.propagation` reports it; written with Active).
         self.queue_verdicts: dict[str, tuple[str, str, str]] = {}
+        # And its `kfed.dev/NamespacesKept` condition: namespaces the manager created there and
+        # keeps because they hold objects it did not create.
+        self.kept_verdicts: dict[str, tuple[str, str, str]] = {}
         self.controller = Controller("multikueuecluster", self.reconcile, metrics=self.metrics, workers=4)
         self.status_controller = Controller("multikueuecluster-status", self._publish, metrics=self.metrics, workers=2)
         self._connected = self.metrics.gauge("kfed_multikueue_cluster_connected", "1 when the worker cluster is connected.", ("cluster",))
@@ -133,6 +136,7 @@ class ClusterController:
             self.removed_at.setdefault(name, self.clock())
             self.verdicts.pop(name, None)
             self.queue_verdicts.pop(name, None)
+            self.kept_verdicts.pop(name, None)
             self._connected.set(0, name)
             return None
         self.removed_at.pop(name, None)
@@ -212,11 +216,21 @@ class ClusterController:
         self.queue_verdicts[name] = (status, reason, message[:MAX_CONDITION_MESSAGE])
         self.status_controller.enqueue(name)
 
+    def report_kept(self, name: str, verdict: tuple[str, str, str]) -> None:
+        """Record what the cluster's `kfed.dev/NamespacesKept` condition should say."""
+        status, reason, message = verdict
+        self.kept_verdicts[name] = (status, reason, message[:MAX_CONDITION_MESSAGE])
+        self.status_controller.enqueue(name)
+
     async def _publish(self, name: str) -> Result | None:
         """Write a cluster's Active condition from its latest verdict (and its queues' one, where
         there is one), when they differ."""
         cluster = self.clusters.get(name)
-        wanted = [(c.ACTIVE, self.verdicts.get(name)), (QUEUES_CONDITION, self.queue_verdicts.get(name))]
+        wanted = [
+            (c.ACTIVE, self.verdicts.get(name)),
+            (QUEUES_CONDITION, self.queue_verdicts.get(name)),
+            (KEPT_CONDITION, self.kept_verdicts.get(name)),
+        ]
         if cluster is None or wanted[0][1] is None:
             return None
         old_conditions = cluster.status.conditions if cluster.status else None

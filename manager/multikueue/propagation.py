@@ -1,12 +1,16 @@
 """Queues that follow the manager: the shell of `manager.multikueue.queues`.
 
 Before a copy goes to a worker (`WorkloadController._create_remote`), `ensure` creates there
-the copy's namespace and LocalQueue when they are missing, marked as this manager's. Every
-gcInterval, `sweep` reads what it created on each worker whose config propagates, removes what
-nothing uses any more (`plan_cleanup`; each delete carries the object's uid, so a same-named
-object made since by someone else is never touched), and reports the drift of its LocalQueues
-(a ClusterQueue the worker lacks) as the MultiKueueCluster's `kfed.dev/QueuesInSync`
-condition. Making a copy and a sweep of the same worker hold one lock, so the sweep never
+the copy's namespace and LocalQueue when they are missing, marked as this manager's, where both
+sides opted in: the manager's namespace is selected (`manager_selects`) and the worker accepts
+it (`worker_accepts`: a namespace kfed creates, or one labelled `kfed.dev/accept-queues: "true"`
+by the worker's administrator). Every gcInterval, `sweep` reads what it created on each worker
+whose config propagates, and what its namespaces hold (metadata only), removes what nothing
+uses any more and only what kfed created (`plan_cleanup`; each delete carries the object's uid,
+so a same-named object made since by someone else is never touched), and reports the drift of
+its LocalQueues (a ClusterQueue the worker lacks) as the MultiKueueCluster's
+`kfed.dev/QueuesInSync` condition, and the namespaces it keeps for others' objects as
+`kfed.dev/NamespacesKept`. Making a copy and a sweep of the same worker hold one lock, so the sweep never
 removes a namespace between a copy's `ensure` and its create.
 """
 
@@ -16,12 +20,15 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable
+from dataclasses import replace
 from typing import Any
 
 from manager.api import kueue
-from manager.api.core import Namespace
+from manager.api.core import ConfigMap, Job, Namespace, Pod, RoleBinding, Secret, ServiceAccount
+from manager.api.meta import ObjectMeta, Resource
 from manager.controllers.caches import Caches
 from manager.engine.workload import check_states, is_finished, multikueue_check_name
+from manager.kube.client import KubeClient
 from manager.kube.errors import AlreadyExistsError, ConflictError, ForbiddenError, KubeError, NotFoundError
 from manager.kube.informer import Informer
 from manager.multikueue.clusters import ClusterController
@@ -29,15 +36,20 @@ from manager.multikueue.queues import (
     MANAGED_BY,
     MANAGED_BY_LABEL,
     PROPAGATED_BY_LABEL,
+    Held,
     Owned,
     WorkerQueues,
+    idle_namespaces,
     is_ours,
+    kept_condition,
     local_queue_manifest,
+    manager_selects,
     missing_cluster_queues,
     namespace_manifest,
     plan_cleanup,
     propagation_on,
     queues_condition,
+    worker_accepts,
 )
 from manager.multikueue.remote import RemoteCluster
 from manager.multikueue.settings import Settings
@@ -45,6 +57,10 @@ from manager.runtime.metrics import Registry
 from manager.runtime.runnables import Runnable, leader
 
 log = logging.getLogger("kfed.multikueue.propagation")
+
+# What the sweep reads of a namespace it may delete, metadata only (with its Workloads and
+# LocalQueues, read whole already): an administrator's objects keep the namespace.
+HELD_MODELS: tuple[type[Resource], ...] = (Secret, ServiceAccount, RoleBinding, ConfigMap, Pod, Job)
 
 
 class QueuePropagator:
@@ -99,6 +115,12 @@ class QueuePropagator:
         config = self._config_of(check_name)
         return config is not None and self._config_on(config)
 
+    def selects(self, namespace: str) -> bool:
+        """Whether the manager propagates this namespace's queues (the manager's side of the opt-in)."""
+        found = self.caches.namespaces.get(namespace)
+        labels = found.metadata.labels if found is not None else None
+        return manager_selects(namespace, labels, selector=self.settings.propagation_namespace_selector)
+
     def propagating_workers(self) -> set[str]:
         return {name for config in self.configs.items() if self._config_on(config) for name in config.spec.clusters}
 
@@ -120,16 +142,36 @@ class QueuePropagator:
             return None  # nothing to mirror: the copy meets Kueue's rule
         if (remote.name, queue.key) not in self._removed_keys and local.spec.queue_name in _local_queue_names(remote, local.namespace):
             return None  # seen there already: no request
+        if not self.selects(local.namespace):
+            return None  # not propagated: the copy meets Kueue's rule (the worker's own queues)
         origin = self.settings.origin
         # A credential bound to some namespaces (`kfed.dev/worker-namespaces`) is only given
-        # those: they exist, and namespaces are not its to create.
-        if remote.namespaces is None:
+        # those: they exist, their administrator named them, and namespaces are not its to read.
+        bound = remote.namespaces is not None
+        existing: Namespace | None = None
+        if not bound:
+            try:
+                existing = await client.get(Namespace, local.namespace)
+            except NotFoundError:
+                existing = None
+            except KubeError as err:
+                return f'cannot read namespace "{local.namespace}" on the worker: {err}'
+        acceptance = worker_accepts(
+            local.namespace,
+            existing.metadata.labels if existing is not None else None,
+            exists=existing is not None,
+            bound=bound,
+            deny_list=self.settings.propagation_denied_namespaces,
+        )
+        if acceptance.refused:
+            return acceptance.refused
+        if acceptance.create_namespace:
             try:
                 await client.create(Namespace, namespace_manifest(local.namespace, origin=origin))
                 self._created.inc(remote.name, "Namespace")
                 log.info("namespace created on the worker", extra={"cluster": remote.name, "namespace": local.namespace})
             except AlreadyExistsError:
-                pass
+                return f'namespace "{local.namespace}" was just created on the worker by someone else; it is not kfed\'s'
             except KubeError as err:
                 return f'cannot create namespace "{local.namespace}" on the worker: {err}'
         manifest = local_queue_manifest(local.namespace, queue.name, cluster_queue=queue.spec.cluster_queue, origin=origin)
@@ -193,14 +235,26 @@ class QueuePropagator:
             namespaces = [] if remote.namespaces is not None else (await client.list(Namespace, label_selector=selector)).items
             looked_in = sorted({ns.name for ns in namespaces} | {lq.namespace for lq in ours})
             workloads = [wl for ns in looked_in for wl in (await client.list(kueue.Workload, namespace=ns)).items]
+            needed = self._needed()
             worker = WorkerQueues(
                 namespaces=[Owned(ns.name, ns.metadata.uid or "") for ns in namespaces if is_ours(ns.metadata.labels, origin)],
                 local_queues=[Owned(lq.key, lq.metadata.uid or "") for lq in ours],
                 all_local_queues=[lq.key for lq in queues],
                 workloads=[(wl.namespace, wl.spec.queue_name or "") for wl in workloads],
                 jobs=[job.namespace for _, job in remote.all_jobs()],
+                our_uids=[job.metadata.uid for _, job in remote.all_jobs() if job.metadata.uid],
             )
-            cleanup = plan_cleanup(worker, needed=self._needed())
+            # What the namespaces kfed no longer needs hold (metadata only): only those may go.
+            held: dict[str, list[Held]] = {}
+            for idle in idle_namespaces(worker, needed=needed):
+                found = await _held(client, idle)
+                if found is not None:
+                    held[idle] = [
+                        *found,
+                        *(_as_held("Workload", wl.metadata) for wl in workloads if wl.namespace == idle),
+                        *(_as_held("LocalQueue", lq.metadata) for lq in queues if lq.namespace == idle),
+                    ]
+            cleanup = plan_cleanup(replace(worker, held=held), needed=needed, origin=origin)
             for lq in cleanup.local_queues:
                 namespace, _, name = lq.name.partition("/")
                 self._removed_keys.add((remote.name, lq.name))
@@ -211,6 +265,10 @@ class QueuePropagator:
                 if await _deleted(client.delete(Namespace, ns.name, uid=ns.uid)):
                     self._removed.inc(remote.name, "Namespace")
                     log.info("unused namespace removed from the worker", extra={"cluster": remote.name, "namespace": ns.name})
+        for ns_name, why in cleanup.kept:
+            log.info("namespace kept on the worker", extra={"cluster": remote.name, "namespace": ns_name, "reason": why})
+        if remote.namespaces is None:
+            self.clusters.report_kept(remote.name, kept_condition(cleanup.kept))
         removed = {lq.name for lq in cleanup.local_queues}
         await self._report_drift(remote, [(lq.key, lq.spec.cluster_queue or "") for lq in ours if lq.key not in removed])
 
@@ -223,6 +281,31 @@ class QueuePropagator:
         except ForbiddenError:
             return
         self.clusters.report_queues(remote.name, queues_condition(missing_cluster_queues(ours, cluster_queues)))
+
+
+def _as_held(kind: str, meta: ObjectMeta) -> Held:
+    return Held(
+        kind=kind,
+        name=meta.name or "",
+        uid=meta.uid or "",
+        labels=meta.labels or {},
+        annotations=meta.annotations or {},
+        owners=tuple(ref.uid for ref in meta.owner_references or []),
+    )
+
+
+async def _held(client: KubeClient, namespace: str) -> list[Held] | None:
+    """What a namespace holds of `HELD_MODELS` (metadata only), or None when a list is refused
+    or fails: a namespace whose contents are unknown is never deleted."""
+    found: list[Held] = []
+    for model in HELD_MODELS:
+        try:
+            metas = await client.list_metadata(model, namespace=namespace)
+        except KubeError as err:
+            log.warning("cannot read what a namespace holds", extra={"namespace": namespace, "kind": model.KIND, "error": str(err)})
+            return None
+        found.extend(_as_held(model.KIND, meta) for meta in metas)
+    return found
 
 
 def _local_queue_names(remote: RemoteCluster, namespace: str) -> set[str]:

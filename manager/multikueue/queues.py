@@ -8,6 +8,16 @@ creates what a copy needs on the worker it sends the copy to, marks what it crea
 (`ours`: kfed's managed-by label and this manager's origin), and removes only what carries that
 mark and nothing on the worker uses any more. An object it did not create is never changed or
 deleted: one that exists already, whoever made it, is used as it is.
+
+Propagation asks both sides (as Karmada's PropagationPolicy and a member cluster's admission):
+- the manager chooses which of its namespaces propagate (`manager_selects`: the Configuration's
+  `multiKueue.queuePropagation.namespaceSelector`; unset, every namespace but `kube-*` and
+  `kfed-system`);
+- a worker accepts a namespace only where its administrator said so (`worker_accepts`): an
+  existing namespace labelled `kfed.dev/accept-queues: "true"`, or one kfed creates (and marks);
+  never `kube-*`, `kfed-system` or a name of `multiKueue.queuePropagation.deniedNamespaces`.
+The cleanup (`plan_cleanup`) deletes a namespace only when kfed created it and it holds nothing
+kfed did not create (`others_in`); such a namespace is kept, and said to be kept, and why.
 """
 
 from __future__ import annotations
@@ -18,6 +28,8 @@ from typing import Any
 
 from manager.api import constants as c
 from manager.api.kueue import LocalQueue
+from manager.api.meta import LabelSelector
+from manager.engine.selectors import selector_matches
 from manager.multikueue.capacity import WorkerQuotas
 
 # On a MultiKueueConfig: "true" or "false", overriding the Configuration's
@@ -29,11 +41,23 @@ MANAGED_BY = "kfed"
 # remove each other's.
 PROPAGATED_BY_LABEL = "kfed.dev/propagated-by"
 
+# On a worker's existing namespace, set by its administrator: the manager may create its
+# LocalQueues there. A namespace kfed created itself needs no such label.
+ACCEPT_QUEUES_LABEL = "kfed.dev/accept-queues"
+# Never propagated to, whatever a selector or label says: the control plane's and kfed's own.
+NEVER_PREFIXES = ("kube-",)
+NEVER_NAMES = ("kfed-system",)
+
 # The MultiKueueCluster condition that reports a propagated LocalQueue whose ClusterQueue the
 # worker does not have (kfed's own type; Kueue reads only `Active`).
 QUEUES_CONDITION = "kfed.dev/QueuesInSync"
 REASON_IN_SYNC = "InSync"
 REASON_CLUSTER_QUEUE_MISSING = "ClusterQueueMissing"
+# The MultiKueueCluster condition that names the namespaces kfed created on the worker and keeps
+# because they hold objects kfed did not create (True while there is one).
+KEPT_CONDITION = "kfed.dev/NamespacesKept"
+REASON_HOLDS_OTHERS = "HoldsObjectsKfedDidNotCreate"
+REASON_NONE_KEPT = "NoneKept"
 
 
 def propagation_on(annotations: Mapping[str, str] | None, *, default: bool, config_name: str) -> bool:
@@ -50,6 +74,66 @@ def propagation_on(annotations: Mapping[str, str] | None, *, default: bool, conf
             f'Invalid value: {raw!r}: must be "true" or "false"'
         )
     return value == "true"
+
+
+def denied(namespace: str, *, deny_list: Iterable[str] = ()) -> str | None:
+    """Why no namespace of this name is ever propagated to, or None: `kube-*`, `kfed-system`,
+    and each entry of the deny list (an exact name, or a prefix ending in `*`)."""
+    if namespace.startswith(NEVER_PREFIXES) or namespace in NEVER_NAMES:
+        return f"namespace \"{namespace}\" is never propagated to (kube-* and kfed-system are the cluster's and kfed's own)"
+    for entry in deny_list:
+        if namespace == entry or (entry.endswith("*") and namespace.startswith(entry[:-1])):
+            return f'namespace "{namespace}" is denied by multiKueue.queuePropagation.deniedNamespaces ({entry})'
+    return None
+
+
+def manager_selects(namespace: str, labels: Mapping[str, str] | None, *, selector: LabelSelector | None) -> bool:
+    """Whether the manager propagates this namespace's queues (its side of the opt-in). Without
+    a selector, every namespace but `kube-*` and `kfed-system`: what propagation did before the
+    selector, where that was safe. With one, the namespaces whose labels it matches (the
+    apiserver labels each namespace `kubernetes.io/metadata.name`, to select by name)."""
+    if selector is None:
+        return denied(namespace) is None
+    return selector_matches(selector, labels or {})
+
+
+def kfed_created(labels: Mapping[str, str] | None) -> bool:
+    """Whether a kfed manager (this one or another) created the object: its two marks."""
+    found = labels or {}
+    return found.get(MANAGED_BY_LABEL) == MANAGED_BY and bool(found.get(PROPAGATED_BY_LABEL))
+
+
+@dataclass(frozen=True)
+class Acceptance:
+    """What the worker's side allows for one namespace: create it first (it is missing and ours
+    to create), and whether the LocalQueue may go there at all (`refused` says why not)."""
+
+    create_namespace: bool = False
+    refused: str = ""
+
+
+def worker_accepts(
+    namespace: str, found: Mapping[str, str] | None, *, exists: bool, bound: bool, deny_list: Iterable[str] = ()
+) -> Acceptance:
+    """The worker's side of the opt-in, for a namespace with `found` labels (`exists`), or on a
+    credential `bound` to named namespaces (whose administrator named them by binding the
+    manager's role there; the namespace itself is not the credential's to read). A missing
+    namespace is one kfed creates; an existing one must carry `kfed.dev/accept-queues: "true"`
+    or kfed's marks. Never `kube-*`, `kfed-system` or the deny list."""
+    why = denied(namespace, deny_list=deny_list)
+    if why is not None:
+        return Acceptance(refused=why)
+    if bound:
+        return Acceptance()
+    if not exists:
+        return Acceptance(create_namespace=True)
+    labels = found or {}
+    if labels.get(ACCEPT_QUEUES_LABEL) == "true" or kfed_created(labels):
+        return Acceptance()
+    return Acceptance(
+        refused=f'namespace "{namespace}" exists on the worker without the label {ACCEPT_QUEUES_LABEL}: "true" '
+        "(its administrator has not opted it in)"
+    )
 
 
 def ownership_labels(origin: str) -> dict[str, str]:
@@ -87,6 +171,55 @@ class Owned:
 
 
 @dataclass(frozen=True)
+class Held:
+    """An object in a namespace the cleanup may delete: what decides whether kfed created it."""
+
+    kind: str
+    name: str
+    uid: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    owners: tuple[str, ...] = ()  # ownerReferences' uids
+
+
+# Kinds the cleanup looks for in a namespace before deleting it (with Workloads, LocalQueues and
+# the namespace's Pods and Jobs): an administrator's credentials and bindings.
+HELD_KINDS = ("Secret", "ServiceAccount", "RoleBinding", "ConfigMap", "Pod", "Job", "Workload", "LocalQueue")
+
+
+def _comes_with_the_namespace(item: Held) -> bool:
+    """What Kubernetes puts in every namespace: the `default` ServiceAccount, its legacy token
+    Secret, and the `kube-root-ca.crt` ConfigMap."""
+    if item.kind == "ServiceAccount":
+        return item.name == "default"
+    if item.kind == "ConfigMap":
+        return item.name == "kube-root-ca.crt"
+    if item.kind == "Secret":
+        return item.annotations.get("kubernetes.io/service-account.name") == "default"
+    return False
+
+
+def others_in(items: Iterable[Held], *, origin: str, ours: Iterable[str] = ()) -> list[str]:
+    """`Kind name` of each object kfed did not create, sorted: neither marked as this manager's
+    (`ownership_labels`, or a copy's `kueue.x-k8s.io/multikueue-origin`), nor one of `ours`
+    (uids: the jobs this manager runs there), nor owned, however deep, by one of those (a job's
+    pods), nor what comes with every namespace. An object whose owners are all gone is not
+    counted either: Kubernetes' garbage collector is deleting it (the pods of a job just
+    deleted with its copy)."""
+    held = list(items)
+    present = {i.uid for i in held}
+    held = [i for i in held if not i.owners or any(owner in present for owner in i.owners)]
+    mine = set(ours)
+    mine |= {i.uid for i in held if is_ours(i.labels, origin) or i.labels.get(c.MULTIKUEUE_ORIGIN_LABEL) == origin}
+    grew = True
+    while grew:  # owners first or last: follow the chain until nothing more is ours
+        more = {i.uid for i in held if i.uid not in mine and any(owner in mine for owner in i.owners)}
+        grew = bool(more)
+        mine |= more
+    return sorted(f"{i.kind} {i.name}" for i in held if i.uid not in mine and not _comes_with_the_namespace(i))
+
+
+@dataclass(frozen=True)
 class WorkerQueues:
     """What the cleanup reads of one worker."""
 
@@ -95,27 +228,67 @@ class WorkerQueues:
     all_local_queues: Iterable[str] = ()  # `namespace/name` of every LocalQueue there, ours or not
     workloads: Iterable[tuple[str, str]] = ()  # (namespace, queueName) of every Workload there
     jobs: Iterable[str] = ()  # namespaces of our jobs there (they outlive their copy for a moment)
+    # What each of our namespaces holds (`HELD_KINDS`), as read; a namespace not here is not read.
+    held: Mapping[str, Sequence[Held]] = field(default_factory=dict)
+    our_uids: Iterable[str] = ()  # the uids of the jobs this manager runs on the worker
 
 
 @dataclass
 class Cleanup:
     local_queues: list[Owned] = field(default_factory=list)
     namespaces: list[Owned] = field(default_factory=list)
+    kept: list[tuple[str, str]] = field(default_factory=list)  # (namespace, why), of ours kfed would delete but for others' objects
 
 
-def plan_cleanup(worker: WorkerQueues, *, needed: Iterable[tuple[str, str]]) -> Cleanup:
+def _unused_queues(worker: WorkerQueues, needed: Iterable[tuple[str, str]]) -> list[Owned]:
+    used = set(worker.workloads) | set(needed)
+    return [lq for lq in worker.local_queues if tuple(lq.name.split("/", 1)) not in used]
+
+
+def idle_namespaces(worker: WorkerQueues, *, needed: Iterable[tuple[str, str]]) -> list[str]:
+    """Our namespaces kfed no longer needs: no need from the manager, no Workload, no job of
+    ours, no LocalQueue of ours staying. Only these are read (`held`) and may be deleted."""
+    wanted = list(needed)
+    staying = {lq.name for lq in worker.local_queues} - {lq.name for lq in _unused_queues(worker, wanted)}
+    busy = {ns for ns, _ in {*worker.workloads, *wanted}} | set(worker.jobs) | {key.partition("/")[0] for key in staying}
+    return sorted(ns.name for ns in worker.namespaces if ns.name not in busy)
+
+
+def plan_cleanup(worker: WorkerQueues, *, needed: Iterable[tuple[str, str]], origin: str) -> Cleanup:
     """Our LocalQueues no Workload on the worker uses and no manager Workload still needs there
-    (`needed`: (namespace, queue)); then our namespaces left with nothing in them that counts:
-    no Workload, no job of ours, no LocalQueue but ours going now, and no need from the manager."""
-    wanted = set(needed)
-    used = set(worker.workloads)
-    going = [lq for lq in worker.local_queues if tuple(lq.name.split("/", 1)) not in used | wanted]
-    staying = set(worker.all_local_queues) - {lq.name for lq in going}
-    busy = {ns for ns, _ in used | wanted} | set(worker.jobs) | {key.partition("/")[0] for key in staying}
-    return Cleanup(
-        local_queues=sorted(going, key=lambda owned: owned.name),
-        namespaces=sorted((ns for ns in worker.namespaces if ns.name not in busy), key=lambda owned: owned.name),
-    )
+    (`needed`: (namespace, queue)); then our namespaces kfed no longer needs (no need from the
+    manager, no Workload, no job of ours, no LocalQueue of ours staying). Of those, a namespace
+    is deleted only when it holds nothing kfed did not create (`others_in`, read in `held`; a
+    namespace not read is never deleted); otherwise it is kept, with the objects that keep it."""
+    going = _unused_queues(worker, needed)
+    going_names = {lq.name for lq in going}
+    staying_ours = {lq.name for lq in worker.local_queues} - going_names
+    idle = set(idle_namespaces(worker, needed=needed))
+    ours = list(worker.our_uids)
+    deleted, kept = [], []
+    for ns in sorted(worker.namespaces, key=lambda owned: owned.name):
+        if ns.name not in idle:
+            continue
+        if ns.name not in worker.held:
+            kept.append((ns.name, "its contents could not be read"))
+            continue
+        foreign_queues = set(worker.all_local_queues) - going_names - staying_ours
+        theirs = {key.partition("/")[2] for key in foreign_queues if key.startswith(f"{ns.name}/")}
+        others = sorted({*others_in(worker.held[ns.name], origin=origin, ours=ours), *(f"LocalQueue {name}" for name in theirs)})
+        if others:
+            kept.append((ns.name, f"holds {', '.join(others)}, which kfed did not create"))
+        else:
+            deleted.append(ns)
+    return Cleanup(local_queues=sorted(going, key=lambda owned: owned.name), namespaces=deleted, kept=kept)
+
+
+def kept_condition(kept: Sequence[tuple[str, str]]) -> tuple[str, str, str]:
+    """(status, reason, message) of the `kfed.dev/NamespacesKept` condition."""
+    if not kept:
+        return "False", REASON_NONE_KEPT, "every namespace the manager created and no longer needs was removed"
+    said = [f"namespace {ns} kept: {why}" for ns, why in kept]
+    more = f" (and {len(said) - 3} more)" if len(said) > 3 else ""
+    return "True", REASON_HOLDS_OTHERS, f"{'; '.join(said[:3])}{more}"
 
 
 def missing_cluster_queues(local_queues: Iterable[tuple[str, str]], cluster_queues: Iterable[str]) -> list[str]:

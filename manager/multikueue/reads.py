@@ -21,7 +21,7 @@ from manager.api.meta import find_condition
 from manager.engine.units import amount, format_amount
 from manager.engine.workload import conditions_of, has_quota_reservation, is_admitted, is_finished, misconfiguration
 from manager.multikueue.capacity import WorkerQuotas, fit_when_empty, total_requests, workload_info
-from manager.multikueue.queues import QUEUES_CONDITION
+from manager.multikueue.queues import KEPT_CONDITION, QUEUES_CONDITION
 
 GROUP = "reads.kfed.dev"
 VERSION = "v1alpha1"
@@ -214,6 +214,7 @@ def cluster_item(seen: WorkerSighting, *, origin: str) -> dict[str, Any]:
     flavors = flavor_usage(seen.cluster_queues or []) if reachable else {}
     error = "" if reachable else ("unreachable: " + seen.error if seen.error else "unreachable")
     drift = find_condition(seen.cluster.status.conditions if seen.cluster.status else None, QUEUES_CONDITION)
+    kept = find_condition(seen.cluster.status.conditions if seen.cluster.status else None, KEPT_CONDITION)
     return {
         "metadata": {"name": seen.cluster.name},
         "active": cond.status if cond is not None else "Unknown",
@@ -228,6 +229,8 @@ def cluster_item(seen: WorkerSighting, *, origin: str) -> dict[str, Any]:
         "flavors": flavors_item(flavors),
         # Propagated queues' drift (`kfed.dev/QueuesInSync` False): what the worker lacks.
         "queueDrift": drift.message if drift is not None and drift.status == "False" else "",
+        # Namespaces propagation created and keeps for objects it did not create (`kfed.dev/NamespacesKept` True).
+        "keptNamespaces": kept.message if kept is not None and kept.status == "True" else "",
     }
 
 

@@ -69,14 +69,19 @@ WORKLOAD_RULES: list[dict[str, list[str]]] = [
 OPTIONAL_RULES = (QUEUE_READ_RULE, *LOG_READ_RULES)  # register's checklist does not require them
 # Queues that follow the manager (propagation.py, `kfed register --propagate-queues`): a second
 # ClusterRole, granted only to a manager that propagates. It creates the LocalQueue a copy needs
-# and deletes the ones it created; cluster-wide it also creates the namespace, lists its own (by
-# label) and deletes them. A credential bound to some namespaces is given those: they exist.
+# and deletes the ones it created; cluster-wide it also reads a namespace (is it opted in with
+# `kfed.dev/accept-queues`, or kfed's?), creates it, lists its own (by label) and deletes them,
+# after listing what each holds (metadata only: an administrator's Secrets, ServiceAccounts,
+# RoleBindings and ConfigMaps keep it; its pods and jobs are listed with the role above). A
+# credential bound to some namespaces is given those: they exist.
 QUEUES_ROLE = f"{SERVICE_ACCOUNT}-queues"
 LOCAL_QUEUE_WRITE_RULES: list[dict[str, list[str]]] = [
     {"apiGroups": [c.GROUP], "resources": ["localqueues"], "verbs": ["create", "delete"]},
 ]
 NAMESPACE_WRITE_RULES: list[dict[str, list[str]]] = [
-    {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["create", "delete", "list"]},
+    {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["create", "delete", "get", "list"]},
+    {"apiGroups": [""], "resources": ["configmaps", "secrets", "serviceaccounts"], "verbs": ["list"]},
+    {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["rolebindings"], "verbs": ["list"]},
 ]
 
 

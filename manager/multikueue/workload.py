@@ -223,7 +223,7 @@ class WorkloadController:
 
     def _propagated_queue(self, check_name: str, namespace: str, queue_name: str) -> kueue.LocalQueue | None:
         """The manager's LocalQueue when this check's config propagates it to the workers."""
-        if self.propagation is None or not self.propagation.propagates(check_name):
+        if self.propagation is None or not self.propagation.propagates(check_name) or not self.propagation.selects(namespace):
             return None
         return self.caches.local_queues.get(f"{namespace}/{queue_name}")
 

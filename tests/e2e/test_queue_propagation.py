@@ -1,7 +1,9 @@
 """Queues that follow the manager, end to end: a Job in a namespace that exists only on the
 manager runs on a worker when its MultiKueueConfig propagates queues; without it, the worker's
 missing LocalQueue keeps it back as in Kueue. What the manager created is removed once unused;
-what an administrator created is never changed or deleted; a propagated LocalQueue whose
+what an administrator created is never changed or deleted (a Secret and a RoleBinding planted in
+a namespace the manager created keep that namespace, and `kfed clusters` says so); a worker
+namespace its administrator did not opt in gets no LocalQueue; a propagated LocalQueue whose
 ClusterQueue a worker lacks shows on the MultiKueueCluster and in `kfed clusters`.
 
 The session's federation serves these through MultiKueueConfigs of their own: the annotation
@@ -19,12 +21,14 @@ import pytest
 
 from manager.api import constants as c
 from manager.api import kueue
-from manager.api.core import Job, Namespace
+from manager.api.core import Job, Namespace, RoleBinding, Secret
 from manager.api.meta import find_condition
 from manager.kube.client import KubeClient
 from manager.kube.errors import NotFoundError
 from manager.multikueue.capacity import NEVER_FITS
 from manager.multikueue.queues import (
+    ACCEPT_QUEUES_LABEL,
+    KEPT_CONDITION,
     MANAGED_BY,
     MANAGED_BY_LABEL,
     PROPAGATE_QUEUES_ANNOTATION,
@@ -128,9 +132,11 @@ async def test_what_an_administrator_created_is_never_changed_or_deleted(fed: Fe
     ns = f"{tag}-admin"
     await namespace_with_queue(kube.manager, ns, cq)
     admin = {"team": "admins"}
-    # worker1: the administrator's namespace and LocalQueue; worker2: their namespace only.
+    # worker1: the administrator's namespace and LocalQueue; worker2: their namespace only,
+    # opted in to receive the manager's queues.
     await namespace_with_queue(kube.workers["worker1"], ns, cq, labels=admin)
-    await kube.workers["worker2"].request("POST", "/api/v1/namespaces", body={"metadata": {"name": ns, "labels": admin}})
+    opted_in = {**admin, ACCEPT_QUEUES_LABEL: "true"}
+    await kube.workers["worker2"].request("POST", "/api/v1/namespaces", body={"metadata": {"name": ns, "labels": opted_in}})
     admins_queue = await kube.workers["worker1"].get(kueue.LocalQueue, LQ, namespace=ns)
     before: dict[str, Any] = {
         "worker1 namespace": await kube.workers["worker1"].get(Namespace, ns),
@@ -163,6 +169,93 @@ async def test_what_an_administrator_created_is_never_changed_or_deleted(fed: Fe
         assert now.metadata.labels == obj.metadata.labels, what
         assert now.metadata.deletion_timestamp is None, what
     assert (await kube.workers["worker1"].get(kueue.LocalQueue, LQ, namespace=ns)).spec == admins_queue.spec
+
+
+async def test_an_administrators_secret_and_rolebinding_keep_the_namespace_the_manager_created(
+    fed: Federation, kube: Clients, tag: str
+) -> None:
+    """A worker administrator plants a Secret and a RoleBinding in a namespace the manager
+    created there. Once the job is gone, the manager removes its LocalQueue from both workers and
+    the namespace where nothing else is, but keeps the namespace that holds the administrator's
+    objects, leaves them as they were, and says in `kfed clusters` which namespace it keeps and why."""
+    cq = await federate(kube, tag, propagate=True)
+    ns = f"{tag}-planted"
+    await namespace_with_queue(kube.manager, ns, cq)  # on the manager only
+    job = job_manifest("parked", ns)
+    job["spec"]["template"]["spec"]["nodeSelector"] = PARKED  # stays running: the queues stay needed
+    await kube.manager.create(Job, job)
+
+    async def propagated() -> bool:
+        return all([await find(client, kueue.LocalQueue, LQ, ns) is not None for client in kube.workers.values()])
+
+    await eventually(propagated, timeout=60, what=f"LocalQueue {ns}/{LQ} created on both workers")
+    worker1 = kube.workers["worker1"]
+    assert OURS.items() <= ((await worker1.get(Namespace, ns)).metadata.labels or {}).items()
+    secret = await worker1.create(
+        Secret,
+        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "registry-creds", "namespace": ns}, "stringData": {"token": "s3cret"}},
+        namespace=ns,
+    )
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": "team-admins", "namespace": ns},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "team-admin"}],
+    }
+    role_binding = await worker1.create(RoleBinding, binding, namespace=ns)
+
+    await kube.manager.delete(Job, "parked", namespace=ns, propagation="Background")
+    await gone_from_workers(kube, ns, workers=("worker2",))  # nothing else there: it goes
+
+    async def ours_removed() -> bool:
+        return await find(worker1, kueue.LocalQueue, LQ, ns) is None
+
+    await eventually(ours_removed, timeout=60, what=f"the manager's LocalQueue removed from worker1's {ns}")
+    expected = f"namespace {ns} kept: holds RoleBinding team-admins, Secret registry-creds, which kfed did not create"
+
+    async def said() -> Any:
+        cluster = await kube.manager.get(kueue.MultiKueueCluster, "worker1")
+        cond = find_condition(cluster.status.conditions if cluster.status else None, KEPT_CONDITION)
+        return cond if cond is not None and cond.status == "True" and expected in cond.message else None
+
+    await eventually(said, timeout=60, what=f"worker1's {KEPT_CONDITION} condition naming {ns} and the objects that keep it")
+    # Sweeps after the one that said so: the namespace and the administrator's objects are still as they were.
+    kept = await worker1.get(Namespace, ns)
+    assert kept.metadata.deletion_timestamp is None, kept.metadata
+    assert (await worker1.get(Secret, "registry-creds", namespace=ns)).metadata.uid == secret.metadata.uid
+    assert (await worker1.get(RoleBinding, "team-admins", namespace=ns)).metadata.uid == role_binding.metadata.uid
+    rows = {row["name"]: row for row in json.loads(kfed(fed, "clusters", "-o", "json"))}
+    assert expected in (rows["worker1"]["keptNamespaces"] or ""), rows["worker1"]
+    table = kfed(fed, "clusters")
+    assert "NamespacesKept" in next(line for line in table.splitlines() if line.startswith("worker1")), table
+
+
+async def test_a_worker_namespace_its_administrator_did_not_opt_in_gets_no_local_queue(kube: Clients, tag: str) -> None:
+    """The namespace exists on both workers, unlabelled: the manager propagates it (its
+    selector's default), but the workers did not accept it. No LocalQueue is made there, the
+    namespaces are left as they were, and the manager's check says why."""
+    cq = await federate(kube, tag, propagate=True)
+    ns = f"{tag}-not-opted-in"
+    await namespace_with_queue(kube.manager, ns, cq)
+    before = {}
+    for name, client in kube.workers.items():
+        await client.request("POST", "/api/v1/namespaces", body={"metadata": {"name": ns, "labels": {"team": "theirs"}}})
+        before[name] = await client.get(Namespace, ns)
+    await kube.manager.create(Job, job_manifest("train", ns))
+    refusal = f'namespace "{ns}" exists on the worker without the label {ACCEPT_QUEUES_LABEL}: "true"'
+
+    async def refused() -> Any:
+        wl = await kube.manager_workload(ns, "train")
+        checks = (wl.status.admission_checks if wl and wl.status else None) or []
+        found = next((check for check in checks if check.name == tag), None)
+        return found if found is not None and all(f"{w}: {refusal}" in (found.message or "") for w in kube.workers) else None
+
+    await eventually(refused, timeout=60, what="the manager's check naming both workers' refusal")
+    for name, client in kube.workers.items():
+        assert await find(client, kueue.LocalQueue, LQ, ns) is None, f"LocalQueue {ns}/{LQ} created on {name}"
+        now = await client.get(Namespace, ns)
+        assert (now.metadata.uid, now.metadata.labels) == (before[name].metadata.uid, before[name].metadata.labels), name
 
 
 async def test_with_propagation_off_a_missing_local_queue_keeps_the_job_back_as_in_kueue(kube: Clients, tag: str) -> None:

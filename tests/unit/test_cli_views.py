@@ -390,6 +390,19 @@ def test_an_active_worker_that_cannot_be_read_says_why_in_a_word_and_wide_says_i
     assert "GPU" not in views.cluster_rows([broken], now=NOW)[0]  # no worker has GPUs: no column for them
 
 
+def test_a_worker_says_which_namespace_propagation_keeps_and_why() -> None:
+    kept = "namespace team-a kept: holds RoleBinding admins, Secret creds, which kfed did not create"
+    item = {"metadata": {"name": "worker1"}, "active": "True", "reachable": True, "keptNamespaces": kept}
+    view = views.worker_view_from(item)
+    assert views.cluster_rows([view], now=NOW)[0]["REASON"] == "NamespacesKept"
+    assert views.cluster_rows([view], now=NOW, wide=True)[0]["REASON"] == f"NamespacesKept: {kept}"
+    assert views.cluster_records([view])[0]["keptNamespaces"] == kept
+    drifting = views.WorkerView(
+        "worker1", active="True", reachable=True, queue_drift="LocalQueue a/q points at ClusterQueue cq", kept_namespaces=kept
+    )
+    assert views.cluster_rows([drifting], now=NOW)[0]["REASON"] == "ClusterQueueMissing; NamespacesKept"
+
+
 def test_a_position_is_shown_only_as_the_visibility_api_gives_it_and_only_for_a_pending_job() -> None:
     rows = {v.name: v.position for v in views.job_views(WORKLOADS, checks={"mk": MK}, local_queues={}, positions=POSITIONS)}
     assert (rows["urgent"], rows["big"], rows["train"]) == (1, 2, None)

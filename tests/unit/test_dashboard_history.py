@@ -24,7 +24,7 @@ def stamp(at: datetime) -> str:
 
 
 def admitted(
-    name: str, *, created: datetime, at: datetime, cq: str = "cq", uid: str = "", requeued: datetime | None = None
+    name: str, *, created: datetime, at: datetime, cq: str = "cq", uid: str = "", requeued: datetime | None = None, namespace: str = "ns"
 ) -> kueue.Workload:
     conditions: list[dict[str, Any]] = [
         {"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved", "message": "", "lastTransitionTime": stamp(at)},
@@ -36,7 +36,7 @@ def admitted(
         )
     return kueue.Workload.model_validate(
         {
-            "metadata": {"name": name, "namespace": "ns", "uid": uid or name, "creationTimestamp": stamp(created)},
+            "metadata": {"name": name, "namespace": namespace, "uid": uid or name, "creationTimestamp": stamp(created)},
             "spec": {"queueName": "lq", "podSets": [{"name": "main", "count": 1, "template": {"spec": {"containers": []}}}]},
             "status": {"admission": {"clusterQueue": cq, "podSetAssignments": []}, "conditions": conditions},
         }
@@ -142,10 +142,35 @@ def test_a_queue_card_carries_both_plots_rendered_as_svg_with_names_as_text() ->
             },
         }
     )
-    card = pages.queue_card(cq, [], recorded=recorded, now=NOW)
+    card = pages.queue_card(cq, [], recorded=recorded, now=NOW, readable={"ns"})
     assert [plot.kind for plot in card.plots] == ["usage", "waits"]
     assert pages.usage_values(cq) == {("f", "cpu"): (0, 4000)}, "what the recorder samples: nothing reserved yet"
     html = environment().get_template("_queue.html").render(q=card, csrf="t")
     assert html.count("<svg") == 2 and "<polyline" in html and 'class="dot"' in html
     assert "<script>x" not in html and "&lt;script&gt;x&lt;/script&gt;" in html, "a Workload's name stays text in the tooltip"
     assert pages.queue_card(cq, []).plots == [], "without a recorder, no plots"
+
+
+def test_a_plot_names_a_workload_only_to_a_reader_of_its_namespace_and_else_only_aggregates() -> None:
+    """The recorder reads every namespace; a reader who may list Workloads in team-a only sees
+    team-a's names, and of team-b only that something waited so long (no name, no namespace)."""
+    recorded = history.History()
+    recorded.record_admissions(
+        [
+            admitted("ours", created=NOW - timedelta(seconds=40), at=NOW - timedelta(seconds=10), namespace="team-a"),
+            admitted("secret-merger", created=NOW - timedelta(seconds=118), at=NOW - timedelta(seconds=10), namespace="team-b"),
+        ],
+        NOW,
+    )
+    assert recorded.namespaces(["cq"]) == {"team-a", "team-b"} and recorded.namespaces(["other"]) == set()
+    plot = history.waits_plot(recorded, "cq", NOW, readable={"team-a"})
+    assert sorted(dot.text for dot in plot.dots) == ["team-a/ours: waited 30 s", "waited 1.8 min"]
+    assert plot.caption == "2 admitted; median 1.8 min, longest 1.8 min"
+    cq = kueue.ClusterQueue.model_validate({"metadata": {"name": "cq"}, "spec": {}})
+    for readable, shown in ((set(), []), ({"team-a"}, ["team-a"]), ({"team-a", "team-b"}, ["team-a", "team-b"])):
+        tree = pages.cohort_tree([cq], [], [], recorded=recorded, now=NOW, readable=readable)
+        html = environment().get_template("_queue.html").render(q=tree[0].queues[0], csrf="t")
+        assert ("team-a" in html, "team-b" in html) == ("team-a" in shown, "team-b" in shown), (readable, html)
+        assert ("secret-merger" in html) == ("team-b" in shown), (readable, html)
+    unsaid = pages.queue_card(cq, [], recorded=recorded, now=NOW)
+    assert all(":" not in dot.text for dot in unsaid.plots[1].dots), "named to no one unless said"

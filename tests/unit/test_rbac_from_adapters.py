@@ -8,7 +8,9 @@ import sys
 from typing import Any, ClassVar
 
 import pytest
+import yaml
 
+from manager.api import rbac
 from manager.api.meta import Resource
 from manager.cli.fleet import JOB_KINDS, OBJECT_KINDS, parse_object_name
 from manager.engine.integrations import rbacgen
@@ -74,3 +76,41 @@ def test_kfed_rbac_check_passes_on_the_checkout() -> None:
     result = subprocess.run([sys.executable, "-m", "manager.cli.main", "rbac", "--check"], capture_output=True, text=True, cwd=REPO_ROOT)
     assert result.returncode == 0, result.stderr
     assert "match the" in result.stdout
+
+
+def cluster_role(path: str, name: str) -> rbac.Grant:
+    """The committed ClusterRole `name` of a plain manifest, as a ClusterRoleBinding applies it."""
+    docs = [doc for doc in yaml.safe_load_all((REPO_ROOT / path).read_text(encoding="utf-8")) if doc]
+    role = next(doc for doc in docs if doc["kind"] == "ClusterRole" and doc["metadata"]["name"] == name)
+    return rbac.Grant(f"ClusterRoleBinding {name}", f"ClusterRole {name}", tuple(rbac.Rule.from_dict(r) for r in role["rules"]))
+
+
+@pytest.mark.parametrize("kind", sorted(JOB_KINDS))
+def test_the_in_cluster_dashboard_may_cancel_every_kind_it_shows_a_cancel_button_for(kind: str) -> None:
+    """Cancel deletes the job with the dashboard's own identity (after the user's review): a
+    kind whose delete right is missing from its ClusterRole gets a 403 in the cluster."""
+    model = JOB_KINDS[kind].model
+    role = cluster_role("deploy/dashboard/dashboard.yaml", "kfed-dashboard")
+    for verb in ("get", "list", "delete"):
+        name = "" if verb == "list" else "train"
+        request = rbac.Request(verb=verb, group=model.GROUP, resource=model.PLURAL, namespace="team-a", name=name)
+        assert role.allows(request), f"kfed-dashboard lacks {request.describe()}"
+
+
+@pytest.mark.parametrize("kind", sorted(JOB_KINDS))
+def test_a_namespace_reader_may_read_every_kind(kind: str) -> None:
+    model = JOB_KINDS[kind].model
+    role = cluster_role("deploy/manager/user-roles.yaml", "kfed-namespace-reader")
+    for verb in ("get", "list"):
+        request = rbac.Request(verb=verb, group=model.GROUP, resource=model.PLURAL, namespace="team-a")
+        assert role.allows(request), f"kfed-namespace-reader lacks {request.describe()}"
+
+
+def test_a_new_adapter_is_in_the_dashboards_and_the_readers_roles_once_written() -> None:
+    adapters = (*ADAPTERS, WidgetAdapter())
+    texts = committed()
+    written = {path: rbacgen.regenerate(texts[path], adapters, side, where=path) for path, side in rbacgen.TARGETS}
+    for path in ("deploy/dashboard/dashboard.yaml", "deploy/helm/kfed/templates/dashboard.yaml"):
+        assert "  - apiGroups: [example.com]\n    resources: [widgets]\n    verbs: [get, list, delete]" in written[path], path
+    for path in ("deploy/manager/user-roles.yaml", "deploy/helm/kfed/templates/user-roles.yaml"):
+        assert "  - apiGroups: [example.com]\n    resources: [widgets]\n    verbs: [get, list]" in written[path], path

@@ -13,12 +13,17 @@ Two figures, as Kueue's metrics define them:
 Reading them back from the objects, not scraping the manager's /metrics, keeps the dashboard to
 the rights its user already has (a researcher may list ClusterQueues, not read the manager's
 metrics endpoint), and gives the same figures.
+
+The recorder reads every namespace's Workloads (in the cluster, with the dashboard's own
+identity), so the plots are built from many namespaces: a point names its Workload
+(`namespace/name`) only for a reader who may list Workloads in that namespace (`readable`);
+for anyone else it says only how long it waited, and the caption holds aggregates alone.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -71,6 +76,10 @@ class History:
             queue.append((at, seconds, wl.key))
             if len(queue) > 1 and queue[-2][0] > at:  # a late arrival: keep the points in time order
                 self.waits[wl.status.admission.cluster_queue] = deque(sorted(queue))
+
+    def namespaces(self, cluster_queues: Iterable[str]) -> set[str]:
+        """The namespaces of the Workloads whose waits the ClusterQueues' plots show."""
+        return {key.partition("/")[0] for name in cluster_queues for _, _, key in self.waits.get(name, ())}
 
     def forget_before(self, now: datetime) -> None:
         """Drop what has left the window, and the ClusterQueues with nothing left."""
@@ -171,8 +180,10 @@ def usage_plot(history: History, cluster_queue: str, now: datetime) -> Plot:
     return Plot("usage", f"Usage against nominal quota, last {minutes(span)}", caption, lines=lines, guide=_y(100.0, top))
 
 
-def waits_plot(history: History, cluster_queue: str, now: datetime) -> Plot:
-    """One point per Workload admitted in the window: when, and how long it waited."""
+def waits_plot(history: History, cluster_queue: str, now: datetime, *, readable: Container[str] = frozenset()) -> Plot:
+    """One point per Workload admitted in the window: when, and how long it waited; named only
+    where its namespace is one of `readable` (those where the reader may list Workloads; none
+    unless said), so that a reader learns nothing of other namespaces but aggregates."""
     waits = list(history.waits.get(cluster_queue, ()))
     span = history.span(cluster_queue, now)
     title = f"Admission wait, last {minutes(span)}"
@@ -180,11 +191,16 @@ def waits_plot(history: History, cluster_queue: str, now: datetime) -> Plot:
         caption = history.workloads_unreadable or "no admission in the window"
         return Plot("waits", title, caption)
     top = max(seconds for _, seconds, _ in waits) or 1.0
-    dots = [Dot(_x(at, now, span), _y(seconds, top), f"{key}: waited {format_seconds(seconds)}") for at, seconds, key in waits]
+    dots = [Dot(_x(at, now, span), _y(seconds, top), _dot_text(key, seconds, readable)) for at, seconds, key in waits]
     ordered = sorted(seconds for _, seconds, _ in waits)
     median = ordered[len(ordered) // 2]
     caption = f"{len(waits)} admitted; median {format_seconds(median)}, longest {format_seconds(ordered[-1])}"
     return Plot("waits", title, caption, dots=dots)
+
+
+def _dot_text(key: str, seconds: float, readable: Container[str]) -> str:
+    waited = f"waited {format_seconds(seconds)}"
+    return f"{key}: {waited}" if key.partition("/")[0] in readable else waited
 
 
 def format_seconds(seconds: float) -> str:

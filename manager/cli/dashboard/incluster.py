@@ -103,6 +103,11 @@ class GuardedClient(KubeClient):
             if not ok:
                 raise ForbiddenError(forbidden_message(self.user.name, attributes, reason), status=403, reason="Forbidden")
 
+    async def may(self, attributes: dict[str, str]) -> bool:
+        """Whether the user (not the dashboard) may: their SubjectAccessReview."""
+        ok, _ = await self.reviews.allowed(self.user, attributes)
+        return ok
+
     async def get(self, model: type[R], name: str, *, namespace: str | None = None) -> R:
         await self._check(model_attributes("get", model, namespace=namespace, name=name))
         return await self.inner.get(model, name, namespace=namespace)

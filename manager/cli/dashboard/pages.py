@@ -6,7 +6,7 @@ and a job's timeline. The templates print these values and decide nothing."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -323,8 +323,10 @@ def queue_card(
     *,
     recorded: history.History | None = None,
     now: datetime | None = None,
+    readable: Container[str] = frozenset(),
 ) -> QueueCard:
-    """A ClusterQueue's card; with `recorded` (and `now`), its plots over time."""
+    """A ClusterQueue's card; with `recorded` (and `now`), its plots over time, naming the
+    Workloads of the `readable` namespaces only (`history.waits_plot`)."""
     record = views.queue_records([cq], [])[0]
     row = views.cluster_queue_rows([cq])[0]
     lqs = [r for r in views.local_queue_rows(local_queues) if r["CLUSTERQUEUE"] == cq.name]
@@ -337,7 +339,7 @@ def queue_card(
         admitted=record["admitted"],
         flavors=cluster_queue_bars(cq),
         local_queues=lqs,
-        plots=[history.usage_plot(recorded, cq.name, now), history.waits_plot(recorded, cq.name, now)]
+        plots=[history.usage_plot(recorded, cq.name, now), history.waits_plot(recorded, cq.name, now, readable=readable)]
         if recorded is not None and now is not None
         else [],
     )
@@ -350,6 +352,7 @@ def cohort_tree(
     *,
     recorded: history.History | None = None,
     now: datetime | None = None,
+    readable: Container[str] = frozenset(),
 ) -> list[CohortNode]:
     """The cohorts as a forest (a Cohort's `spec.parentName`; a cohort only named by a
     ClusterQueue is a root), each with its ClusterQueues (and their plots, given `recorded`);
@@ -368,7 +371,7 @@ def cohort_tree(
 
     loose = CohortNode("")
     for cq in sorted(cluster_queues, key=lambda q: q.name):
-        card = queue_card(cq, lqs, recorded=recorded, now=now)
+        card = queue_card(cq, lqs, recorded=recorded, now=now, readable=readable)
         (node(card.cohort) if card.cohort else loose).queues.append(card)
     for name in sorted(parents):
         node(name)

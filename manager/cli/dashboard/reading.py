@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,6 +52,22 @@ class Reads:
     def notes(self) -> list[str]:
         found: list[str] = self.args.note_sink
         return found
+
+
+async def readable_namespaces(session: Session, namespaces: Iterable[str]) -> set[str]:
+    """Those of `namespaces` where the session's user may list Workloads, as the apiserver
+    decides it for that user (in the cluster, their SubjectAccessReview; on a workstation, a
+    SelfSubjectAccessReview with their own credentials). A review that fails counts as no."""
+    found = set()
+    for namespace in sorted(set(namespaces)):
+        attributes = {"group": kueue.Workload.GROUP, "version": kueue.Workload.VERSION, "resource": kueue.Workload.PLURAL}
+        try:
+            allowed = await session.client.may({**attributes, "verb": "list", "namespace": namespace})
+        except KubeError:
+            allowed = False
+        if allowed:
+            found.add(namespace)
+    return found
 
 
 # --- jobs ----------------------------------------------------------------------------------------------

@@ -79,7 +79,8 @@ class Settings:
     refresh: float = REFRESH_SECONDS
     extra_routes: list[Callable[[web.Application], None]] = field(default_factory=list)
     # The plots' recorder reads with this client (the user's own, or in the cluster the
-    # dashboard's; the plots are shown only to those who may list ClusterQueues); None: no plots.
+    # dashboard's; the plots are shown only to those who may list ClusterQueues, and name a
+    # Workload only to a user who may list Workloads in its namespace); None: no plots.
     recorder: KubeClient | None = None
     sample_every: float = history.SAMPLE_SECONDS
 
@@ -235,7 +236,12 @@ async def _queues(request: web.Request, session: Session) -> tuple[dict[str, Any
     reads = session.args()
     found = await reading.read_queues(session, reads)
     recorded = request.app[HISTORY] if request.app[SETTINGS].recorder is not None else None
-    tree = pages.cohort_tree(found.cluster_queues or [], found.cohorts, found.local_queues, recorded=recorded, now=utcnow())
+    shown = [cq.name for cq in found.cluster_queues or []]
+    # The plots are recorded from every namespace: a Workload is named only to a user who may list Workloads in its namespace.
+    readable = await reading.readable_namespaces(session, recorded.namespaces(shown)) if recorded is not None else set()
+    tree = pages.cohort_tree(
+        found.cluster_queues or [], found.cohorts, found.local_queues, recorded=recorded, now=utcnow(), readable=readable
+    )
     return {"tree": tree, "readable": found.cluster_queues is not None, "local_queues": found.local_queues}, reads.notes
 
 

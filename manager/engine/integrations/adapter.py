@@ -192,6 +192,15 @@ class JobAdapter(ABC, Generic[J]):
             return []
         return [{"apiGroups": [self.model.GROUP], "resources": [self.model.PLURAL], "verbs": ["create", "delete", "get", "list", "watch"]}]
 
+    def dashboard_rules(self) -> list[dict[str, list[str]]]:
+        """The in-cluster dashboard's own identity, which acts only after the user's review
+        allowed it: read the kind (the jobs pages) and delete it (the Cancel button)."""
+        return [{"apiGroups": [self.model.GROUP], "resources": [self.model.PLURAL], "verbs": ["get", "list", "delete"]}]
+
+    def reader_rules(self) -> list[dict[str, list[str]]]:
+        """A user's `kfed-namespace-reader` role: read the kind in the namespace it is bound in."""
+        return [{"apiGroups": [self.model.GROUP], "resources": [self.model.PLURAL], "verbs": ["get", "list"]}]
+
     # --- a job run as pod groups (Kueue's LeaderWorkerSet) -----------------------------------------
     # Such a job is never suspended: its controller keeps one Workload per group of its pods
     # (`component_workloads`) and makes each of its pods a member of its group's pod group

@@ -4,7 +4,8 @@ Each manifest that grants rights on job kinds holds them between two marker comm
 `kfed rbac` writes there what every adapter of the registry declares (`controller_rules` on a
 cluster where jobs are queued, `worker_rules` for the manager's identity on a worker), and
 `kfed rbac --check` (in CI) fails when a committed manifest says otherwise. Adding a kind thus
-adds its rights everywhere from its adapter alone. Pure text in, text out: the CLI reads and
+adds its rights everywhere from its adapter alone: the controllers', the manager's on a worker,
+the in-cluster dashboard's (read and cancel each kind), and the users' `kfed-namespace-reader`. Pure text in, text out: the CLI reads and
 writes the files.
 """
 
@@ -19,6 +20,8 @@ BEGIN = "# Job kinds, generated from the adapters by `kfed rbac` (do not edit do
 END = "# End of the job kinds"
 CONTROLLER = "controller"  # the manager's and a worker agent's own cluster
 WORKER = "worker"  # the manager's identity on a worker (MultiKueue)
+DASHBOARD = "dashboard"  # the in-cluster dashboard's identity: read and cancel every kind
+READER = "reader"  # the users' kfed-namespace-reader: read every kind
 
 # Each manifest, and whose rights it holds.
 TARGETS: tuple[tuple[str, str], ...] = (
@@ -27,6 +30,10 @@ TARGETS: tuple[tuple[str, str], ...] = (
     ("deploy/helm/kfed/templates/rbac.yaml", CONTROLLER),
     ("deploy/multikueue-worker-access/rbac.yaml", WORKER),
     ("deploy/helm/kfed/templates/multikueue-worker-access.yaml", WORKER),
+    ("deploy/dashboard/dashboard.yaml", DASHBOARD),
+    ("deploy/helm/kfed/templates/dashboard.yaml", DASHBOARD),
+    ("deploy/manager/user-roles.yaml", READER),
+    ("deploy/helm/kfed/templates/user-roles.yaml", READER),
 )
 
 
@@ -36,8 +43,21 @@ class MarkersMissingError(ValueError):
 
 def rules(adapters: Sequence[JobAdapter[Any]], side: str) -> list[tuple[JobAdapter[Any], list[dict[str, list[str]]]]]:
     """Each adapter with the rules it needs on `side` (adapters needing none are left out)."""
-    found = [(adapter, adapter.controller_rules() if side == CONTROLLER else adapter.worker_rules()) for adapter in adapters]
+    found = [(adapter, side_rules(adapter, side)) for adapter in adapters]
     return [(adapter, kind_rules) for adapter, kind_rules in found if kind_rules]
+
+
+def side_rules(adapter: JobAdapter[Any], side: str) -> list[dict[str, list[str]]]:
+    """The rules one adapter declares for `side` (a ValueError names an unknown side)."""
+    if side == CONTROLLER:
+        return adapter.controller_rules()
+    if side == WORKER:
+        return adapter.worker_rules()
+    if side == DASHBOARD:
+        return adapter.dashboard_rules()
+    if side == READER:
+        return adapter.reader_rules()
+    raise ValueError(f"unknown RBAC side {side!r}")
 
 
 def _flow(values: Sequence[str]) -> str:
