@@ -12,7 +12,15 @@ from manager.api import constants as c
 from manager.api import kueue
 from manager.cli import views
 from manager.cli.explain import explain, explanation_text
-from manager.controllers.visibility import VISIBILITY_GROUP, api_services, forbidden_message
+from manager.controllers.visibility import (
+    ALLOWED_FOR,
+    AUTHENTICATED_FOR,
+    DENIED_FOR,
+    VISIBILITY_GROUP,
+    ReviewCache,
+    api_services,
+    forbidden_message,
+)
 from manager.multikueue import reads
 from manager.multikueue.capacity import WorkerQuotas
 from manager.multikueue.read_api import POD_LOG, attributes
@@ -162,3 +170,14 @@ def test_the_read_api_gets_its_own_api_service_beside_the_visibility_ones() -> N
     listed = {r["name"]: r for r in reads.resource_list(reads.VERSION)["resources"]}
     assert listed[reads.CLUSTERS]["namespaced"] is False and listed[reads.CLUSTERS]["verbs"] == ["get", "list"]
     assert all(listed[name]["namespaced"] for name in (reads.VERDICTS, reads.PODS, reads.LOG))
+
+
+@pytest.mark.parametrize("ttl", [ALLOWED_FOR, DENIED_FOR, AUTHENTICATED_FOR], ids=["allowed", "denied", "authenticated"])
+def test_a_review_is_used_again_for_ten_seconds_at_most_as_the_apiservers_delegating_caches(ttl: float) -> None:
+    now = [0.0]
+    cache = ReviewCache(clock=lambda: now[0])
+    cache.put(("alice", "team-a"), (True, ""), ttl=ttl)
+    now[0] = 9.9
+    assert cache.get(("alice", "team-a")) == (True, "")
+    now[0] = 10.0  # k8s.io/apiserver's delegating authenticator and authorizer: 10 s
+    assert cache.get(("alice", "team-a")) is None
