@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any, cast
 
 import pytest
-from aiohttp import web
+from aiohttp import ClientTimeout, web
 from aiohttp.test_utils import TestClient, TestServer
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -144,7 +144,7 @@ def streaming_app(access: ClusterAccess, sleep: Ticks, on_read: Callable[[int], 
 
 async def open_stream(app: web.Application, cookie: str) -> str:
     async with TestClient(TestServer(app)) as client:
-        answer = await client.get("/view/stream", cookies={SESSION_COOKIE: cookie}, timeout=30)
+        answer = await client.get("/view/stream", cookies={SESSION_COOKIE: cookie}, timeout=ClientTimeout(total=30))
         assert answer.status == 200 and answer.headers["Content-Type"] == "text/event-stream"
         return await answer.text()
 
