@@ -3,6 +3,7 @@ shows from it exactly what it showed when it read the workers itself."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from typing import Any
 
@@ -21,9 +22,10 @@ from manager.controllers.visibility import (
     api_services,
     forbidden_message,
 )
+from manager.kube.errors import ForbiddenError, InvalidError, KubeError, NotFoundError, TransientError
 from manager.multikueue import reads
 from manager.multikueue.capacity import WorkerQuotas
-from manager.multikueue.read_api import POD_LOG, attributes
+from manager.multikueue.read_api import POD_LOG, attributes, worker_error
 from tests.unit.test_cli_explain import CQ, MK, cond, copy, workload
 
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
@@ -181,3 +183,20 @@ def test_a_review_is_used_again_for_ten_seconds_at_most_as_the_apiservers_delega
     assert cache.get(("alice", "team-a")) == (True, "")
     now[0] = 10.0  # k8s.io/apiserver's delegating authenticator and authorizer: 10 s
     assert cache.get(("alice", "team-a")) is None
+
+
+@pytest.mark.parametrize(
+    ("err", "code", "reason"),
+    [
+        (InvalidError("logs of Pod team-a/p container nope: container nope is not valid for pod p", status=400), 400, "BadRequest"),
+        (NotFoundError('logs of Pod team-a/p: pods "p" not found', status=404), 404, "NotFound"),
+        (TransientError("logs of Pod team-a/p: connection reset", status=0), 503, "ServiceUnavailable"),
+        (ForbiddenError("logs of Pod team-a/p: forbidden", status=403), 503, "ServiceUnavailable"),
+    ],
+)
+def test_a_workers_refusal_of_a_log_keeps_its_meaning_and_its_words(err: KubeError, code: int, reason: str) -> None:
+    answer = worker_error("worker1", err)
+    assert answer.status == code
+    assert answer.body is not None and isinstance(answer.body, bytes)
+    body = json.loads(answer.body)
+    assert (body["code"], body["reason"], body["message"]) == (code, reason, f"worker worker1: {err}")
