@@ -438,6 +438,45 @@ async def test_a_token_of_another_namespaces_service_account_reads_nothing_here(
     assert code == 401, body  # a token the apiserver does not accept
 
 
+async def test_a_log_through_the_manager_needs_the_right_to_read_pods_logs_in_its_namespace(
+    manager: ControllerProcess, kube: KubeClient
+) -> None:
+    """`logger` may read kfed's `workloads/log` and `workloads/pods` in every namespace, but pods'
+    logs (core `pods/log`) only in A: the manager relays A's logs and no other namespace's."""
+    tenants = await two_tenants(kube)
+    await readable(manager, tenants)
+    tag = tenants.a.removeprefix("iso-a-")
+    logger = await service_account_token(kube, tenants.a, "logger")
+    subject = {"kind": "ServiceAccount", "name": "logger", "namespace": tenants.a}
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": f"workload-logs-{tag}"},
+        "rules": [{"apiGroups": ["reads.kfed.dev"], "resources": ["workloads/log", "workloads/pods"], "verbs": ["get"]}],
+    }
+    everywhere = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": f"workload-logs-{tag}"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": f"workload-logs-{tag}"},
+        "subjects": [subject],
+    }
+    await kube.request("POST", "/apis/rbac.authorization.k8s.io/v1/clusterroles", body=role)
+    await kube.request("POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", body=everywhere)
+    binding = reader_binding(tenants.a, "logger", subject)  # pods/log in A
+    await kube.request("POST", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{tenants.a}/rolebindings", body=binding)
+    user = f"system:serviceaccount:{tenants.a}:logger"
+    for what in ("log", "pods"):
+
+        async def past_the_checks(path: str = tenant_paths(tenants.a, tenants.same)[what]) -> bool:
+            return call(manager, path, token=logger)[0] == 404  # A's Workload runs on no worker
+
+        await eventually(past_the_checks, timeout=30, what=f"the {what} of A's Workload past the checks")
+        code, body = call(manager, tenant_paths(tenants.b, tenants.same)[what], token=logger)
+        assert refused_as(user, code, body), (what, code, body)
+        assert f'cannot get resource "pods/log" in API group "" in the namespace "{tenants.b}"' in body, body
+
+
 async def test_an_answer_for_one_user_and_namespace_is_never_reused_for_another(manager: ControllerProcess, kube: KubeClient) -> None:
     """The reviews are cached 10 s: asked one after the other within that time, the same question
     about a Workload of the same name is answered for each user and each namespace."""
