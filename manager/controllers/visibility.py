@@ -153,7 +153,7 @@ class ApiGroup:
 # (authenticatorfactory's CacheTTL, authorizerfactory's AllowCacheTTL and DenyCacheTTL, 10 s
 # each). A flood of requests then costs the apiserver one review per identity and question,
 # not one per request (the reviews share the manager's client with its lease), and a right
-# taken away, or a token revoked, stops working within 10 s. docs/security.md says so.
+# taken away, or a token revoked, stops working within 10 s (docs/install.md says so).
 AUTHENTICATED_FOR = 10.0
 ALLOWED_FOR = 10.0
 DENIED_FOR = 10.0
