@@ -304,6 +304,7 @@ async def test_a_log_stream_is_refused_to_a_user_who_may_not_read_logs(fleet: Fl
         "metadata": {"name": "carol-job-0", "namespace": namespace, "labels": {JOB_NAME_LABEL: "carol-job"}},
         "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox"}]},
     }
+    await token(fleet.admin, namespace, "default")  # no controller makes it here, and a pod needs it
     await fleet.admin.request("POST", f"/api/v1/namespaces/{namespace}/pods", body=pod)
     answer = await fleet.dashboard.get(f"/jobs/{namespace}/job/carol-job/logs", headers={"Authorization": f"Bearer {carol}"})
     text = await answer.text()
