@@ -298,6 +298,10 @@ async def test_a_log_stream_is_refused_to_a_user_who_may_not_read_logs(fleet: Fl
     carol = await token(fleet.admin, namespace, "carol")
     await apply(fleet.admin, f"{RBAC}/namespaces/{namespace}/rolebindings/no-logs", bind("no-logs", namespace, "Role", "no-logs", "carol"))
     await job_with_workload(fleet.admin, namespace, "carol-job")
+    admitted = {"type": "Admitted", "status": "True", "reason": "Admitted", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}
+    await fleet.admin.patch(
+        kueue.Workload, "job-carol-job", {"status": {"conditions": [admitted]}}, namespace=namespace, subresource="status"
+    )  # admitted on the manager itself: its pods are read there
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
