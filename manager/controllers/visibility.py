@@ -149,12 +149,14 @@ class ApiGroup:
     routes: Callable[[VisibilityServer, web.Application], None]
 
 
-# How long a review's answer is used again, as k8s.io/apiserver's delegating authenticator and
-# authorizer cache theirs: a flood of requests then costs the apiserver one review per identity
-# and question, not one per request (the reviews share the manager's client with its lease).
+# How long a review's answer is used again: k8s.io/apiserver's delegating defaults
+# (authenticatorfactory's CacheTTL, authorizerfactory's AllowCacheTTL and DenyCacheTTL, 10 s
+# each). A flood of requests then costs the apiserver one review per identity and question,
+# not one per request (the reviews share the manager's client with its lease), and a right
+# taken away, or a token revoked, stops working within 10 s (docs/install.md says so).
 AUTHENTICATED_FOR = 10.0
-ALLOWED_FOR = 300.0
-DENIED_FOR = 30.0
+ALLOWED_FOR = 10.0
+DENIED_FOR = 10.0
 REVIEWS_AT_ONCE = 8  # reviews in flight to the apiserver at most; the others wait their turn
 
 
@@ -191,14 +193,16 @@ class VisibilityServer:
         pending: Callable[[str], Sequence[WorkloadInfo] | None],
         local_queues: Callable[[], Mapping[str, LocalQueue]],
         groups: Sequence[ApiGroup] = (),
+        *,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.client = client
         self.groups = tuple(groups)
         self.pending = pending
         self.local_queues = local_queues
         self.request_headers: RequestHeaders | None = None
-        self._authenticated = ReviewCache()
-        self._decisions = ReviewCache()
+        self._authenticated = ReviewCache(clock=clock)
+        self._decisions = ReviewCache(clock=clock)
         self._reviews = asyncio.Semaphore(REVIEWS_AT_ONCE)
 
     async def load_request_headers(self) -> RequestHeaders | None:

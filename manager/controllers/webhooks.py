@@ -23,11 +23,12 @@ from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 from aiohttp import web
+from pydantic import BaseModel, ValidationError
 
 from manager.api import constants as c
 from manager.api import conversion, kueue
-from manager.api.manifest import validate_object
-from manager.api.meta import OwnerReference
+from manager.api.manifest import pydantic_field_errors, validate_object
+from manager.api.meta import ObjectMeta, OwnerReference
 from manager.controllers.caches import Caches
 from manager.engine.integrations.adapter import JobAdapter
 from manager.engine.integrations.pod import PodTemplateParent
@@ -65,6 +66,48 @@ def _review(
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
 
 
+MESSAGE_LIMIT = 1024  # a refusal's message, cut here (Kubernetes truncates long Status messages too)
+
+
+def one_line(message: str) -> str:
+    """A refusal's message on one line and of bounded length, whatever a user's values hold."""
+    flat = " ".join(message.split())
+    return flat if len(flat) <= MESSAGE_LIMIT else flat[: MESSAGE_LIMIT - 3] + "..."
+
+
+def _named(review: Any) -> tuple[str, str]:
+    """The kind and name of the object a review is about, read defensively (for a refusal)."""
+    request = review.get("request") if isinstance(review, dict) else None
+    obj = request.get("object") if isinstance(request, dict) else None
+    obj = obj if isinstance(obj, dict) else {}
+    meta = obj.get("metadata")
+    meta = meta if isinstance(meta, dict) else {}
+    kind, name = obj.get("kind"), meta.get("name") or meta.get("generateName")
+    return (kind if isinstance(kind, str) and kind else "object"), (name if isinstance(name, str) else "")
+
+
+def refusal(review: Any, problems: Sequence[str]) -> dict[str, Any]:
+    """The AdmissionReview refusing an object with `problems` (`path: reason` each), in one line
+    that names the object, as the apiserver's own validation says it."""
+    request = review.get("request") if isinstance(review, dict) else None
+    kind, name = _named(review)
+    message = one_line(f'{kind} "{name}" is invalid: {"; ".join(problems)}')
+    return _review(request if isinstance(request, dict) else {}, allowed=False, message=message)
+
+
+def shape_problems(model: type[BaseModel], obj: Any, *, path: str = "") -> list[str]:
+    """The fields of `obj` of a type its kind's model refuses (`spec: Input should be a valid
+    dictionary`, with pydantic's location as the field path): the webhook refuses such an
+    object before reading it, as Kueue's webhook fails to decode it."""
+    if not isinstance(obj, dict):
+        return [f"{path or 'object'}: Invalid value: must be an object"]
+    try:
+        model.model_validate(obj)
+    except ValidationError as err:
+        return [f"{path}{error}" if path else str(error) for error in pydantic_field_errors(err)]
+    return []
+
+
 def mutate_path(adapter: Webhooked) -> str:
     """Kueue's defaulting webhook path for a kind, e.g. `/mutate-jobset-x-k8s-io-v1alpha2-jobset`."""
     group = adapter.model.GROUP.replace(".", "-") or "core"
@@ -76,7 +119,10 @@ def queued_job(review: dict[str, Any]) -> tuple[str, str] | None:
     request = review.get("request") or {}
     if request.get("operation") != "CREATE":
         return None
-    meta = (request.get("object") or {}).get("metadata") or {}
+    obj = request.get("object") or {}
+    meta = (obj.get("metadata") if isinstance(obj, dict) else None) or {}
+    if not isinstance(meta, dict) or shape_problems(ObjectMeta, meta):
+        return None  # not an object a queue can be read from: default_job refuses it, naming the field
     queue = queue_name_of(meta.get("labels"), meta.get("annotations"))
     if not queue:
         return None
@@ -95,6 +141,12 @@ def default_job(
     clusters. An object whose controller owner is a managed job kind is part of that job and
     left alone (Kueue's FindAncestorJobManagedByKueue)."""
     request = review.get("request") or {}
+    if request.get("operation") in ("CREATE", "UPDATE"):
+        problems = shape_problems(adapter.model, request.get("object"))
+        if request.get("operation") == "UPDATE" and not problems:
+            problems = shape_problems(adapter.model, request.get("oldObject"), path="oldObject.")
+        if problems:
+            return refusal(review, problems)
     if request.get("operation") == "UPDATE" and isinstance(adapter, PodTemplateParent):
         return _update_parent(request, adapter)
     queued = queued_job(review)
@@ -202,6 +254,15 @@ def convert_review(review: dict[str, Any]) -> dict[str, Any]:
     return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview", "response": out}
 
 
+def conversion_failure(review: dict[str, Any], problems: list[str]) -> dict[str, Any]:
+    """The ConversionReview that fails a conversion of malformed objects, saying why."""
+    request = review.get("request")
+    request = request if isinstance(request, dict) else {}
+    result = {"status": "Failure", "message": one_line(f"cannot convert: {'; '.join(problems)}")}
+    response = {"uid": request.get("uid", ""), "convertedObjects": [], "result": result}
+    return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview", "response": response}
+
+
 # --- the server -----------------------------------------------------------------------------------
 def _pure(handler: Callable[[dict[str, Any]], dict[str, Any]]) -> Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]:
     async def run(review: dict[str, Any]) -> dict[str, Any]:
@@ -216,16 +277,29 @@ def make_app(
     """The webhook server. `uses_multikueue(namespace, queue)` may read the cluster: it is
     awaited once per queued job, before the pure handler runs."""
 
-    async def handle(request: web.Request, handler: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]) -> web.Response:
+    async def handle(
+        request: web.Request,
+        handler: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]],
+        refuse: Callable[[dict[str, Any], list[str]], dict[str, Any]] = refusal,
+    ) -> web.Response:
         try:
             review = await request.json()
         except ValueError:
             return web.json_response({"error": "the body is not JSON"}, status=400)
         except RecursionError:  # the JSON decoder recurses once per level of nesting
             return web.json_response({"error": "the body is nested too deeply"}, status=400)
-        if not isinstance(review, dict):
+        if not isinstance(review, dict) or not isinstance(review.get("request") or {}, dict):
             return web.json_response({"error": "the body is not an AdmissionReview or ConversionReview object"}, status=400)
-        return web.json_response(await handler(review))
+        try:
+            return web.json_response(await handler(review))
+        except ValidationError as err:  # a field the models refuse, deeper than the first check read
+            return web.json_response(refuse(review, [str(error) for error in pydantic_field_errors(err)]))
+        except (AttributeError, TypeError, KeyError, IndexError, ValueError) as err:
+            # A field of a type no check expected: refused, never a 500 (under failurePolicy
+            # Fail the user would see only "failed calling webhook").
+            kind, name = _named(review)
+            log.warning("webhook: refused a malformed object", extra={"key": f"{kind}/{name}", "error": str(err)[:200]})
+            return web.json_response(refuse(review, [f"a field has the wrong type ({type(err).__name__}: {err})"]))
 
     def mutate_job(adapter: Webhooked) -> Callable[[web.Request], Any]:
         async def default(review: dict[str, Any]) -> dict[str, Any]:
@@ -244,7 +318,7 @@ def make_app(
         return await handle(request, _pure(validate))
 
     async def convert(request: web.Request) -> web.Response:
-        return await handle(request, _pure(convert_review))
+        return await handle(request, _pure(convert_review), conversion_failure)
 
     registry = Registry(tuple(adapter for adapter in adapters if isinstance(adapter, JobAdapter)))
     app = web.Application(client_max_size=8 * 1024 * 1024)

@@ -9,6 +9,7 @@ page is cheap to compute), as Kueue's storage computes it.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -21,8 +22,23 @@ DEFAULT_LIMIT = 1000  # Kueue's DefaultPendingWorkloadsLimit
 SUMMARY_KIND = "PendingWorkloadsSummary"
 
 
+MAX_DIGITS = 9  # a limit or offset of a billion Workloads or more is refused, not parsed
+SHOWN = 40  # how much of a refused value its message repeats
+
+
 class VisibilityQueryError(ValueError):
     """A query parameter that is not a non-negative integer; the message names it."""
+
+
+def non_negative_integer(name: str, raw: str) -> int:
+    """`raw` read as Kubernetes reads a count: ASCII digits only (`str.isdigit` also takes `²`
+    and `٣`, which `int` then refuses or reads as 3), and at most MAX_DIGITS of them. A refusal
+    is one line naming the parameter, with the value quoted and cut (never a traceback)."""
+    if not (0 < len(raw) <= MAX_DIGITS and raw.isascii() and raw.isdigit()):
+        shown = json.dumps(raw[:SHOWN] + ("..." if len(raw) > SHOWN else ""))
+        limit = f" of at most {MAX_DIGITS} digits" if len(raw) > MAX_DIGITS else ""
+        raise VisibilityQueryError(f"{name}: Invalid value: {shown}: must be a non-negative integer{limit}")
+    return int(raw)
 
 
 @dataclass(frozen=True)
@@ -39,9 +55,7 @@ def page_of(query: dict[str, str]) -> Page:
         if raw is None or raw == "":
             values[name] = default
             continue
-        if not raw.isdigit():
-            raise VisibilityQueryError(f'{name}: Invalid value: "{raw}": must be a non-negative integer')
-        values[name] = int(raw)
+        values[name] = non_negative_integer(name, raw)
     return Page(values["limit"], values["offset"])
 
 

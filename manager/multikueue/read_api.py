@@ -32,7 +32,7 @@ from manager.controllers.caches import Caches
 from manager.controllers.visibility import ApiGroup, VisibilityServer, add_discovery, status
 from manager.engine.integrations.adapter import JobAdapter
 from manager.engine.workload import check_states, multikueue_check_name
-from manager.kube.errors import KubeError
+from manager.kube.errors import InvalidError, KubeError, NotFoundError
 from manager.kube.informer import Informer
 from manager.multikueue import reads, selection
 from manager.multikueue.clusters import ClusterController
@@ -53,6 +53,18 @@ def attributes(verb: str, resource: str, *, namespace: str = "", name: str = "")
         if value:
             found[key] = value
     return found
+
+
+def worker_error(cluster: str, err: KubeError) -> web.Response:
+    """The answer for a worker's refusal of a read made for the caller: its own words, with its
+    meaning kept for what the caller asked wrong (a container the pod does not have: 400; a pod
+    gone since: 404); anything else is the worker's trouble, to try again (503)."""
+    message = f"worker {cluster}: {err}"
+    if isinstance(err, InvalidError):
+        return status(400, "BadRequest", message)
+    if isinstance(err, NotFoundError):
+        return status(404, "NotFound", message)
+    return status(503, "ServiceUnavailable", message)
 
 
 class ReadApi:
@@ -234,7 +246,7 @@ class ReadApi:
         except StopAsyncIteration:
             first = None
         except KubeError as err:
-            return status(503, "ServiceUnavailable", f"worker {remote.name}: {err}")
+            return worker_error(remote.name, err)
         response = web.StreamResponse(headers={"Content-Type": "text/plain; charset=utf-8"})
         await response.prepare(request)
         try:

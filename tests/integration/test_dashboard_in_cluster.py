@@ -13,6 +13,7 @@ import html
 import selectors
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -26,8 +27,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from manager.api import kueue
-from manager.api.core import Job
-from manager.cli.dashboard.incluster import SESSION_COOKIE, ClusterAccess, routes
+from manager.api.core import JOB_NAME_LABEL, Job
+from manager.cli.dashboard.incluster import SESSION_COOKIE, ClusterAccess, routes, token_expiry
 from manager.cli.dashboard.server import CSRF_COOKIE, Settings, create_app
 from manager.controllers.visibility import VisibilityServer
 from manager.dev.local import LocalCluster
@@ -113,6 +114,7 @@ class Fleet:
     namespaces: dict[str, str]  # user -> their namespace
     cluster_queue: str
     kubeconfig: Path  # the dashboard's own identity
+    access: ClusterAccess  # its clocks may be moved on by a test
 
 
 @pytest.fixture
@@ -156,7 +158,7 @@ async def fleet(cluster: LocalCluster, tmp_path: Path) -> AsyncIterator[Fleet]:
     access = ClusterAccess(identity, VisibilityServer(identity, lambda name: None, dict))
     app = create_app(Settings(access, extra_routes=[routes(access)]))
     async with TestClient(TestServer(app)) as client:
-        yield Fleet(admin, client, tokens, namespaces, cq, path)
+        yield Fleet(admin, client, tokens, namespaces, cq, path, access)
     await identity.close()
     await admin.close()
 
@@ -259,3 +261,76 @@ async def test_the_in_cluster_command_serves_users_by_their_tokens(fleet: Fleet)
     finally:
         process.terminate()
         process.wait(timeout=10)
+
+
+async def test_a_jobs_page_leaves_out_the_cluster_queue_a_user_may_not_get(fleet: Fleet) -> None:
+    """The dashboard's own identity may read every ClusterQueue; alice may not get hers, so her
+    job's page does not show it (the dashboard's review of each `get`)."""
+    mine = fleet.namespaces["alice"]
+    await fleet.admin.create(
+        kueue.LocalQueue,
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "LocalQueue",
+            "metadata": {"name": "user-queue", "namespace": mine},
+            "spec": {"clusterQueue": fleet.cluster_queue},
+        },
+    )
+    answer = await fleet.dashboard.get(f"/jobs/{mine}/job/alice-job", headers=bearer(fleet, "alice"))
+    page = html.unescape(await answer.text())
+    assert answer.status == 200, page
+    assert f"ClusterQueue {fleet.cluster_queue} not shown: cannot get clusterqueues (forbidden)" in page, page
+
+
+async def test_a_log_stream_is_refused_to_a_user_who_may_not_read_logs(fleet: Fleet) -> None:
+    """carol may read her namespace's jobs and pods but not their logs: the stream of her job's
+    log says the apiserver's refusal, though the dashboard's own identity may read logs."""
+    namespace = f"{fleet.namespaces['alice']}-c"
+    await fleet.admin.request("POST", "/api/v1/namespaces", body={"metadata": {"name": namespace}})
+    reader = next(doc for doc in yaml.safe_load_all(USER_ROLES.read_text()) if doc["metadata"]["name"] == "kfed-namespace-reader")
+    no_logs = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": "no-logs", "namespace": namespace},
+        "rules": [rule for rule in reader["rules"] if rule["resources"] != ["pods/log"]],
+    }
+    await apply(fleet.admin, f"{RBAC}/namespaces/{namespace}/roles/no-logs", no_logs)
+    carol = await token(fleet.admin, namespace, "carol")
+    await apply(fleet.admin, f"{RBAC}/namespaces/{namespace}/rolebindings/no-logs", bind("no-logs", namespace, "Role", "no-logs", "carol"))
+    await job_with_workload(fleet.admin, namespace, "carol-job")
+    admitted = {"type": "Admitted", "status": "True", "reason": "Admitted", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}
+    await fleet.admin.patch(
+        kueue.Workload, "job-carol-job", {"status": {"conditions": [admitted]}}, namespace=namespace, subresource="status"
+    )  # admitted on the manager itself: its pods are read there
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "carol-job-0", "namespace": namespace, "labels": {JOB_NAME_LABEL: "carol-job"}},
+        "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox"}]},
+    }
+    await token(fleet.admin, namespace, "default")  # no controller makes it here, and a pod needs it
+    await fleet.admin.request("POST", f"/api/v1/namespaces/{namespace}/pods", body=pod)
+    answer = await fleet.dashboard.get(f"/jobs/{namespace}/job/carol-job/logs", headers={"Authorization": f"Bearer {carol}"})
+    text = await answer.text()
+    assert answer.status == 200 and answer.headers["Content-Type"] == "text/event-stream", text
+    assert f'User "system:serviceaccount:{namespace}:carol" cannot get resource "pods/log"' in text, text
+    assert text.endswith("event: end\ndata: \n\n"), text
+
+
+async def test_a_browsers_session_ends_at_its_tokens_expiry(fleet: Fleet) -> None:
+    """bob's token expires in an hour; signed in a minute before that, his session lasts that
+    minute, not the dashboard's 8 hours (the clocks are the dashboard's, moved by the test)."""
+    expires = token_expiry(fleet.tokens["bob"])
+    assert expires is not None and expires - time.time() > 600
+    started = time.monotonic()
+    fleet.access.wall = lambda: expires - 60
+    form = await csrf(fleet)
+    signed = await fleet.dashboard.post("/login", data={"csrf": form, "token": fleet.tokens["bob"]}, allow_redirects=False)
+    assert signed.status == 302 and signed.headers["Location"] == "/jobs"
+    fleet.access.clock = lambda: started + 30
+    assert (await fleet.dashboard.get("/jobs", allow_redirects=False)).status == 200
+    fleet.access.clock = lambda: started + 90
+    expired = await fleet.dashboard.get("/jobs", allow_redirects=False)
+    assert expired.status == 302 and expired.headers["Location"] == "/login"
+    stream = await fleet.dashboard.get("/jobs/stream")
+    assert stream.status == 401 and "sign in first" in await stream.text()

@@ -1,7 +1,11 @@
 """Kueue's visibility API served by the manager, asked through the manager's apiserver as a user
 asks it (`kubectl get --raw`, with the user's own identity): the pending Workloads of a
 ClusterQueue and of a LocalQueue in the scheduler's order, seen by an administrator, by a user
-of one namespace, and by a user of none."""
+of one namespace, and by a user of none. Then the manager's port called directly, as any pod
+may call it: Kueue's visibility API and kfed's read API refuse a user of one namespace in
+another, a token of another namespace's ServiceAccount, an answer cached for someone else,
+`X-Remote-User` without the front proxy's verified certificate, a right taken away after 10 s,
+and a bad `limit` or `offset` (a one-line 400)."""
 
 from __future__ import annotations
 
@@ -9,20 +13,25 @@ import json
 import os
 import ssl
 import subprocess
+import time
 import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from manager.api import kueue
 from manager.api.meta import is_condition_true
 from manager.dev import federation
 from manager.dev.local import LocalCluster, free_port
 from manager.kube.client import KubeClient
+from manager.runtime import pki
+from tests.conftest import REPO_ROOT
 from tests.harness import Provider, eventually
 from tests.integration.controllers import ControllerProcess, crd_cluster, running_manager
 from tests.prerequisites import missing_prerequisite
@@ -280,3 +289,282 @@ async def test_a_standby_replica_answers_from_its_own_caches(
         assert not standby.is_leader_log()
     finally:
         standby.terminate()
+
+
+# --- the manager's port called directly -------------------------------------------------------------------
+# The Service in front of the manager is reachable by any pod, so these checks are the only ones a
+# caller that skips the apiserver meets: each is asked of the port itself, with real tokens,
+# RoleBindings and certificates, and each refusal is shown next to the same request allowed.
+READS = "/apis/reads.kfed.dev/v1alpha1"
+USER_ROLES = REPO_ROOT / "deploy" / "manager" / "user-roles.yaml"
+
+
+def call(
+    manager: ControllerProcess,
+    path: str,
+    *,
+    token: str | None = None,
+    headers: dict[str, str] | None = None,
+    certificate: tuple[Path, Path] | None = None,
+) -> tuple[int, str]:
+    """GET `path` from the manager's port, not through the apiserver: (status, body), or (0, why)
+    when the TLS handshake refuses the client."""
+    port = next(int(a.rsplit(":", 1)[1]) for a in manager.argv() if a.startswith("--visibility-bind-address="))
+    context = ssl.create_default_context(cafile=str(manager.directory / f"certs-{manager.identity}" / "ca.crt"))
+    if certificate is not None:
+        context.load_cert_chain(str(certificate[0]), str(certificate[1]))
+    sent = {**(headers or {}), **({"Authorization": f"Bearer {token}"} if token else {})}
+    request = urllib.request.Request(f"https://127.0.0.1:{port}{path}", headers=sent)
+    try:
+        with urllib.request.urlopen(request, context=context, timeout=10) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+    except OSError as err:  # ssl.SSLError, a reset: the handshake refused the certificate
+        return 0, str(err)
+
+
+@dataclass
+class Tenants:
+    """Two namespaces, each with a LocalQueue, a Workload of the same name and a ServiceAccount
+    `reader` bound to the shipped kfed-namespace-reader there; B also has a Workload whose name
+    A must never see, and A a ServiceAccount bound to nothing."""
+
+    a: str
+    b: str
+    same: str  # the name of a Workload in both
+    secret: str  # B's own
+    tokens: dict[str, str]  # "a", "b" (each namespace's reader), "nobody" (in A)
+
+
+async def service_account_token(kube: KubeClient, namespace: str, name: str) -> str:
+    await kube.request("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts", body={"metadata": {"name": name}})
+    answer = await kube.request(
+        "POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token", body={"spec": {"expirationSeconds": 3600}}
+    )
+    return str(answer["status"]["token"])
+
+
+def reader_binding(namespace: str, name: str, subject: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": name, "namespace": namespace},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "kfed-namespace-reader"},
+        "subjects": [subject],
+    }
+
+
+async def two_tenants(kube: KubeClient) -> Tenants:
+    tag = uuid.uuid4().hex[:5]
+    for doc in yaml.safe_load_all(USER_ROLES.read_text()):
+        path = f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{doc['metadata']['name']}"
+        query = [("fieldManager", "kfed-test"), ("force", "true")]
+        await kube.request("PATCH", path, query=query, body=doc, content_type="application/apply-patch+yaml")
+    a, b = f"iso-a-{tag}", f"iso-b-{tag}"
+    await queues(kube, f"iso-{tag}", {a: "lq", b: "lq"}, cpu=0)  # no room: every Workload stays pending
+    same, secret = f"same-{tag}", f"b-secret-{tag}"
+    for ns, name in ((a, same), (b, same), (b, secret)):
+        await workload(kube, ns, "lq", name)
+    tokens = {}
+    for key, ns in (("a", a), ("b", b)):
+        tokens[key] = await service_account_token(kube, ns, "reader")
+        subject = {"kind": "ServiceAccount", "name": "reader", "namespace": ns}
+        await kube.request(
+            "POST", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings", body=reader_binding(ns, "reader", subject)
+        )
+    tokens["nobody"] = await service_account_token(kube, a, "nobody")
+    return Tenants(a, b, same, secret, tokens)
+
+
+def tenant_paths(namespace: str, workload_name: str) -> dict[str, str]:
+    """Every namespaced read of the manager's port: Kueue's visibility API and kfed's read API."""
+    base = f"{READS}/namespaces/{namespace}/workloads/{workload_name}"
+    return {
+        "pending": f"/apis/{GROUP}/v1beta2/namespaces/{namespace}/localqueues/lq/pendingworkloads",
+        "verdicts": f"{base}/verdicts",
+        "pods": f"{base}/pods",
+        "log": f"{base}/log?pod=p",
+    }
+
+
+async def readable(manager: ControllerProcess, tenants: Tenants) -> None:
+    """Wait until the manager's caches hold A's Workload: A's reader is answered 200."""
+
+    async def answered() -> bool:
+        code, _ = call(manager, tenant_paths(tenants.a, tenants.same)["verdicts"], token=tenants.tokens["a"])
+        return code == 200
+
+    await eventually(answered, timeout=30, what="A's reader answered about A's Workload by the manager's port")
+
+
+def message_of(body: str) -> str:
+    """The message of a Kubernetes Status answer ("" for any other body)."""
+    try:
+        found = json.loads(body)
+    except ValueError:
+        return ""
+    return str(found.get("message", "")) if isinstance(found, dict) else ""
+
+
+def refused_as(user: str, code: int, body: str) -> bool:
+    return code == 403 and f'is forbidden: User "{user}"' in message_of(body)
+
+
+async def test_a_user_allowed_in_one_namespace_is_refused_every_read_of_another_on_the_managers_port(
+    manager: ControllerProcess, kube: KubeClient
+) -> None:
+    tenants = await two_tenants(kube)
+    await readable(manager, tenants)
+    user = f"system:serviceaccount:{tenants.a}:reader"
+    # In A, every read passes the checks: the pods and the log of a Workload that runs on no
+    # worker are not found, after the checks.
+    own = {name: call(manager, path, token=tenants.tokens["a"]) for name, path in tenant_paths(tenants.a, tenants.same).items()}
+    assert {name: code for name, (code, _) in own.items()} == {"pending": 200, "verdicts": 200, "pods": 404, "log": 404}, own
+    assert tenants.same in own["pending"][1] and tenants.secret not in own["pending"][1]
+    # In B, the same reads (B's Workload of the same name, and B's own) are each refused.
+    for name in (tenants.same, tenants.secret):
+        for what, path in tenant_paths(tenants.b, name).items():
+            code, body = call(manager, path, token=tenants.tokens["a"])
+            assert refused_as(user, code, body), (what, path, code, body)
+            assert f'"{tenants.b}"' in message_of(body) and "items" not in body and "workers" not in body, body
+    # The workers' health is kfed-fleet-reader's, not the namespace reader's.
+    for path in (f"{READS}/clusters", f"{READS}/clusters/worker1"):
+        code, body = call(manager, path, token=tenants.tokens["a"])
+        assert refused_as(user, code, body), (path, code, body)
+
+
+async def test_a_token_of_another_namespaces_service_account_reads_nothing_here(manager: ControllerProcess, kube: KubeClient) -> None:
+    tenants = await two_tenants(kube)
+    await readable(manager, tenants)
+    for key in ("b", "nobody"):
+        account = "reader" if key == "b" else "nobody"
+        user = f"system:serviceaccount:{tenants.b if key == 'b' else tenants.a}:{account}"
+        for what, path in tenant_paths(tenants.a, tenants.same).items():
+            code, body = call(manager, path, token=tenants.tokens[key])
+            assert refused_as(user, code, body), (key, what, code, body)
+    code, body = call(manager, tenant_paths(tenants.a, tenants.same)["verdicts"], token=tenants.tokens["a"] + "x")
+    assert code == 401, body  # a token the apiserver does not accept
+
+
+async def test_a_log_through_the_manager_needs_the_right_to_read_pods_logs_in_its_namespace(
+    manager: ControllerProcess, kube: KubeClient
+) -> None:
+    """`logger` may read kfed's `workloads/log` and `workloads/pods` in every namespace, but pods'
+    logs (core `pods/log`) only in A: the manager relays A's logs and no other namespace's."""
+    tenants = await two_tenants(kube)
+    await readable(manager, tenants)
+    tag = tenants.a.removeprefix("iso-a-")
+    logger = await service_account_token(kube, tenants.a, "logger")
+    subject = {"kind": "ServiceAccount", "name": "logger", "namespace": tenants.a}
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": f"workload-logs-{tag}"},
+        "rules": [{"apiGroups": ["reads.kfed.dev"], "resources": ["workloads/log", "workloads/pods"], "verbs": ["get"]}],
+    }
+    everywhere = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": f"workload-logs-{tag}"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": f"workload-logs-{tag}"},
+        "subjects": [subject],
+    }
+    await kube.request("POST", "/apis/rbac.authorization.k8s.io/v1/clusterroles", body=role)
+    await kube.request("POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", body=everywhere)
+    binding = reader_binding(tenants.a, "logger", subject)  # pods/log in A
+    await kube.request("POST", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{tenants.a}/rolebindings", body=binding)
+    user = f"system:serviceaccount:{tenants.a}:logger"
+    for what in ("log", "pods"):
+
+        async def past_the_checks(path: str = tenant_paths(tenants.a, tenants.same)[what]) -> bool:
+            return call(manager, path, token=logger)[0] == 404  # A's Workload runs on no worker
+
+        await eventually(past_the_checks, timeout=30, what=f"the {what} of A's Workload past the checks")
+        code, body = call(manager, tenant_paths(tenants.b, tenants.same)[what], token=logger)
+        assert refused_as(user, code, body), (what, code, body)
+        assert f'cannot get resource "pods/log" in API group "" in the namespace "{tenants.b}"' in message_of(body), body
+
+
+async def test_an_answer_for_one_user_and_namespace_is_never_reused_for_another(manager: ControllerProcess, kube: KubeClient) -> None:
+    """The reviews are cached 10 s: asked one after the other within that time, the same question
+    about a Workload of the same name is answered for each user and each namespace."""
+    tenants = await two_tenants(kube)
+    await readable(manager, tenants)
+    mine, theirs = tenant_paths(tenants.a, tenants.same), tenant_paths(tenants.b, tenants.same)
+    for what in ("pending", "verdicts", "log"):
+        assert call(manager, mine[what], token=tenants.tokens["a"])[0] in (200, 404), what  # allowed, and kept
+        code, body = call(manager, theirs[what], token=tenants.tokens["a"])  # the same user, another namespace
+        assert refused_as(f"system:serviceaccount:{tenants.a}:reader", code, body), (what, code, body)
+        code, body = call(manager, mine[what], token=tenants.tokens["nobody"])  # the same namespace, another user
+        assert refused_as(f"system:serviceaccount:{tenants.a}:nobody", code, body), (what, code, body)
+        code, body = call(manager, mine[what], token=tenants.tokens["b"])
+        assert refused_as(f"system:serviceaccount:{tenants.b}:reader", code, body), (what, code, body)
+
+
+async def test_the_front_proxys_headers_are_believed_only_with_its_verified_client_certificate(
+    manager: ControllerProcess, cluster: LocalCluster, kube: KubeClient, tmp_path: Path
+) -> None:
+    tenants = await two_tenants(kube)
+    await readable(manager, tenants)
+    alice = reader_binding(tenants.a, "alice", {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "alice"})
+    await kube.request("POST", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{tenants.a}/rolebindings", body=alice)
+    pki_dir = cluster.directory / "pki"
+    proxy = (pki_dir / "front-proxy-client.crt", pki_dir / "front-proxy-client.key")
+    front_proxy_ca = pki.KeyPair((pki_dir / "front-proxy-ca.crt").read_bytes(), (pki_dir / "front-proxy-ca.key").read_bytes())
+    stranger = pki.write(tmp_path, "stranger", pki.issue(front_proxy_ca, "not-the-front-proxy", client=True))
+    other_ca = pki.new_ca("another-ca")
+    forged = pki.write(tmp_path, "forged", pki.issue(other_ca, "front-proxy-client", client=True))
+    mine, theirs = tenant_paths(tenants.a, tenants.same)["pending"], tenant_paths(tenants.b, tenants.same)["pending"]
+    as_alice = {"X-Remote-User": "alice", "X-Remote-Group": "system:authenticated"}
+    as_admin = {"X-Remote-User": "kubernetes-admin", "X-Remote-Group": "system:masters"}
+
+    # The front proxy's own certificate: its headers name the user, who is then reviewed.
+    async def alice_allowed() -> bool:
+        return call(manager, mine, headers=as_alice, certificate=proxy)[0] == 200
+
+    await eventually(alice_allowed, timeout=15, what="alice, named by the front proxy, reading her namespace")
+    code, body = call(manager, theirs, headers=as_alice, certificate=proxy)
+    assert refused_as("alice", code, body), (code, body)
+    # Without a certificate, or with one from another CA, or one the CA gave another client, the
+    # same headers name nobody: an administrator spoofed by a pod is refused.
+    for certificate in (None, forged, stranger):
+        code, body = call(manager, theirs, headers=as_admin, certificate=certificate)
+        assert code in (0, 401), (certificate, code, body)
+    # With a token too, the token decides, never the headers beside it.
+    code, body = call(manager, theirs, headers=as_admin, token=tenants.tokens["a"])
+    assert refused_as(f"system:serviceaccount:{tenants.a}:reader", code, body), (code, body)
+
+
+async def test_a_right_taken_away_stops_working_within_ten_seconds(manager: ControllerProcess, kube: KubeClient) -> None:
+    """The reviews' answers are kept 10 s at most, as k8s.io/apiserver's delegating authorizer keeps them."""
+    tenants = await two_tenants(kube)
+    await readable(manager, tenants)
+    path = tenant_paths(tenants.a, tenants.same)["verdicts"]
+    assert call(manager, path, token=tenants.tokens["a"])[0] == 200
+    await kube.request("DELETE", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{tenants.a}/rolebindings/reader")
+    started = time.monotonic()
+
+    async def refused() -> bool:
+        return call(manager, path, token=tenants.tokens["a"])[0] == 403
+
+    await eventually(refused, timeout=30, what="the reader refused once its RoleBinding is gone")
+    assert time.monotonic() - started < 15, "an allowed answer outlived the 10 s cache"
+
+
+@pytest.mark.parametrize(
+    ("query", "parameter"),
+    [("limit=%C2%B2", "limit"), ("offset=%D9%A3", "offset"), ("limit=" + "1" * 5000, "limit"), ("limit=-1", "limit")],
+    ids=["superscript-two", "arabic-indic-three", "5000-digits", "negative"],
+)
+async def test_a_bad_limit_or_offset_is_a_one_line_400_naming_it(
+    manager: ControllerProcess, cluster: LocalCluster, kube: KubeClient, query: str, parameter: str
+) -> None:
+    tenants = await two_tenants(kube)
+    await readable(manager, tenants)
+    path = tenant_paths(tenants.a, tenants.same)["pending"]
+    code, body = call(manager, f"{path}?{query}", token=tenants.tokens["a"])
+    message = json.loads(body)["message"]
+    assert code == 400 and message.startswith(f"{parameter}: Invalid value: ") and "\n" not in message and len(message) < 200, body
+    code, said = raw(cluster, f"{path}?{query}")  # through the apiserver, as kubectl asks
+    assert code != 0 and f"{parameter}: Invalid value" in said and "Traceback" not in said, said

@@ -264,6 +264,9 @@ class NoAccess:
     async def session(self, request: web.Request) -> web.StreamResponse:
         return web.Response(status=401, text="no session")
 
+    async def still_valid(self, request: web.Request) -> bool:
+        return False
+
 
 @pytest.fixture
 async def server() -> AsyncIterator[TestClient[web.Request, web.Application]]:

@@ -3,6 +3,7 @@ shows from it exactly what it showed when it read the workers itself."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from typing import Any
 
@@ -12,10 +13,19 @@ from manager.api import constants as c
 from manager.api import kueue
 from manager.cli import views
 from manager.cli.explain import explain, explanation_text
-from manager.controllers.visibility import VISIBILITY_GROUP, api_services, forbidden_message
+from manager.controllers.visibility import (
+    ALLOWED_FOR,
+    AUTHENTICATED_FOR,
+    DENIED_FOR,
+    VISIBILITY_GROUP,
+    ReviewCache,
+    api_services,
+    forbidden_message,
+)
+from manager.kube.errors import ForbiddenError, InvalidError, KubeError, NotFoundError, TransientError
 from manager.multikueue import reads
 from manager.multikueue.capacity import WorkerQuotas
-from manager.multikueue.read_api import POD_LOG, attributes
+from manager.multikueue.read_api import POD_LOG, attributes, worker_error
 from tests.unit.test_cli_explain import CQ, MK, cond, copy, workload
 
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
@@ -162,3 +172,31 @@ def test_the_read_api_gets_its_own_api_service_beside_the_visibility_ones() -> N
     listed = {r["name"]: r for r in reads.resource_list(reads.VERSION)["resources"]}
     assert listed[reads.CLUSTERS]["namespaced"] is False and listed[reads.CLUSTERS]["verbs"] == ["get", "list"]
     assert all(listed[name]["namespaced"] for name in (reads.VERDICTS, reads.PODS, reads.LOG))
+
+
+@pytest.mark.parametrize("ttl", [ALLOWED_FOR, DENIED_FOR, AUTHENTICATED_FOR], ids=["allowed", "denied", "authenticated"])
+def test_a_review_is_used_again_for_ten_seconds_at_most_as_the_apiservers_delegating_caches(ttl: float) -> None:
+    now = [0.0]
+    cache = ReviewCache(clock=lambda: now[0])
+    cache.put(("alice", "team-a"), (True, ""), ttl=ttl)
+    now[0] = 9.9
+    assert cache.get(("alice", "team-a")) == (True, "")
+    now[0] = 10.0  # k8s.io/apiserver's delegating authenticator and authorizer: 10 s
+    assert cache.get(("alice", "team-a")) is None
+
+
+@pytest.mark.parametrize(
+    ("err", "code", "reason"),
+    [
+        (InvalidError("logs of Pod team-a/p container nope: container nope is not valid for pod p", status=400), 400, "BadRequest"),
+        (NotFoundError('logs of Pod team-a/p: pods "p" not found', status=404), 404, "NotFound"),
+        (TransientError("logs of Pod team-a/p: connection reset", status=0), 503, "ServiceUnavailable"),
+        (ForbiddenError("logs of Pod team-a/p: forbidden", status=403), 503, "ServiceUnavailable"),
+    ],
+)
+def test_a_workers_refusal_of_a_log_keeps_its_meaning_and_its_words(err: KubeError, code: int, reason: str) -> None:
+    answer = worker_error("worker1", err)
+    assert answer.status == code
+    assert answer.body is not None and isinstance(answer.body, bytes)
+    body = json.loads(answer.body)
+    assert (body["code"], body["reason"], body["message"]) == (code, reason, f"worker worker1: {err}")

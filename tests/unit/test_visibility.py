@@ -4,6 +4,8 @@ or a LocalQueue in the scheduler's order, with Kueue's positions (from 0), limit
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from manager.api.kueue import Workload
 from manager.engine import visibility
@@ -63,11 +65,40 @@ def test_limit_and_offset_default_as_kueues(query: dict[str, str], expected: Pag
     assert page_of(query) == expected
 
 
-@pytest.mark.parametrize("query", [{"limit": "-1"}, {"offset": "x"}])
-def test_a_bad_limit_or_offset_is_named(query: dict[str, str]) -> None:
+@pytest.mark.parametrize(
+    "query",
+    [
+        {"limit": "-1"},
+        {"offset": "x"},
+        {"limit": "\u00b2"},  # superscript two: str.isdigit() says yes, int() raises
+        {"offset": "\u0663"},  # Arabic-Indic three: int() reads it as 3
+        {"limit": "1" * 5000},  # int() of 5,000 digits raises past Python's digit limit
+        {"limit": "1234567890"},
+        {"offset": " 7"},
+        {"limit": "7\n8"},
+    ],
+)
+def test_a_bad_limit_or_offset_is_refused_in_one_short_line_naming_it(query: dict[str, str]) -> None:
     name = next(iter(query))
-    with pytest.raises(VisibilityQueryError, match=rf"^{name}: Invalid value"):
+    with pytest.raises(VisibilityQueryError, match=rf"^{name}: Invalid value") as refused:
         page_of(query)
+    message = str(refused.value)
+    assert "\n" not in message and len(message) < 200, message
+
+
+def test_the_largest_limit_and_offset_read_are_nine_digits() -> None:
+    assert page_of({"limit": "999999999", "offset": "000000001"}) == Page(999999999, 1)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.sampled_from(["limit", "offset", "other"]), st.text(max_size=30) | st.integers(0, 10**12).map(str)))
+def test_any_query_is_a_page_or_a_one_line_refusal_naming_the_parameter(query: dict[str, str]) -> None:
+    try:
+        page = page_of(query)
+    except VisibilityQueryError as err:
+        assert str(err).split(":", 1)[0] in ("limit", "offset") and "\n" not in str(err)
+    else:
+        assert 0 <= page.limit <= 999_999_999 and 0 <= page.offset <= 999_999_999
 
 
 def test_discovery_lists_both_resources_as_kueues_server_does() -> None:

@@ -11,7 +11,10 @@ send `Authorization: Bearer` with every request."""
 
 from __future__ import annotations
 
+import base64
 import builtins
+import json
+import math
 import secrets
 import time
 from collections.abc import AsyncGenerator, Callable
@@ -30,7 +33,7 @@ from manager.kube.errors import ForbiddenError, KubeError
 R = TypeVar("R", bound=Resource)
 
 SESSION_COOKIE = "kfed_session"
-SESSION_SECONDS = 8 * 3600  # a signed-in browser asks again after this (the token may outlive it; it is not kept)
+SESSION_SECONDS = 8 * 3600  # a signed-in browser asks again after this at the latest (the token is not kept)
 READS_GROUP = "reads.kfed.dev"
 VERBS = {"GET": "get", "DELETE": "delete", "PATCH": "patch", "POST": "create", "PUT": "update"}
 
@@ -74,6 +77,33 @@ def path_attributes(method: str, path: str) -> list[dict[str, str]]:
     if group == READS_GROUP and subresource == "log":
         checks.append({"group": "", "version": "v1", "resource": "pods", "subresource": "log", "verb": "get", "namespace": namespace})
     return checks
+
+
+def token_expiry(token: str) -> float | None:
+    """The `exp` claim (seconds since the epoch) of a JWT (a ServiceAccount's token, an OIDC
+    id-token), or None for a token that is not a JWT or has no numeric `exp`. Read without
+    verifying the signature: the apiserver has already accepted the token (TokenReview), and
+    this only bounds how long the dashboard trusts that answer."""
+    parts = token.split(".")
+    if len(parts) != 3 or len(parts[1]) > 16384:
+        return None
+    payload = parts[1] + "=" * (-len(parts[1]) % 4)
+    try:
+        claims = json.loads(base64.urlsafe_b64decode(payload.encode("ascii")))
+    except (ValueError, UnicodeError):  # binascii.Error and json's errors are ValueErrors
+        return None
+    exp = claims.get("exp") if isinstance(claims, dict) else None
+    if isinstance(exp, bool) or not isinstance(exp, int | float) or not math.isfinite(exp):
+        return None
+    return float(exp)
+
+
+def session_seconds(token: str, *, now: float, maximum: float = SESSION_SECONDS) -> float:
+    """How long a session signed in with `token` at `now` (seconds since the epoch) lasts: until
+    the token's own expiry or `maximum`, whichever comes first (`maximum` for a token without
+    `exp`; 0 for one already expired)."""
+    exp = token_expiry(token)
+    return maximum if exp is None else max(0.0, min(maximum, exp - now))
 
 
 def default_namespace(user: User) -> str:
@@ -191,7 +221,8 @@ class ClusterAccess:
 
     client: KubeClient  # the dashboard's own identity
     reviews: VisibilityServer
-    clock: Callable[[], float] = time.monotonic
+    clock: Callable[[], float] = time.monotonic  # the sessions' deadlines
+    wall: Callable[[], float] = time.time  # to read a token's `exp` against
     sessions: dict[str, tuple[User, float]] = field(default_factory=dict)
 
     def session_for(self, user: User) -> Session:
@@ -209,23 +240,44 @@ class ClusterAccess:
             if user is None:
                 return web.Response(status=401, text="the bearer token was not accepted by the apiserver\n")
             return self.session_for(user)
-        found = self.sessions.get(request.cookies.get(SESSION_COOKIE, ""))
-        if found is not None and found[1] > self.clock():
-            return self.session_for(found[0])
+        found = self._signed_in(request)
+        if found is not None:
+            return self.session_for(found)
         if request.method == "GET" and not request.path.endswith(("/stream", "/logs")):
             raise web.HTTPFound("/login")
         return web.Response(status=401, text="sign in first: /login\n")
 
+    def _signed_in(self, request: web.Request) -> User | None:
+        found = self.sessions.get(request.cookies.get(SESSION_COOKIE, ""))
+        return found[0] if found is not None and found[1] > self.clock() else None
+
+    async def still_valid(self, request: web.Request) -> bool:
+        """Whether the request's session still holds (an open stream asks again): a bearer
+        header still accepted by the apiserver (TokenReview, cached 10 s), or a session cookie
+        not signed out and not expired."""
+        header = request.headers.get("Authorization", "")
+        if header:
+            try:
+                return header.startswith("Bearer ") and await self.reviews.review_token(header[len("Bearer ") :]) is not None
+            except KubeError:
+                return True  # the apiserver cannot answer now: asked again at the next check
+        return self._signed_in(request) is not None
+
     async def sign_in(self, token: str) -> str | None:
-        """A new session id for the token's user, or None when the apiserver does not accept it."""
-        user = await self.reviews.review_token(token.strip())
+        """A new session id for the token's user, or None when the apiserver does not accept it.
+        The session ends at the token's own expiry (its `exp`), or after SESSION_SECONDS."""
+        token = token.strip()
+        user = await self.reviews.review_token(token)
         if user is None:
+            return None
+        lasts = session_seconds(token, now=self.wall())
+        if lasts <= 0:
             return None
         now = self.clock()
         for key in [k for k, (_, until) in self.sessions.items() if until <= now]:
             del self.sessions[key]
         key = secrets.token_urlsafe(32)
-        self.sessions[key] = (user, now + SESSION_SECONDS)
+        self.sessions[key] = (user, now + lasts)
         return key
 
     def sign_out(self, key: str) -> None:

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import hmac
 import logging
+import re
 import secrets
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -39,6 +40,8 @@ log = logging.getLogger("kfed.dashboard")
 CSRF_COOKIE = "kfed_csrf"
 CSRF_FIELD = "csrf"
 REFRESH_SECONDS = 2.0  # how often a live view reads the manager again
+RECHECK_SECONDS = 30.0  # how often an open stream asks again whether its session still holds
+SESSION_ENDED = "the session ended (signed out or expired): sign in again"
 CONTENT_SECURITY_POLICY = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
     "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
@@ -60,6 +63,11 @@ class Access(Protocol):
 
     async def session(self, request: web.Request) -> Session | web.StreamResponse: ...
 
+    async def still_valid(self, request: web.Request) -> bool:
+        """Whether the session `session` gave for this request still holds (not signed out,
+        not expired): an open stream asks again every RECHECK_SECONDS and ends when not."""
+        ...
+
 
 @dataclass
 class LocalAccess:
@@ -69,6 +77,9 @@ class LocalAccess:
 
     async def session(self, request: web.Request) -> Session | web.StreamResponse:
         return self.session_
+
+    async def still_valid(self, request: web.Request) -> bool:
+        return True  # the kubeconfig's user, for as long as the command runs
 
 
 @dataclass
@@ -277,8 +288,9 @@ async def live(request: web.Request, fragment: str, read: Callable[[], Awaitable
     settings = request.app[SETTINGS]
     env = request.app[JINJA]
     response = await sse_response(request)
-    last = ""
-    try:
+
+    async def updates() -> None:
+        last = ""
         # The page that opened the stream was rendered just now: the first read waits a period,
         # so that loading a page does not read everything twice at once.
         await request.app[SLEEP](settings.refresh)
@@ -292,8 +304,33 @@ async def live(request: web.Request, fragment: str, read: Callable[[], Awaitable
                 await send_event(response, "fragment", html)
                 last = html
             await request.app[SLEEP](settings.refresh)
-    except ConnectionResetError:  # the page was closed
-        return response
+
+    with contextlib.suppress(ConnectionResetError):  # the page was closed
+        await while_signed_in(request, response, updates)
+    return response
+
+
+async def while_signed_in(request: web.Request, response: web.StreamResponse, stream: Callable[[], Awaitable[None]]) -> None:
+    """Run `stream` (which writes a stream's events to `response`) while the request's session
+    holds, asking again every RECHECK_SECONDS: once it no longer does (signed out, expired, a
+    token the apiserver no longer accepts), the stream stops and ends with an `end` event, so
+    a right lost is not kept by a page left open."""
+    access, sleep = request.app[SETTINGS].access, request.app[SLEEP]
+    task: asyncio.Future[None] = asyncio.ensure_future(stream())
+    try:
+        while not task.done():
+            tick: asyncio.Future[None] = asyncio.ensure_future(sleep(RECHECK_SECONDS))
+            await asyncio.wait({task, tick}, return_when=asyncio.FIRST_COMPLETED)
+            tick.cancel()
+            if not task.done() and not await access.still_valid(request):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+                await send_event(response, "end", SESSION_ENDED)
+                return
+        task.result()  # the stream's own end, or its error (a closed page: ConnectionResetError)
+    finally:
+        task.cancel()
 
 
 async def sse_response(request: web.Request) -> web.StreamResponse:
@@ -306,9 +343,16 @@ def _headers_only() -> dict[str, str]:
     return {k: v for k, v in SECURITY_HEADERS.items() if k != "Cache-Control"}
 
 
+def event_text(event: str, data: str) -> str:
+    """One server-sent event: each line of `data` its own `data:` field. A line ends at CRLF, CR
+    or LF, as the specification's parser reads it, so a carriage return in a log line or an
+    annotation can never start a field of its own or end the event."""
+    lines = "".join(f"data: {line}\n" for line in re.split(r"\r\n|\r|\n", data))
+    return f"event: {event}\n{lines}\n"
+
+
 async def send_event(response: web.StreamResponse, event: str, data: str) -> None:
-    lines = "".join(f"data: {line}\n" for line in data.split("\n"))
-    await response.write(f"event: {event}\n{lines}\n".encode())
+    await response.write(event_text(event, data).encode())
 
 
 def _target(request: web.Request) -> tuple[str, ObjectName]:
@@ -378,15 +422,17 @@ async def job_logs(request: web.Request, session: Session) -> web.StreamResponse
     source = await log_source(session.client, target, namespace, session.args().args)
     container = request.query.get("container") or None
     response = await sse_response(request)
-    try:
+
+    async def lines() -> None:
         try:
             async for line in reading.log_lines(source, container):
                 await send_event(response, "line", line)
         except (KubeError, CommandError) as err:
             await send_event(response, "line", f"error: {err}")
         await send_event(response, "end", "")
-    except ConnectionResetError:  # the page was closed
-        pass
+
+    with contextlib.suppress(ConnectionResetError):  # the page was closed
+        await while_signed_in(request, response, lines)
     return response
 
 

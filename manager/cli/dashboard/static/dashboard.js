@@ -11,6 +11,11 @@ document.addEventListener("DOMContentLoaded", () => {
       live.innerHTML = event.data;
       live.dataset.updates = String(Number(live.dataset.updates || "0") + 1);
     });
+    // The session ended (signed out or expired): no more updates, and no reconnecting.
+    view.addEventListener("end", () => {
+      view.close();
+      live.dataset.ended = "true";
+    });
     window.addEventListener("pagehide", () => view.close());
   }
   const log = document.getElementById("log");
@@ -19,7 +24,10 @@ document.addEventListener("DOMContentLoaded", () => {
     lines.addEventListener("line", (event) => {
       log.append(document.createTextNode(event.data + "\n"));
     });
-    lines.addEventListener("end", () => {
+    lines.addEventListener("end", (event) => {
+      if (event.data) {
+        log.append(document.createTextNode(event.data + "\n"));
+      }
       lines.close();
       log.dataset.ended = "true";
     });
