@@ -55,6 +55,16 @@ async def apply(client: KubeClient, path: str, body: dict[str, Any]) -> None:
     await client.request("PATCH", path, query=query, body=body, content_type="application/apply-patch+yaml")
 
 
+async def install_roles(admin: KubeClient) -> None:
+    """The in-cluster dashboard's ClusterRoles and bindings, and the user roles, as deploy/ has them."""
+    for doc in yaml.safe_load_all(DASHBOARD.read_text()):
+        if doc["kind"] in ("ClusterRole", "ClusterRoleBinding"):
+            plural = "clusterroles" if doc["kind"] == "ClusterRole" else "clusterrolebindings"
+            await apply(admin, f"{RBAC}/{plural}/{doc['metadata']['name']}", doc)
+    for doc in yaml.safe_load_all(USER_ROLES.read_text()):
+        await apply(admin, f"{RBAC}/clusterroles/{doc['metadata']['name']}", doc)
+
+
 async def token(admin: KubeClient, namespace: str, account: str) -> str:
     """A ServiceAccount's token (the account made if it is not there yet)."""
     with contextlib.suppress(AlreadyExistsError):
@@ -121,12 +131,7 @@ class Fleet:
 async def fleet(cluster: LocalCluster, tmp_path: Path) -> AsyncIterator[Fleet]:
     tag = uuid.uuid4().hex[:5]
     admin = await KubeClient.from_kubeconfig(cluster.kubeconfig(), name="admin")
-    for doc in yaml.safe_load_all(DASHBOARD.read_text()):
-        if doc["kind"] in ("ClusterRole", "ClusterRoleBinding"):
-            plural = "clusterroles" if doc["kind"] == "ClusterRole" else "clusterrolebindings"
-            await apply(admin, f"{RBAC}/{plural}/{doc['metadata']['name']}", doc)
-    for doc in yaml.safe_load_all(USER_ROLES.read_text()):
-        await apply(admin, f"{RBAC}/clusterroles/{doc['metadata']['name']}", doc)
+    await install_roles(admin)
     dashboard_token = await token(admin, "kfed-system", "kfed-dashboard")
     namespaces = {"alice": f"{tag}-a", "bob": f"{tag}-b"}
     tokens = {}

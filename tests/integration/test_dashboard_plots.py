@@ -14,7 +14,6 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-import yaml
 from aiohttp.test_utils import TestClient, TestServer
 
 from manager.api import kueue
@@ -26,7 +25,7 @@ from manager.dev.local import LocalCluster
 from manager.kube.client import KubeClient
 from tests.harness import Provider, eventually
 from tests.integration.controllers import crd_cluster
-from tests.integration.test_dashboard_in_cluster import DASHBOARD, RBAC, USER_ROLES, apply, bind, token
+from tests.integration.test_dashboard_in_cluster import RBAC, apply, bind, install_roles, token
 
 pytestmark = pytest.mark.integration
 
@@ -65,12 +64,7 @@ async def plots(cluster: LocalCluster) -> AsyncIterator[tuple[TestClient[Any, An
     namespace admitted to the same ClusterQueue. Yields (dashboard, tokens, namespaces, tag)."""
     tag = uuid.uuid4().hex[:5]
     admin = await KubeClient.from_kubeconfig(cluster.kubeconfig(), name="admin")
-    for doc in yaml.safe_load_all(DASHBOARD.read_text()):
-        if doc["kind"] in ("ClusterRole", "ClusterRoleBinding"):
-            plural = "clusterroles" if doc["kind"] == "ClusterRole" else "clusterrolebindings"
-            await apply(admin, f"{RBAC}/{plural}/{doc['metadata']['name']}", doc)
-    for doc in yaml.safe_load_all(USER_ROLES.read_text()):
-        await apply(admin, f"{RBAC}/clusterroles/{doc['metadata']['name']}", doc)
+    await install_roles(admin)
     queue_reader = {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "ClusterRole",

@@ -27,6 +27,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -59,33 +60,39 @@ class System:
     cluster: LocalCluster
 
 
-@pytest.fixture(scope="module")
-def kueue_system(provider: Provider, tmp_path_factory: pytest.TempPathFactory) -> Iterator[System]:
+@contextlib.contextmanager
+def upstream_system(
+    provider: Provider, directory: Path, name: str, objects: list[dict[str, Any]], *, jobs: bool, webhooks: bool
+) -> Iterator[System]:
+    """Upstream Kueue on a fresh cluster (`jobs`: one whose Jobs really run), with `objects`."""
     bin_dir = require_upstream_kueue()
-    (cluster,) = provider.create([f"lifecycle-kueue-{uuid.uuid4().hex[:4]}"])
-    upstream = UpstreamKueue(cluster, tmp_path_factory.mktemp("lifecycle-kueue"), bin_dir, webhooks=False)
+    (cluster,) = provider.create([f"{name}-{uuid.uuid4().hex[:4]}"], jobs=jobs)
+    upstream = UpstreamKueue(cluster, directory, bin_dir, webhooks=webhooks)
     upstream.start()
-    federation.create(cluster, {"apiVersion": V1BETA2, "kind": "ResourceFlavor", "metadata": {"name": FLAVOR}})
+    for obj in objects:
+        federation.create(cluster, obj)
     try:
         yield System("upstream Kueue", cluster)
     finally:
         upstream.stop()
+
+
+@pytest.fixture(scope="module")
+def kueue_system(provider: Provider, tmp_path_factory: pytest.TempPathFactory) -> Iterator[System]:
+    flavor = {"apiVersion": V1BETA2, "kind": "ResourceFlavor", "metadata": {"name": FLAVOR}}
+    with upstream_system(
+        provider, tmp_path_factory.mktemp("lifecycle-kueue"), "lifecycle-kueue", [flavor], jobs=False, webhooks=False
+    ) as system:
+        yield system
 
 
 @pytest.fixture(scope="module")
 def kueue_jobs_system(provider: Provider, tmp_path_factory: pytest.TempPathFactory) -> Iterator[System]:
     """Upstream Kueue with its webhooks (its Job integration suspends queued Jobs), on a cluster
     whose Jobs really run (kube-controller-manager, kube-scheduler, kwok nodes)."""
-    bin_dir = require_upstream_kueue()
-    (cluster,) = provider.create([f"lifecycle-kueue-jobs-{uuid.uuid4().hex[:4]}"], jobs=True)
-    upstream = UpstreamKueue(cluster, tmp_path_factory.mktemp("lifecycle-kueue-jobs"), bin_dir)
-    upstream.start()
-    for obj in job_cluster_objects():
-        federation.create(cluster, obj)
-    try:
-        yield System("upstream Kueue", cluster)
-    finally:
-        upstream.stop()
+    directory = tmp_path_factory.mktemp("lifecycle-kueue-jobs")
+    with upstream_system(provider, directory, "lifecycle-kueue-jobs", job_cluster_objects(), jobs=True, webhooks=True) as system:
+        yield system
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from manager.api import kueue
 from manager.api.core import Event
@@ -382,3 +384,22 @@ def test_local_mode_refuses_to_serve_the_users_credentials_beyond_loopback_in_on
     assert err.count("\n") == 1 and err.startswith("error: --address 0.0.0.0: kfed dashboard serves your own credentials"), err
     assert main(["dashboard", "--port", "70000", "--no-browser"]) == 1
     assert capsys.readouterr().err == "error: --port 70000: expected a port number from 0 to 65535\n"
+
+
+_PARAMETER = st.sampled_from(["namespace", "queue", "state", "worker", "kind", "page", "per_page"]) | st.text(max_size=12)
+_VALUE = st.text(max_size=80) | st.integers(min_value=-(10**12), max_value=10**12).map(str) | st.just("9" * 5000)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.dictionaries(_PARAMETER, _VALUE, max_size=5))
+def test_any_query_string_of_the_jobs_view_is_a_query_or_a_one_line_refusal(params: dict[str, str]) -> None:
+    """Whatever a URL carries, the Jobs view gets its filters or refuses in one line that names
+    the parameter, never an exception it would answer with a 500."""
+    try:
+        query = pages.parse_job_query(params)
+    except pages.QueryError as err:
+        message = str(err)
+        assert "\n" not in message and "\r" not in message and message
+        assert message.split(" ", 1)[0].rstrip(":") in ("unknown", *params), (params, message)
+        return
+    assert 1 <= query.page <= 1_000_000 and query.state in ("", *views.STATES)

@@ -5,6 +5,7 @@ and a job's timeline. The templates print these values and decide nothing."""
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -53,13 +54,18 @@ class JobQuery(BaseModel):
         return {key: str(value) for key, value in values.items() if value != defaults[key]}
 
 
+def _shown(value: str) -> str:
+    """A user's text inside a one-line message: quoted, control characters escaped, and cut."""
+    return json.dumps(value if len(value) <= 60 else value[:60] + "...")
+
+
 def parse_job_query(params: Mapping[str, str]) -> JobQuery:
     """The filters of `?namespace=&queue=&state=&worker=&kind=&page=&per_page=`; a bad one is
     refused in one line naming the parameter and what it takes."""
     known = set(JobQuery.model_fields)
     for key in params:
         if key not in known:
-            raise QueryError(f'unknown parameter "{key}": the Jobs view takes {", ".join(sorted(known))}')
+            raise QueryError(f"unknown parameter {_shown(key)}: the Jobs view takes {', '.join(sorted(known))}")
     try:
         query = JobQuery.model_validate(dict(params))
     except ValidationError as err:
@@ -69,10 +75,10 @@ def parse_job_query(params: Mapping[str, str]) -> JobQuery:
     if query.state and query.state not in views.STATES:
         by_lower = {s.lower(): s for s in views.STATES}
         if query.state.lower() not in by_lower:
-            raise QueryError(f'state "{query.state}": expected one of {", ".join(views.STATES)}')
+            raise QueryError(f"state {_shown(query.state)}: expected one of {', '.join(views.STATES)}")
         query = query.model_copy(update={"state": by_lower[query.state.lower()]})
     if query.kind and query.kind not in KINDS:
-        raise QueryError(f'kind "{query.kind}": expected one of {", ".join(KINDS)}')
+        raise QueryError(f"kind {_shown(query.kind)}: expected one of {', '.join(KINDS)}")
     return query
 
 
