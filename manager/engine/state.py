@@ -335,12 +335,25 @@ class AdmissionState(WriteBookkeeping, Deadlines):
         if eviction is not None:
             info.set_condition(c.EVICTED, "True", eviction[0], eviction[1], now)
             self.dirty.add(info.key)
-        if info.evicted and self.release_bare_evictions and not self._owned_by_controller(info):
+        if info.evicted and self._released_at_eviction(info):
             self.finish_eviction(info.key, now)
 
     @staticmethod
     def _owned_by_controller(info: WorkloadInfo) -> bool:
         return controller_owner(info.obj) is not None
+
+    def _released_at_eviction(self, info: WorkloadInfo) -> bool:
+        """Whether this side gives an evicted Workload's quota back with its eviction. A Workload
+        a job controls is released by its job integration once the job has stopped, and one
+        that nothing owns by whoever plays the job's part (Kueue's runner): both keep their
+        quota until then, as in Kueue. A Workload owned, not as controller, by its pods or its
+        LeaderWorkerSet is released here at once: kfed's pod-group and LeaderWorkerSet
+        integrations stop nothing before the release (Kueue's release once the group's pods are
+        gone is not modelled yet). `release_bare_evictions` releases every Workload no job
+        controls at once (the worker agent's choice)."""
+        if self._owned_by_controller(info):
+            return False
+        return self.release_bare_evictions or bool(info.obj.metadata.owner_references)
 
     def finish_eviction(self, key: str, now: datetime) -> None:
         """What the job integration does once an evicted workload's pods are gone: release its
@@ -403,7 +416,7 @@ class AdmissionState(WriteBookkeeping, Deadlines):
         for preemption in result.preemptions:
             self.dirty.add(preemption.victim.key)
             self.dirty.add(preemption.preemptor.key)
-            if self.release_bare_evictions and not self._owned_by_controller(preemption.victim):
+            if self._released_at_eviction(preemption.victim):
                 self.finish_eviction(preemption.victim.key, now)
         # Heads examined this cycle may have a new Pending message.
         self.dirty.update(result.touched)
