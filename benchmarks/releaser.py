@@ -45,7 +45,6 @@ class Releaser:
         self.client = client
         self.informer = informer
         self.delay = delay
-        self.released: list[str] = []
         self._scheduled: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         informer.add_handler(self._on_workload)
@@ -76,7 +75,6 @@ class Releaser:
                 except KubeError as err:
                     log.warning("cannot release an evicted workload", extra={"key": key, "error": str(err)})
                     return
-                self.released.append(key)
                 return
         except NotFoundError:
             return
