@@ -18,12 +18,12 @@ import yaml
 from manager.api import constants as c
 from manager.api import kueue
 from manager.api.core import Job, Pod, Secret
-from manager.api.meta import Resource
+from manager.api.meta import Resource, is_condition_true
 from manager.dev import catalog, federation
 from manager.dev.local import LocalCluster, free_port
 from manager.kube.client import KubeClient
 from tests.conftest import REPO_ROOT
-from tests.harness import watched
+from tests.harness import eventually, watched
 from tests.integration.controllers import SYSTEM_NAMESPACE, ControllerProcess, ensure_namespace, wait_webhooks
 from tests.integration.test_controllers import job_manifest as job_manifest
 
@@ -197,6 +197,19 @@ async def owned_workload(client: KubeClient, model: type[Resource], namespace: s
         if any(ref.uid == owner.metadata.uid and ref.kind == model.KIND for ref in wl.metadata.owner_references or []):
             return wl
     return None
+
+
+async def finished_workload(client: KubeClient, model: type[Resource], namespace: str, name: str) -> kueue.Workload:
+    """The Workload of job `name`, once Finished. A job's end and its Workload's Finished are two
+    writes, in that order, as in Kueue (the job integration, or MultiKueue after copying the
+    worker's job status): a test that saw the job end waits for the second."""
+
+    async def finished() -> kueue.Workload | None:
+        wl = await owned_workload(client, model, namespace, name)
+        return wl if wl is not None and is_condition_true(wl.status.conditions if wl.status else None, c.FINISHED) else None
+
+    wl: kueue.Workload = await eventually(finished, timeout=30, what=f"the Workload of {model.KIND} {namespace}/{name} Finished")
+    return wl
 
 
 class Clients:

@@ -31,11 +31,14 @@ USER_ROLES = REPO_ROOT / "deploy" / "manager" / "user-roles.yaml"
 
 
 AGE = re.compile(r"\b(\d+d)?(\d+h)?(\d+m)?(\d+s)?\b")
+COLUMN_GAP = re.compile(r" {2,}")
 
 
 def ageless(text: str) -> str:
-    """The output with its ages ("3s", "1m20s") masked: the two commands run a second apart."""
-    return AGE.sub(lambda m: "<age>" if m.group(0) else "", text)
+    """The output with its ages ("3s", "1m20s") masked and its column gaps made one width: the two
+    commands run a second apart, and "9s" against "10s" widens the AGE column by one space."""
+    masked = AGE.sub(lambda m: "<age>" if m.group(0) else "", text)
+    return COLUMN_GAP.sub("  ", masked)
 
 
 def run(kubeconfig: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -18,7 +18,7 @@ from manager.api.core import Job
 from manager.api.jobset import JobSet
 from manager.api.meta import find_condition, is_condition_true
 from manager.kube.client import KubeClient
-from tests.e2e.federation import RUNS, Clients, Federation, job_manifest, running
+from tests.e2e.federation import RUNS, Clients, Federation, finished_workload, job_manifest, running
 from tests.e2e.test_cli import jobs_json, jobs_table, kfed, status_in
 from tests.e2e.test_multikueue import make_priority_classes
 from tests.harness import Provider, eventually, require_controller
@@ -74,8 +74,7 @@ async def test_a_jobset_submitted_to_the_manager_runs_on_one_worker_and_its_stat
     assert status.get("terminalState") == "Completed"
     succeeded = {rj["name"]: rj.get("succeeded", 0) for rj in status.get("replicatedJobsStatus", [])}
     assert succeeded == {"leader": 1, "workers": 2}
-    finished = await workload_of(kube.manager, ns, "train")
-    assert finished is not None and is_condition_true(finished.status.conditions if finished.status else None, c.FINISHED)
+    finished = await finished_workload(kube.manager, JobSet, ns, "train")
     assert (finished.status.cluster_name if finished.status else None) == workers[0]
 
     async def nothing_left() -> bool:

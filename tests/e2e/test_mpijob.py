@@ -25,10 +25,10 @@ import pytest
 from manager.api import constants as c
 from manager.api import kueue
 from manager.api.core import Job, Pod
-from manager.api.meta import find_condition, is_condition_true
+from manager.api.meta import find_condition
 from manager.api.mpijob import JOB_NAME_LABEL, MPIJob
 from manager.kube.client import KubeClient
-from tests.e2e.federation import RUNS, Clients, Federation, job_manifest, owned_workload, running
+from tests.e2e.federation import RUNS, Clients, Federation, finished_workload, job_manifest, owned_workload, running
 from tests.e2e.test_cli import jobs_json, jobs_table, kfed, status_in
 from tests.e2e.test_multikueue import make_priority_classes
 from tests.harness import Provider, eventually, require_controller
@@ -158,8 +158,7 @@ async def test_an_mpijob_on_a_single_cluster_waits_suspended_starts_with_its_fla
         return job if condition(job, "Succeeded") else None
 
     await eventually(lambda: succeeded("urgent"), timeout=120, what="MPIJob urgent Succeeded")
-    urgent_wl = await owned_workload(worker, MPIJob, ns, "urgent")
-    assert urgent_wl is not None and is_condition_true(urgent_wl.status.conditions if urgent_wl.status else None, c.FINISHED)
+    await finished_workload(worker, MPIJob, ns, "urgent")
     # With the quota back the victim runs again, and its launcher (600 s) keeps it Running.
     await eventually(running, timeout=90, what="MPIJob victim admitted again and Running")
     await worker.delete(MPIJob, "victim", namespace=ns)
@@ -204,8 +203,7 @@ async def test_an_mpijob_submitted_to_the_manager_runs_on_one_worker_and_its_sta
     status = done.to_dict()["status"]
     assert status["replicaStatuses"]["Launcher"].get("succeeded") == 1
     assert status.get("completionTime")
-    finished = await owned_workload(kube.manager, MPIJob, ns, "pi")
-    assert finished is not None and is_condition_true(finished.status.conditions if finished.status else None, c.FINISHED)
+    finished = await finished_workload(kube.manager, MPIJob, ns, "pi")
     assert (finished.status.cluster_name if finished.status else None) == workers[0]
 
     async def nothing_left() -> bool:

@@ -19,7 +19,7 @@ from manager.api.core import Pod
 from manager.api.meta import find_condition, is_condition_true
 from manager.engine.integrations.pod import MANAGED_LABEL, SCHEDULING_GATE
 from manager.kube.client import KubeClient
-from tests.e2e.federation import RUNS, Clients, Federation, running
+from tests.e2e.federation import RUNS, Clients, Federation, finished_workload, running
 from tests.e2e.test_cli import kfed
 from tests.e2e.test_multikueue import make_priority_classes
 from tests.harness import Provider, eventually
@@ -74,8 +74,7 @@ async def test_a_pod_submitted_to_the_manager_runs_on_one_worker_and_its_status_
 
     done = await eventually(manager_succeeded, timeout=120, what="the manager's Pod Succeeded, from its worker's status")
     assert gates(done) == [SCHEDULING_GATE], "the manager's Pod never runs there: it stays gated"
-    finished = await workload_of(kube.manager, done)
-    assert finished is not None and is_condition_true(finished.status.conditions if finished.status else None, c.FINISHED)
+    finished = await finished_workload(kube.manager, Pod, ns, "single")
     assert (finished.status.cluster_name if finished.status else None) == workers[0]
 
     async def nothing_left() -> bool:

@@ -25,10 +25,10 @@ import pytest
 from manager.api import constants as c
 from manager.api import kueue
 from manager.api.core import Job, Pod
-from manager.api.meta import find_condition, is_condition_true
+from manager.api.meta import find_condition
 from manager.api.ray import CLUSTER_LABEL, RayCluster, RayJob
 from manager.kube.client import KubeClient
-from tests.e2e.federation import RUNS, Clients, Federation, job_manifest, owned_workload, running
+from tests.e2e.federation import RUNS, Clients, Federation, finished_workload, job_manifest, owned_workload, running
 from tests.e2e.test_cli import jobs_json, jobs_table, kfed, status_in
 from tests.e2e.test_multikueue import make_priority_classes
 from tests.harness import Provider, eventually, require_controller
@@ -181,9 +181,8 @@ async def test_a_rayjob_submitted_to_the_manager_runs_on_one_worker_its_status_c
 
     done = await eventually(manager_failed, timeout=120, what="the manager's RayJob Failed, from its worker's status")
     assert done.status is not None and "submitter finished" in (done.status.message or "")
-    finished = await owned_workload(kube.manager, RayJob, ns, "train")
-    assert finished is not None and finished.status is not None
-    assert is_condition_true(finished.status.conditions, c.FINISHED) and finished.status.cluster_name == worker
+    finished = await finished_workload(kube.manager, RayJob, ns, "train")
+    assert finished.status is not None and finished.status.cluster_name == worker
     condition = find_condition(finished.status.conditions, c.FINISHED)
     assert condition is not None and condition.reason == "Failed" and "submitter finished" in (condition.message or "")
 

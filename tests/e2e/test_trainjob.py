@@ -30,11 +30,11 @@ from manager.api import constants as c
 from manager.api import kueue
 from manager.api.core import Event, Pod
 from manager.api.jobset import JOBSET_NAME_LABEL, JobSet
-from manager.api.meta import find_condition, is_condition_true
+from manager.api.meta import find_condition
 from manager.api.trainjob import CONTROLLER_NAME, KUEUE_PATCH_MANAGER, ClusterTrainingRuntime, TrainingRuntime, TrainJob
 from manager.dev.trainer import RUNTIME
 from manager.kube.client import KubeClient
-from tests.e2e.federation import RUNS, Clients, Federation, owned_workload, running
+from tests.e2e.federation import RUNS, Clients, Federation, finished_workload, owned_workload, running
 from tests.e2e.test_cli import jobs_json, jobs_table, kfed
 from tests.e2e.test_multikueue import make_priority_classes
 from tests.harness import Provider, eventually, require_controller
@@ -165,8 +165,7 @@ async def test_a_trainjob_on_a_single_cluster_waits_suspended_starts_with_its_fl
         return job if condition(job, "Complete") else None
 
     await eventually(lambda: completed("urgent"), timeout=120, what="TrainJob urgent Complete")
-    urgent_wl = await owned_workload(worker, TrainJob, ns, "urgent")
-    assert urgent_wl is not None and is_condition_true(urgent_wl.status.conditions if urgent_wl.status else None, c.FINISHED)
+    await finished_workload(worker, TrainJob, ns, "urgent")
     # With the quota back the victim runs again (its pods run 600 s).
     await eventually(victim_running, timeout=120, what="TrainJob victim admitted again and its pods Running")
     await worker.delete(TrainJob, "victim", namespace=ns)
@@ -216,8 +215,7 @@ async def test_a_trainjob_submitted_to_the_manager_runs_on_one_worker_its_status
 
     done = await eventually(manager_complete, timeout=120, what="the manager's TrainJob Complete, from its worker's status")
     assert [s.succeeded for s in (done.status.jobs_status if done.status else None) or []] == [1]
-    finished = await owned_workload(kube.manager, TrainJob, ns, "pretrain")
-    assert finished is not None and is_condition_true(finished.status.conditions if finished.status else None, c.FINISHED)
+    finished = await finished_workload(kube.manager, TrainJob, ns, "pretrain")
     assert (finished.status.cluster_name if finished.status else None) == workers[0]
 
     async def nothing_left() -> dict[str, list[str]] | None:

@@ -363,6 +363,26 @@ def test_a_stopped_evicted_jobset_gets_its_templates_back_before_its_quota_is_re
     assert "nodeSelector" not in restore.patch["spec"]["replicatedJobs"][1]["template"]["spec"]["template"]["spec"]
 
 
+def test_an_evicted_running_jobset_is_suspended_with_its_templates_given_back_in_the_same_write() -> None:
+    """Kueue's stopJob for a kind with no stop of its own: Suspend and RestorePodSetsInfo in one
+    patch, so whoever sees it suspended sees its templates as written (CI saw a RayJob
+    suspended with the admitted flavor's nodeSelector still on it)."""
+    job = jobset(suspend=False)
+    wl = workload(JOBSET, job, admitted=True, conditions=[PREEMPTED])
+    job.spec.replicated_jobs[1].template.spec.template.spec.node_selector = {"pool": "a"}  # what the admission added
+    [stop] = plan(JOBSET, job, wl).actions
+    assert isinstance(stop, PatchJob) and stop.patch["spec"]["suspend"] is True
+    assert "nodeSelector" not in stop.patch["spec"]["replicatedJobs"][1]["template"]["spec"]["template"]["spec"]
+
+
+def test_an_evicted_running_batch_job_is_suspended_alone_its_template_restored_once_its_start_time_is_gone() -> None:
+    job = batch_job(suspend=False)
+    wl = workload(BATCH_JOB, job, admitted=True, conditions=[PREEMPTED])
+    job.spec.template.spec.node_selector = {"pool": "a"}
+    [stop] = plan(BATCH_JOB, job, wl).actions
+    assert isinstance(stop, PatchJob) and stop.patch == {"spec": {"suspend": True}}
+
+
 @both
 def test_a_released_workload_whose_backoff_ran_out_is_requeued(kind: str) -> None:
     adapter, make = KINDS[kind]

@@ -126,6 +126,10 @@ class JobAdapter(ABC, Generic[J]):
     # never started on a cluster that dispatches its Workload through MultiKueue: it stays
     # suspended there while a worker runs the copy (Kueue's ShouldSkipLocalExecution).
     suspended_under_multikueue: ClassVar[bool] = False
+    # Whether its pod templates get back what the Workload recorded in the same write that
+    # suspends it (Kueue's stop of a kind with no stop of its own). A Job (its startTime must go
+    # first) and a TrainJob (its jobs must be gone) restore later, at the release.
+    restores_with_suspend: ClassVar[bool] = True
 
     # --- naming ---------------------------------------------------------------------------------
     @property

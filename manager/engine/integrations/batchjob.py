@@ -79,6 +79,7 @@ class BatchJobAdapter(JobAdapter[Job]):
     cli_name = "job"
     pod_label = JOB_NAME_LABEL
     default_managed_by = JOB_CONTROLLER_NAME
+    restores_with_suspend = False  # Kueue's Job.Stop: its startTime goes before its template changes
 
     # --- the Workload ---------------------------------------------------------------------------
     def template_path(self, index: int) -> str:

@@ -174,7 +174,7 @@ def _ensure_suspended(adapter: JobAdapter[Any], job: Resource, now: datetime) ->
     suspended, or, for a kind stopped by deletion, each of its objects still running deleted."""
     if adapter.stopped_by_deletion:
         event = Event("Normal", "Stopped", f"The {adapter.kind} was started without an admitted Workload")
-        return _stop(adapter, job, event, reason="NoMatchingWorkload", now=now)
+        return _stop(adapter, job, None, event, reason="NoMatchingWorkload", now=now)
     if adapter.is_suspended(job):
         return []
     return [PatchJob(adapter.suspend_patch(job))]
@@ -186,11 +186,24 @@ def _finalize(adapter: JobAdapter[Any], job: Resource, *, deleting_only: bool = 
     return [PatchJob(patch, name=name) for name, patch in adapter.finalize_patches(job, deleting_only=deleting_only)]
 
 
-def _stop(adapter: JobAdapter[Any], job: Resource, event: Event, *, reason: str, now: datetime) -> list[Action]:
-    """Suspend the job; a kind stopped by deletion is told why in its status (`reason`: Kueue's
-    StopReason), then deleted (Kueue's Stop of a pod: TerminationTarget, then delete)."""
+def _one_patch(first: Mapping[str, Any], then: Mapping[str, Any]) -> dict[str, Any]:
+    """One JSON merge patch doing what `first` and then `then` do (maps merged, `then` wins)."""
+    merged = dict(first)
+    for key, value in then.items():
+        earlier = merged.get(key)
+        merged[key] = _one_patch(earlier, value) if isinstance(earlier, Mapping) and isinstance(value, Mapping) else value
+    return merged
+
+
+def _stop(adapter: JobAdapter[Any], job: Resource, wl: Workload | None, event: Event, *, reason: str, now: datetime) -> list[Action]:
+    """Suspend the job, its templates given back what `wl` recorded in the same write where the
+    kind restores with its suspension; a kind stopped by deletion is told why in its status
+    (`reason`: Kueue's StopReason), then deleted (Kueue's Stop of a pod: TerminationTarget,
+    then delete)."""
     if not adapter.stopped_by_deletion:
-        return [PatchJob(adapter.suspend_patch(job), event=event)]
+        suspend = adapter.suspend_patch(job)
+        restore = adapter.restore_patch(job, wl) if wl is not None and adapter.restores_with_suspend else None
+        return [PatchJob(_one_patch(restore, suspend) if restore else suspend, event=event)]
     actions: list[Action] = []
     for target in adapter.stop_targets(job):
         name = None if target is job else target.name
@@ -376,7 +389,7 @@ def plan_job(inputs: JobInputs) -> JobPlan:
         else:
             event = Event("Normal", "Suspended", f"The {adapter.kind} was started without an admitted Workload")
             reason = "NotAdmitted"
-        actions += _stop(adapter, job, event, reason=reason, now=now)
+        actions += _stop(adapter, job, wl, event, reason=reason, now=now)
         return JobPlan(actions)
     if evicted and reserved:
         if inputs.runs_elsewhere is None and adapter.releasable(job):

@@ -206,6 +206,7 @@ class TrainJobAdapter(JobAdapter[TrainJob]):
     cli_name = "trainjob"
     pod_label = JOBSET_NAME_LABEL  # the Trainer's JobSet is named after the TrainJob
     default_managed_by = api.CONTROLLER_NAME
+    restores_with_suspend = False  # Kueue's TrainJob.Stop: restored once its jobs are gone
 
     # --- its runtime ----------------------------------------------------------------------------
     def related_models(self) -> tuple[type[Resource], ...]:
