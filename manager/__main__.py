@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from manager.controllers.run import main
-from manager.multikueue.run import extension
+from manager.multikueue.controllers.run import extension
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:], component="manager", extensions=[extension]))

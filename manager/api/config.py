@@ -79,7 +79,7 @@ class CapacityAwareDispatcherConfig(KubeModel):
 
 class QueuePropagationConfig(KubeModel):
     """kfed's own: which of the manager's namespaces propagate their queues to the workers, and
-    which worker namespaces never receive them (`manager.multikueue.queues`)."""
+    which worker namespaces never receive them (`manager.multikueue.rules.queues`)."""
 
     # Unset: every namespace but kube-* and kfed-system. Set: the namespaces whose labels match.
     namespace_selector: LabelSelector | None = None
@@ -95,7 +95,7 @@ class MultiKueueConfiguration(KubeModel):
     incremental_dispatcher_config: IncrementalDispatcherConfig | None = None
     capacity_aware_dispatcher_config: CapacityAwareDispatcherConfig | None = None
     # kfed's own: keep on each worker the namespaces and LocalQueues the dispatched Workloads need
-    # (`manager.multikueue.queues`). Off (Kueue's rule: the administrator mirrors them).
+    # (`manager.multikueue.rules.queues`). Off (Kueue's rule: the administrator mirrors them).
     propagate_queues: bool | None = None
     queue_propagation: QueuePropagationConfig | None = None
 

@@ -33,7 +33,7 @@ MULTIKUEUE_SECRET_KEY = "kubeconfig"
 DEFAULT_MULTIKUEUE_ORIGIN = "multikueue"
 DISPATCHER_ALL_AT_ONCE = "kueue.x-k8s.io/multikueue-dispatcher-all-at-once"
 DISPATCHER_INCREMENTAL = "kueue.x-k8s.io/multikueue-dispatcher-incremental"
-# kfed's own: one copy, to the worker where the Workload fits now (manager/multikueue/capacity.py).
+# kfed's own: one copy, to the worker where the Workload fits now (manager/multikueue/rules/capacity.py).
 DISPATCHER_CAPACITY_AWARE = "kfed.dev/multikueue-dispatcher-capacity-aware"
 # The dispatchers by the short name the benchmarks' --dispatcher takes.
 DISPATCHERS_BY_SHORT_NAME = {

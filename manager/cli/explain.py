@@ -52,8 +52,8 @@ from manager.engine.workload import (
 )
 from manager.kube.client import KubeClient
 from manager.kube.errors import ForbiddenError, KubeError, NotFoundError
-from manager.multikueue.capacity import NEVER_FITS, workers_lacking_the_local_queue
-from manager.multikueue.reads import Remote, Verdict, verdicts_from, worker_verdict
+from manager.multikueue.rules.capacity import NEVER_FITS, workers_lacking_the_local_queue
+from manager.multikueue.rules.reads import Remote, Verdict, verdicts_from, worker_verdict
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 

@@ -36,9 +36,10 @@ from manager.engine.workload import is_multikueue_check
 from manager.kube.access import can_i
 from manager.kube.client import KubeClient, KubeconfigError
 from manager.kube.errors import AlreadyExistsError, ForbiddenError, KubeError, NotFoundError
-from manager.multikueue.kubeconfig import KubeconfigRejectedError, validate_kubeconfig
-from manager.multikueue.plan import WORKER_NAMESPACES_ANNOTATION
-from manager.multikueue.worker_access import WorkerAccessError, create_service_account, required_access
+from manager.multikueue.controllers.worker_access import WorkerAccessError, create_service_account, required_access
+from manager.multikueue.rules import federation
+from manager.multikueue.rules.kubeconfig import KubeconfigRejectedError, validate_kubeconfig
+from manager.multikueue.rules.plan import WORKER_NAMESPACES_ANNOTATION
 
 
 @dataclass(frozen=True)
@@ -121,7 +122,7 @@ async def check_worker(
     checks_of_config = {
         check.name
         for check in (await manager.list(kueue.AdmissionCheck)).items
-        if is_multikueue_check(check) and check.spec.parameters is not None and check.spec.parameters.name == config
+        if is_multikueue_check(check) and federation.config_name(check) == config
     }
     served = {cq.name for cq in (await manager.list(kueue.ClusterQueue)).items if checks_of_config.intersection(cq.admission_check_names)}
     wanted = sorted({lq.key for lq in (await manager.list(kueue.LocalQueue)).items if lq.spec.cluster_queue in served})

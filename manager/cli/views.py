@@ -34,8 +34,8 @@ from manager.engine.workload import (
     owner_name,
     workload_priority,
 )
-from manager.multikueue.queues import KEPT_CONDITION, QUEUES_CONDITION, REASON_CLUSTER_QUEUE_MISSING
-from manager.multikueue.reads import copy_counts, flavor_usage, worker_usage
+from manager.multikueue.rules.queues import KEPT_CONDITION, QUEUES_CONDITION, REASON_CLUSTER_QUEUE_MISSING
+from manager.multikueue.rules.reads import copy_counts, flavor_usage, worker_usage
 
 STATES = ("Pending", "QuotaReserved", "Dispatching", "Running", "Succeeded", "Failed", "Preempted", "Evicted")
 TABLE_WIDTH = 80  # what a table fits when the terminal's width is unknown (output to a pipe or file)

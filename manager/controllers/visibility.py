@@ -7,7 +7,7 @@ The answers come from the engine's own queues, in memory (`manager.engine.visibi
 are in the order the scheduler admits in, on every replica, standby included.
 
 The same server serves other groups handed to it (`ApiGroup`): the manager's MultiKueue adds
-kfed's read API (`reads.kfed.dev`, `manager.multikueue.read_api`), authorized the same way.
+kfed's read API (`reads.kfed.dev`, `manager.multikueue.controllers.read_api`), authorized the same way.
 
 Authentication and authorization are delegated to the apiserver, as every aggregated server's
 are (k8s.io/apiserver's delegating authenticator and authorizer):

@@ -23,8 +23,8 @@ from manager.api.quantity import Quantity
 from manager.dev.local import APPLY_PATCH, ClusterError, LocalCluster, wait_for
 from manager.kube.client import KubeClient, KubeconfigError
 from manager.kube.errors import KubeError
-from manager.multikueue import worker_access
-from manager.multikueue.worker_access import WorkerAccessError
+from manager.multikueue.controllers import worker_access
+from manager.multikueue.controllers.worker_access import WorkerAccessError
 
 SYSTEM_NAMESPACE = "kfed-system"
 WORKER_CPU = 8

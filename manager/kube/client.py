@@ -168,7 +168,7 @@ class KubeClient:
         burst: int = DEFAULT_BURST,
         where: str = "kubeconfig",
     ) -> KubeClient:
-        # What a worker's kubeconfig may hold is decided by manager/multikueue/kubeconfig.py
+        # What a worker's kubeconfig may hold is decided by manager/multikueue/rules/kubeconfig.py
         # before it gets here; this only loads.
         configuration = client.Configuration()
         try:

@@ -25,8 +25,8 @@ from manager.api.core import Job, Namespace, RoleBinding, Secret
 from manager.api.meta import find_condition
 from manager.kube.client import KubeClient
 from manager.kube.errors import NotFoundError
-from manager.multikueue.capacity import NEVER_FITS
-from manager.multikueue.queues import (
+from manager.multikueue.rules.capacity import NEVER_FITS
+from manager.multikueue.rules.queues import (
     ACCEPT_QUEUES_LABEL,
     KEPT_CONDITION,
     MANAGED_BY,

@@ -19,7 +19,7 @@ from manager.api.core import Job
 from manager.api.meta import find_condition, is_condition_true
 from manager.dev.local import POD_RUN_TIME_ANNOTATION
 from manager.engine.units import amount
-from manager.multikueue import quota_automation as qa
+from manager.multikueue.rules import quota_automation as qa
 from tests.e2e.federation import CONFIG, RUNS, Clients, Federation, job_manifest, running
 from tests.e2e.test_multikueue import running_where
 from tests.harness import Provider, eventually

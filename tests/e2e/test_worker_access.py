@@ -36,10 +36,10 @@ from manager.engine.integrations.registry import ADAPTERS, BATCH_JOB
 from manager.engine.workload import admission_check_state
 from manager.kube.client import KubeClient
 from manager.kube.errors import NotFoundError
-from manager.multikueue import worker_access
-from manager.multikueue.agent_health import AGENT_LEASE_NAMESPACE
-from manager.multikueue.plan import WORKER_NAMESPACES_ANNOTATION
-from manager.multikueue.queues import PROPAGATE_QUEUES_ANNOTATION
+from manager.multikueue.controllers import worker_access
+from manager.multikueue.rules.agent_health import AGENT_LEASE_NAMESPACE
+from manager.multikueue.rules.plan import WORKER_NAMESPACES_ANNOTATION
+from manager.multikueue.rules.queues import PROPAGATE_QUEUES_ANNOTATION
 from tests.conftest import REPO_ROOT
 from tests.e2e.federation import LQ, job_manifest, kueue_object, write_config
 from tests.harness import Provider, eventually
@@ -52,7 +52,7 @@ QUEUES_ROLE = f"ClusterRole {worker_access.QUEUES_ROLE}"  # `kfed register --pro
 OURS = (f"ClusterRole {worker_access.SERVICE_ACCOUNT}", f"Role {AGENT_LEASE_NAMESPACE}/{worker_access.AGENT_LEASE_ROLE}", QUEUES_ROLE)
 # Rights of our roles that the flow below does not use, each with the code path that needs
 # it. The worker's queues are read
-# (manager/multikueue/remote.py, `_watch_quotas`) where the credential can list ClusterQueues,
+# (manager/multikueue/controllers/remote.py, `_watch_quotas`) where the credential can list ClusterQueues,
 # which the manager asks first: a credential bound to some namespaces never reads them.
 QUEUES = ("clusterqueues", "cohorts", "localqueues", "resourceflavors")
 QUEUE_RIGHTS = tuple(f"{verb} kueue.x-k8s.io/{plural} " for verb in ("list", "watch") for plural in QUEUES)

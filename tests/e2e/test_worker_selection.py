@@ -20,7 +20,7 @@ from manager.api.core import Job
 from manager.api.meta import find_condition
 from manager.engine.worker_restriction import ALLOWED_WORKERS_ANNOTATION, WORKER_SELECTOR_ANNOTATION
 from manager.kube.errors import KubeError
-from manager.multikueue.selection import CLUSTER_SELECTOR_ANNOTATION
+from manager.multikueue.rules.selection import CLUSTER_SELECTOR_ANNOTATION
 from tests.e2e.federation import CONFIG, RUNS, Clients, Federation, job_manifest, running, watch_workers
 from tests.e2e.test_multikueue import running_where
 from tests.harness import Provider, eventually

@@ -25,9 +25,9 @@ from manager.dev import federation
 from manager.dev.local import LocalCluster, free_port, wait_for
 from manager.kube.client import KubeClient
 from manager.kube.informer import Informer
-from manager.multikueue.clusters import ClusterController
-from manager.multikueue.remote import RemoteCluster
-from manager.multikueue.settings import Settings
+from manager.multikueue.controllers.clusters import ClusterController
+from manager.multikueue.controllers.remote import RemoteCluster
+from manager.multikueue.rules.settings import Settings
 from manager.runtime.metrics import Metrics
 from tests.conftest import REPO_ROOT
 

@@ -21,7 +21,7 @@ from manager.controllers.webhooks import WebhookEndpoint, install, webhook_confi
 from manager.dev.binaries import binary_dir
 from manager.dev.local import LocalCluster
 from manager.kube.client import KubeClient
-from manager.multikueue.worker_access import AGENT_LEASE_RULES, WORKLOAD_RULES, queue_propagation_rules
+from manager.multikueue.controllers.worker_access import AGENT_LEASE_RULES, WORKLOAD_RULES, queue_propagation_rules
 from manager.runtime.pki import new_ca
 from tests.conftest import REPO_ROOT
 from tests.harness import Provider

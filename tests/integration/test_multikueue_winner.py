@@ -32,9 +32,9 @@ from manager.engine.workload import admission_check_state
 from manager.kube.client import KubeClient
 from manager.kube.errors import ConflictError
 from manager.kube.informer import Informer
-from manager.multikueue.plan import remote_copy
-from manager.multikueue.settings import Settings
-from manager.multikueue.workload import WorkloadController
+from manager.multikueue.controllers.workload import WorkloadController
+from manager.multikueue.rules.plan import remote_copy
+from manager.multikueue.rules.settings import Settings
 from manager.runtime.metrics import Metrics
 from tests.conftest import client_of
 from tests.harness import Provider, eventually

@@ -10,7 +10,7 @@ import pytest
 from manager.api import kueue
 from manager.cli import views
 from manager.cli.explain import Candidate, explain, explanation_record, explanation_text
-from manager.multikueue.reads import Remote
+from manager.multikueue.rules.reads import Remote
 
 MK = kueue.AdmissionCheck.model_validate({"metadata": {"name": "mk"}, "spec": {"controllerName": "kueue.x-k8s.io/multikueue"}})
 CQ = kueue.ClusterQueue.model_validate(

@@ -22,7 +22,7 @@ from manager.cli.dashboard import incluster, pages
 from manager.cli.dashboard.server import CONTENT_SECURITY_POLICY, CSRF_COOKIE, Settings, create_app, environment
 from manager.cli.explain import explain
 from manager.controllers.visibility import User
-from manager.multikueue.reads import Verdict
+from manager.multikueue.rules.reads import Verdict
 
 pytestmark = pytest.mark.unit
 

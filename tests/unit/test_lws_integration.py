@@ -32,7 +32,7 @@ from manager.engine.integrations.pod import (
 from manager.engine.integrations.registry import BY_FRAMEWORK, enabled
 from manager.engine.jobs import JobConversionError, workload_name
 from manager.engine.workload import owner_name
-from manager.multikueue.plan import ClusterHealth, may_still_run_on
+from manager.multikueue.rules.plan import ClusterHealth, may_still_run_on
 from tests.unit.test_job_plan import NOW, cond
 
 ADAPTER = BY_FRAMEWORK[lws.FRAMEWORK]

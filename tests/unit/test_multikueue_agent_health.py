@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from manager.multikueue.agent_health import AgentLeaseWatch, LeaseSighting
+from manager.multikueue.rules.agent_health import AgentLeaseWatch, LeaseSighting
 
 HELD = LeaseSighting("agent-a", "2026-11-23T10:00:00.000000Z", 15)
 RENEWED = LeaseSighting("agent-a", "2026-11-23T10:00:02.000000Z", 15)

@@ -13,7 +13,7 @@ import pytest
 from manager.api import constants as c
 from manager.api.config import Configuration
 from manager.api.kueue import ClusterQueue, Cohort, LocalQueue, ResourceFlavor, Workload
-from manager.multikueue.capacity import (
+from manager.multikueue.rules.capacity import (
     Fit,
     WorkerQuotas,
     choose_worker,
@@ -25,7 +25,7 @@ from manager.multikueue.capacity import (
     total_requests,
     workload_info,
 )
-from manager.multikueue.settings import Settings
+from manager.multikueue.rules.settings import Settings
 
 pytestmark = pytest.mark.unit
 

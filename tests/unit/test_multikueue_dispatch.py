@@ -11,8 +11,8 @@ import pytest
 
 from manager.api import constants as c
 from manager.api.kueue import Workload
-from manager.multikueue.capacity import WorkerQuotas
-from manager.multikueue.dispatch import (
+from manager.multikueue.rules.capacity import WorkerQuotas
+from manager.multikueue.rules.dispatch import (
     FORGOTTEN,
     Candidate,
     DispatchState,
@@ -22,7 +22,7 @@ from manager.multikueue.dispatch import (
     place,
     widen_incrementally,
 )
-from manager.multikueue.plan import ClusterHealth, plan_workload
+from manager.multikueue.rules.plan import ClusterHealth, plan_workload
 from tests.unit.test_multikueue_plan import NOW, ONE_CPU, FakeWorkers, cond, inputs, local, quotas, remote, up
 
 TIMEOUT = timedelta(minutes=5)  # the capacity-aware admission timeout

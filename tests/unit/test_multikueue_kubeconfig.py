@@ -16,8 +16,9 @@ import yaml
 from manager.cli import register
 from manager.cli.fleet import CommandError
 from manager.cli.register import _load as register_load
-from manager.multikueue import clusters, kubeconfig
-from manager.multikueue.kubeconfig import (
+from manager.multikueue.controllers import clusters
+from manager.multikueue.rules import kubeconfig
+from manager.multikueue.rules.kubeconfig import (
     MAX_KUBECONFIG_BYTES,
     REASON_BAD,
     REASON_INSECURE,

@@ -14,9 +14,9 @@ from manager.api.kueue import ClusterQueue, LocalQueue, PreemptionGate, Preempti
 from manager.engine.integrations.registry import BATCH_JOB, enabled
 from manager.engine.units import FlavorResource
 from manager.engine.workload import DEACTIVATION_TARGET, WorkloadInfo, admission_check_state
-from manager.multikueue.capacity import WorkerQuotas
-from manager.multikueue.dispatch import DispatchState, incremental_nomination
-from manager.multikueue.plan import (
+from manager.multikueue.rules.capacity import WorkerQuotas
+from manager.multikueue.rules.dispatch import DispatchState, incremental_nomination
+from manager.multikueue.rules.plan import (
     DISPATCH_ROUND_ANNOTATION,
     ClusterHealth,
     WorkloadInputs,

@@ -1,4 +1,4 @@
-"""Queues that follow the manager (`manager.multikueue.queues`), as pure rules: when a config
+"""Queues that follow the manager (`manager.multikueue.rules.queues`), as pure rules: when a config
 propagates, what the manager may call its own, what it removes from a worker and when, and how
 drift is said."""
 
@@ -11,8 +11,8 @@ import pytest
 from manager.api.config import Configuration
 from manager.api.kueue import LocalQueue
 from manager.api.meta import LabelSelector
-from manager.multikueue.capacity import fit_on, workload_info
-from manager.multikueue.queues import (
+from manager.multikueue.rules.capacity import fit_on, workload_info
+from manager.multikueue.rules.queues import (
     ACCEPT_QUEUES_LABEL,
     PROPAGATE_QUEUES_ANNOTATION,
     Acceptance,
@@ -34,7 +34,7 @@ from manager.multikueue.queues import (
     with_propagated_queue,
     worker_accepts,
 )
-from manager.multikueue.settings import Settings
+from manager.multikueue.rules.settings import Settings
 from tests.unit.test_multikueue_capacity import as_read
 from tests.unit.test_multikueue_plan import ONE_CPU, local, quotas
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt
 
-from manager.multikueue.remote import ConnectionFailedError, backoff_wait, reconnect_wait
+from manager.multikueue.controllers.remote import ConnectionFailedError, backoff_wait, reconnect_wait
 
 pytestmark = pytest.mark.unit
 

@@ -14,8 +14,8 @@ import yaml
 from manager.api import kueue
 from manager.api.config import MULTIKUEUE_MANAGER_QUOTA_AUTOMATION, parse_feature_gates
 from manager.controllers.run import load_configuration
-from manager.multikueue import quota_automation as qa
-from manager.multikueue.capacity import WorkerQuotas
+from manager.multikueue.rules import quota_automation as qa
+from manager.multikueue.rules.capacity import WorkerQuotas
 
 pytestmark = pytest.mark.unit
 

@@ -10,7 +10,7 @@ import pytest
 from manager.api.rbac import Access, Grant, Request, Rule, allows, grants_for, service_account_user, unused_rights
 from manager.dev.audit import AuditLogError, audit_policy, denied_to, groups_of, read_audit_log, requests_of
 from manager.engine.integrations.registry import BY_FRAMEWORK
-from manager.multikueue.worker_access import WORKLOAD_RULES
+from manager.multikueue.controllers.worker_access import WORKLOAD_RULES
 
 SA = service_account_user("kfed-system", "kfed-multikueue")
 SA_GROUPS = ("system:serviceaccounts", "system:serviceaccounts:kfed-system", "system:authenticated")

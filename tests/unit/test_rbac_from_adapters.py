@@ -16,7 +16,7 @@ from manager.cli.fleet import JOB_KINDS, OBJECT_KINDS, parse_object_name
 from manager.engine.integrations import rbacgen
 from manager.engine.integrations.batchjob import BatchJobAdapter
 from manager.engine.integrations.registry import ADAPTERS
-from manager.multikueue.worker_access import WORKLOAD_RULES
+from manager.multikueue.controllers.worker_access import WORKLOAD_RULES
 from tests.conftest import REPO_ROOT
 
 

@@ -23,9 +23,9 @@ from manager.controllers.visibility import (
     forbidden_message,
 )
 from manager.kube.errors import ForbiddenError, InvalidError, KubeError, NotFoundError, TransientError
-from manager.multikueue import reads
-from manager.multikueue.capacity import WorkerQuotas
-from manager.multikueue.read_api import POD_LOG, attributes, worker_error
+from manager.multikueue.controllers.read_api import POD_LOG, attributes, worker_error
+from manager.multikueue.rules import reads
+from manager.multikueue.rules.capacity import WorkerQuotas
 from tests.unit.test_cli_explain import CQ, MK, cond, copy, workload
 
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)

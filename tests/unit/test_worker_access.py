@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from manager.api.rbac import Grant, Request, allows, grants_for, service_account_user
-from manager.multikueue.plan import WORKER_NAMESPACES_ANNOTATION, worker_namespaces
-from manager.multikueue.worker_access import required_access, worker_access_rbac
+from manager.multikueue.controllers.worker_access import required_access, worker_access_rbac
+from manager.multikueue.rules.plan import WORKER_NAMESPACES_ANNOTATION, worker_namespaces
 
 SA = service_account_user("kfed-system", "kfed-multikueue")
 GROUPS = ("system:serviceaccounts", "system:serviceaccounts:kfed-system", "system:authenticated")

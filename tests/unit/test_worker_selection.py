@@ -13,7 +13,7 @@ from manager.engine import worker_restriction as wr
 from manager.engine.integrations.adapter import construct_workload
 from manager.engine.integrations.registry import BATCH_JOB
 from manager.engine.selectors import selector_matches
-from manager.multikueue import selection as sel
+from manager.multikueue.rules import selection as sel
 
 pytestmark = pytest.mark.unit
 

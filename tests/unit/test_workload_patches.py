@@ -20,7 +20,7 @@ from manager.engine.workload import (
     release_patch,
     requeue_patch,
 )
-from manager.multikueue.plan import CheckUpdate, check_patch
+from manager.multikueue.rules.plan import CheckUpdate, check_patch
 
 T0 = "2026-11-21T11:00:00Z"
 NOW = datetime(2026, 11, 21, 12, 0, 0, tzinfo=UTC)

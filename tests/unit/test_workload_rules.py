@@ -30,7 +30,7 @@ from manager.engine.workload import (
     owner_name,
     workload_priority,
 )
-from manager.multikueue.reads import Remote, worker_verdict
+from manager.multikueue.rules.reads import Remote, worker_verdict
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 LATER = T0 + timedelta(minutes=5)

@@ -20,7 +20,7 @@ from manager.api import manifest
 from manager.api.manifest import load_text, split_documents
 from manager.cli.main import main
 from manager.controllers.webhooks import MUTATE_JOB_PATH, VALIDATE_PATH, make_app, validate
-from manager.multikueue.kubeconfig import KubeconfigRejectedError, parse_kubeconfig
+from manager.multikueue.rules.kubeconfig import KubeconfigRejectedError, parse_kubeconfig
 
 LABEL_RULE = (
     "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', "

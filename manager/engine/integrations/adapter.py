@@ -10,17 +10,26 @@ so adding a kind is one adapter module and its entry in the registry.
 
 from __future__ import annotations
 
+import copy
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from manager.api import constants as c
 from manager.api.core import PriorityClass
 from manager.api.kueue import PodSet, Workload, WorkloadPriorityClass, WorkloadSpec
 from manager.api.meta import ObjectMeta, OwnerReference, Resource
-from manager.engine.jobs import JobConversionError, PodSetInfo, job_queue_name, prebuilt_keys, resolve_priority, workload_name
+from manager.engine.jobs import (
+    JobConversionError,
+    PodSetInfo,
+    job_queue_name,
+    multikueue_remote_metadata,
+    prebuilt_keys,
+    resolve_priority,
+    workload_name,
+)
 from manager.engine.worker_restriction import JOB_ANNOTATIONS as RESTRICTION_ANNOTATIONS
 
 J = TypeVar("J", bound=Resource)
@@ -31,7 +40,20 @@ def gvk_of(api_version: str, kind: str) -> str:
     return f"{api_version}, Kind={kind}"
 
 
-def true_condition(conditions: Sequence[Any] | None, *types: str) -> Any:
+class ConditionLike(Protocol):
+    """A condition of any kind's status (`type` and `status`, as Kubernetes writes them)."""
+
+    @property
+    def type(self) -> str: ...
+
+    @property
+    def status(self) -> str: ...
+
+
+CondT = TypeVar("CondT", bound=ConditionLike)
+
+
+def true_condition(conditions: Sequence[CondT] | None, *types: str) -> CondT | None:
     """The first of a job's `conditions` of one of `types` whose status is True, in the order
     written; None when there is none."""
     return next((cond for cond in conditions or [] if cond.type in types and cond.status == "True"), None)
@@ -439,13 +461,29 @@ class JobAdapter(ABC, Generic[J]):
         prebuilt Workload it names (Kueue's WorkloadKeysFor); a kind run as pod groups, one per group."""
         return prebuilt_keys(job)
 
-    @abstractmethod
     def remote_object(self, job: J, *, workload_name: str, origin: str) -> dict[str, Any]:
-        """The job to create on the worker that admitted its Workload (Kueue's SyncJob, create)."""
+        """The job to create on the worker that admitted its Workload (Kueue's SyncJob, create):
+        its `remote_spec`, with the origin and the prebuilt Workload's name in its metadata."""
+        metadata = multikueue_remote_metadata(job, workload_name=workload_name, origin=origin)
+        return {"apiVersion": self.api_version, "kind": self.kind, "metadata": metadata, "spec": self.remote_spec(job)}
 
-    @abstractmethod
+    def remote_spec(self, job: J) -> dict[str, Any]:
+        """The spec a worker gets: the whole spec, its managedBy (`managed_by_field`) cleared so
+        that the worker's own controller runs it (Kueue's common MultiKueue adapter)."""
+        spec: dict[str, Any] = copy.deepcopy(job.to_dict().get("spec") or {})
+        *parents, leaf = self.managed_by_field[1:]
+        holder: Any = spec
+        for key in parents:
+            holder = holder.get(key) if isinstance(holder, dict) else None
+        if isinstance(holder, dict):
+            holder.pop(leaf, None)
+        return spec
+
     def status_update(self, local: J, remote: J) -> tuple[dict[str, Any] | None, bool]:
-        """(the status to give the manager's job, or None to keep it; deferred: try again soon)."""
+        """(the status to give the manager's job, or None to keep it; deferred: try again
+        soon). The worker's status, whole, on every sync (Kueue's common MultiKueue adapter)."""
+        status = getattr(remote, "status", None)
+        return (status.to_dict() if status is not None else {}), False
 
     @abstractmethod
     def lost_pods_status(self, job: J) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from manager.api.jobset import JOBSET_NAME_LABEL, JobSet, ReplicatedJob, Replica
 from manager.api.kueue import PodSet, Workload
 from manager.engine.integrations.adapter import Finished, JobAdapter, true_condition
 from manager.engine.integrations.templates import merge_into_template, restore_template
-from manager.engine.jobs import JobConversionError, PodSetInfo, multikueue_remote_metadata, original_template
+from manager.engine.jobs import JobConversionError, PodSetInfo, original_template
 
 
 def pods_per_replica(rjob: ReplicatedJob) -> int:
@@ -35,10 +35,6 @@ def pods_per_replica(rjob: ReplicatedJob) -> int:
     parallelism = spec.parallelism if spec.parallelism is not None else 1
     completions = spec.completions if spec.completions is not None else parallelism
     return min(parallelism, completions)
-
-
-def _condition_true(job: JobSet, kind: str) -> Any:
-    return true_condition(job.status.conditions if job.status else None, kind)
 
 
 def active_jobs(statuses: Sequence[ReplicatedJobStatus] | None) -> int:
@@ -119,10 +115,10 @@ class JobSetAdapter(JobAdapter[JobSet]):
         return {"metadata": {"resourceVersion": job.metadata.resource_version}, "spec": {"replicatedJobs": rjobs}}
 
     def finished(self, job: JobSet) -> Finished | None:
-        done = _condition_true(job, api.COMPLETED)
+        done = true_condition(job.status.conditions if job.status else None, api.COMPLETED)
         if done is not None:
             return Finished(True, done.message or "JobSet finished successfully")
-        failed = _condition_true(job, api.FAILED)
+        failed = true_condition(job.status.conditions if job.status else None, api.FAILED)
         if failed is not None:
             return Finished(False, failed.message or "JobSet failed")
         return None
@@ -140,17 +136,6 @@ class JobSetAdapter(JobAdapter[JobSet]):
         return job.spec.managed_by
 
     # --- MultiKueue ------------------------------------------------------------------------------
-    def remote_object(self, job: JobSet, *, workload_name: str, origin: str) -> dict[str, Any]:
-        """The whole spec, managedBy cleared so the worker's JobSet controller runs it."""
-        spec = copy.deepcopy(job.to_dict().get("spec") or {})
-        spec.pop("managedBy", None)
-        metadata = multikueue_remote_metadata(job, workload_name=workload_name, origin=origin)
-        return {"apiVersion": self.api_version, "kind": self.kind, "metadata": metadata, "spec": spec}
-
-    def status_update(self, local: JobSet, remote: JobSet) -> tuple[dict[str, Any] | None, bool]:
-        """The worker's status, whole, on every sync (Kueue's JobSet adapter)."""
-        return (remote.status.to_dict() if remote.status else {}), False
-
     def lost_pods_status(self, job: JobSet) -> dict[str, Any]:
         statuses = [status.to_dict() for status in (job.status.replicated_jobs_status if job.status else None) or []]
         return {"status": {"replicatedJobsStatus": [{**status, "active": 0, "ready": 0} for status in statuses]}}

@@ -23,12 +23,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from manager.api import mpijob as api
-from manager.api.core import JobCondition
 from manager.api.kueue import PodSet, Workload
 from manager.api.mpijob import MPIJob, ReplicaSpec
 from manager.engine.integrations.adapter import Finished, JobAdapter, PodQuery, true_condition
 from manager.engine.integrations.templates import restore_template
-from manager.engine.jobs import JobConversionError, PodSetInfo, map_patch, multikueue_remote_metadata, original_template
+from manager.engine.jobs import JobConversionError, PodSetInfo, map_patch, original_template
 
 
 def replica_types(job: MPIJob) -> list[str]:
@@ -88,12 +87,6 @@ def _template_patch(have: dict[str, Any], want: dict[str, Any]) -> dict[str, Any
     if ((have.get("spec") or {}).get("tolerations") or None) != want_tolerations:
         patch.setdefault("spec", {})["tolerations"] = copy.deepcopy(want_tolerations)
     return patch
-
-
-def _true_condition(job: MPIJob, *kinds: str) -> JobCondition | None:
-    """The first of the job's conditions of one of `kinds` that is True, in the order written."""
-    found: JobCondition | None = true_condition(job.status.conditions if job.status else None, *kinds)
-    return found
 
 
 class MPIJobAdapter(JobAdapter[MPIJob]):
@@ -206,7 +199,7 @@ class MPIJobAdapter(JobAdapter[MPIJob]):
 
     def finished(self, job: MPIJob) -> Finished | None:
         """Kueue's Finished: the first Succeeded or Failed condition that is True."""
-        cond = _true_condition(job, api.SUCCEEDED, api.FAILED)
+        cond = true_condition(job.status.conditions if job.status else None, api.SUCCEEDED, api.FAILED)
         if cond is None:
             return None
         succeeded = cond.type == api.SUCCEEDED
@@ -219,25 +212,12 @@ class MPIJobAdapter(JobAdapter[MPIJob]):
 
     def pods_ready(self, job: MPIJob) -> bool:
         """Kueue's PodsReady for an MPIJob: its Running condition (the launcher and every worker run)."""
-        return _true_condition(job, api.RUNNING) is not None
+        return true_condition(job.status.conditions if job.status else None, api.RUNNING) is not None
 
     def managed_by(self, job: MPIJob) -> str | None:
         return job.spec.run_policy.managed_by
 
     # --- MultiKueue ------------------------------------------------------------------------------
-    def remote_object(self, job: MPIJob, *, workload_name: str, origin: str) -> dict[str, Any]:
-        """The whole spec, runPolicy.managedBy cleared so the worker's MPI Operator runs it."""
-        spec = copy.deepcopy(job.to_dict().get("spec") or {})
-        run_policy = spec.get("runPolicy")
-        if isinstance(run_policy, dict):
-            run_policy.pop("managedBy", None)
-        metadata = multikueue_remote_metadata(job, workload_name=workload_name, origin=origin)
-        return {"apiVersion": self.api_version, "kind": self.kind, "metadata": metadata, "spec": spec}
-
-    def status_update(self, local: MPIJob, remote: MPIJob) -> tuple[dict[str, Any] | None, bool]:
-        """The worker's status, whole, on every sync (Kueue's MPIJob adapter)."""
-        return (remote.status.to_dict() if remote.status else {}), False
-
     def lost_pods_status(self, job: MPIJob) -> dict[str, Any]:
         statuses = (job.status.replica_statuses if job.status else None) or {}
         return {"status": {"replicaStatuses": {kind: {"active": 0} for kind, status in statuses.items() if status is not None}}}

@@ -28,7 +28,7 @@ from manager.api.quantity import Quantity
 from manager.api.ray import RayCluster, RayClusterSpec, WorkerGroupSpec
 from manager.engine.integrations.adapter import Finished, JobAdapter
 from manager.engine.integrations.templates import merge_into_template, restore_template
-from manager.engine.jobs import JobConversionError, PodSetInfo, multikueue_remote_metadata, original_template
+from manager.engine.jobs import JobConversionError, PodSetInfo, original_template
 
 HEAD = "head"
 # KubeRay's hard-coded requests of the Redis cleanup Job it runs for a cluster with GCS fault
@@ -220,17 +220,6 @@ class RayClusterAdapter(JobAdapter[RayCluster]):
         return job.spec.managed_by
 
     # --- MultiKueue ------------------------------------------------------------------------------
-    def remote_object(self, job: RayCluster, *, workload_name: str, origin: str) -> dict[str, Any]:
-        """The whole spec, managedBy cleared so the worker's KubeRay operator runs it."""
-        spec = self._raw_spec(job)
-        spec.pop("managedBy", None)
-        metadata = multikueue_remote_metadata(job, workload_name=workload_name, origin=origin)
-        return {"apiVersion": self.api_version, "kind": self.kind, "metadata": metadata, "spec": spec}
-
-    def status_update(self, local: RayCluster, remote: RayCluster) -> tuple[dict[str, Any] | None, bool]:
-        """The worker's status, whole, on every sync (Kueue's Ray adapter copies Status)."""
-        return (remote.status.to_dict() if remote.status else {}), False
-
     def lost_pods_status(self, job: RayCluster) -> dict[str, Any]:
         """Its worker is lost: the cluster is no longer ready there (so not active)."""
         return {"status": {"state": api.SUSPENDED, "readyWorkerReplicas": 0}}

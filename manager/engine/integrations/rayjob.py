@@ -36,7 +36,7 @@ from manager.engine.integrations.raycluster import (
     start_cluster_spec,
 )
 from manager.engine.integrations.templates import merge_into_template, restore_template
-from manager.engine.jobs import JobConversionError, PodSetInfo, multikueue_remote_metadata, original_template
+from manager.engine.jobs import JobConversionError, PodSetInfo, original_template
 
 SUBMITTER = "submitter"
 # KubeRay's default submitter container resources (its GetDefaultSubmitterContainer), which
@@ -201,17 +201,6 @@ class RayJobAdapter(JobAdapter[RayJob]):
         return job.spec.managed_by
 
     # --- MultiKueue ------------------------------------------------------------------------------
-    def remote_object(self, job: RayJob, *, workload_name: str, origin: str) -> dict[str, Any]:
-        """The whole spec, managedBy cleared so the worker's KubeRay operator runs it."""
-        spec = self._raw_spec(job)
-        spec.pop("managedBy", None)
-        metadata = multikueue_remote_metadata(job, workload_name=workload_name, origin=origin)
-        return {"apiVersion": self.api_version, "kind": self.kind, "metadata": metadata, "spec": spec}
-
-    def status_update(self, local: RayJob, remote: RayJob) -> tuple[dict[str, Any] | None, bool]:
-        """The worker's status, whole, on every sync (Kueue's Ray adapter copies Status)."""
-        return (remote.status.to_dict() if remote.status else {}), False
-
     def lost_pods_status(self, job: RayJob) -> dict[str, Any]:
         """Its worker is lost: the RayJob counts as Suspended (KubeRay's state with no cluster)."""
         return {"status": {"jobDeploymentStatus": api.DEPLOYMENT_SUSPENDED}}

@@ -49,7 +49,7 @@ from manager.api.meta import Resource
 from manager.api.trainjob import ClusterTrainingRuntime, TrainingRuntime, TrainingRuntimeSpec, TrainJob
 from manager.engine.integrations.adapter import Finished, JobAdapter, true_condition
 from manager.engine.integrations.jobset import active_jobs, ready_jobs
-from manager.engine.jobs import JobConversionError, PodSetInfo, multikueue_remote_metadata
+from manager.engine.jobs import JobConversionError, PodSetInfo
 
 # The merge keys of the lists a runtime patch may carry into a Job template (the strategic
 # merge patch of batch/v1 JobTemplateSpec the Trainer applies); any other list is replaced.
@@ -166,11 +166,6 @@ def replicated_jobs(job: TrainJob, runtime: TrainingRuntimeSpec) -> list[BuiltJo
                 count = num_nodes if num_nodes is not None else runtime.ml_policy.num_nodes or 1
         built.append(BuiltJob(name=rjob.name, replicas=replicas, count=count, template=template))
     return built
-
-
-def _true_condition(job: TrainJob, kind: str) -> api.TrainJobCondition | None:
-    found: api.TrainJobCondition | None = true_condition(job.status.conditions if job.status else None, kind)
-    return found
 
 
 def _replicated_job_patch(info: PodSetInfo) -> dict[str, Any]:
@@ -293,10 +288,10 @@ class TrainJobAdapter(JobAdapter[TrainJob]):
 
     def finished(self, job: TrainJob) -> Finished | None:
         """Kueue's Finished: Complete True succeeded, Failed True failed, with its message."""
-        done = _true_condition(job, api.COMPLETE)
+        done = true_condition(job.status.conditions if job.status else None, api.COMPLETE)
         if done is not None:
             return Finished(True, done.message or "TrainJob finished successfully")
-        failed = _true_condition(job, api.FAILED)
+        failed = true_condition(job.status.conditions if job.status else None, api.FAILED)
         if failed is not None:
             return Finished(False, failed.message or "TrainJob failed")
         return None
@@ -329,22 +324,16 @@ class TrainJobAdapter(JobAdapter[TrainJob]):
         ]
 
     # --- MultiKueue ------------------------------------------------------------------------------
-    def remote_object(self, job: TrainJob, *, workload_name: str, origin: str) -> dict[str, Any]:
-        """The whole spec, managedBy cleared so the worker's Trainer runs it, and Kueue's
-        runtime patch removed so the worker's webhook adds its own (Kueue's SyncJob)."""
-        spec = copy.deepcopy(job.to_dict().get("spec") or {})
-        spec.pop("managedBy", None)
+    def remote_spec(self, job: TrainJob) -> dict[str, Any]:
+        """The common copy, with Kueue's runtime patch removed so the worker's webhook adds its
+        own (Kueue's SyncJob)."""
+        spec = super().remote_spec(job)
         kept = [p for p in spec.get("runtimePatches") or [] if not (isinstance(p, dict) and _is_kueue_patch(p))]
         if kept:
             spec["runtimePatches"] = kept
         else:
             spec.pop("runtimePatches", None)
-        metadata = multikueue_remote_metadata(job, workload_name=workload_name, origin=origin)
-        return {"apiVersion": self.api_version, "kind": self.kind, "metadata": metadata, "spec": spec}
-
-    def status_update(self, local: TrainJob, remote: TrainJob) -> tuple[dict[str, Any] | None, bool]:
-        """The worker's status, whole, on every sync (Kueue's TrainJob adapter)."""
-        return (remote.status.to_dict() if remote.status else {}), False
+        return spec
 
     def lost_pods_status(self, job: TrainJob) -> dict[str, Any]:
         statuses = [status.to_dict() for status in (job.status.jobs_status if job.status else None) or []]

@@ -1,7 +1,7 @@
 """kfed's own read API (`reads.kfed.dev`, v1alpha1), as pure functions of what the manager
 already knows: each worker's health and capacity, each Workload's verdict on every worker, and
 where a Workload's pods run. The manager serves it through its aggregated API server beside
-Kueue's visibility API (`manager.multikueue.read_api`), so that a user reads the workers
+Kueue's visibility API (`manager.multikueue.controllers.read_api`), so that a user reads the workers
 through the manager, with the user's own identity, and never holds a worker's credential.
 
 The verdicts are the ones `kfed explain` prints (one home: `worker_verdict`), and the health
@@ -20,8 +20,8 @@ from manager.api import kueue
 from manager.api.meta import find_condition
 from manager.engine.units import amount, format_amount
 from manager.engine.workload import conditions_of, has_quota_reservation, is_admitted, is_finished, misconfiguration
-from manager.multikueue.capacity import WorkerQuotas, fit_when_empty, total_requests, workload_info
-from manager.multikueue.queues import KEPT_CONDITION, QUEUES_CONDITION
+from manager.multikueue.rules.capacity import WorkerQuotas, fit_when_empty, total_requests, workload_info
+from manager.multikueue.rules.queues import KEPT_CONDITION, QUEUES_CONDITION
 
 GROUP = "reads.kfed.dev"
 VERSION = "v1alpha1"

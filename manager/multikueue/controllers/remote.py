@@ -32,8 +32,8 @@ from manager.kube.access import can_i
 from manager.kube.client import KubeClient, KubeconfigError
 from manager.kube.errors import ForbiddenError, KubeError, NotFoundError, TransientError
 from manager.kube.informer import InformerSet
-from manager.multikueue.agent_health import AGENT_LEASE_NAME, AGENT_LEASE_NAMESPACE, AgentLeaseWatch, AgentVerdict, LeaseSighting
-from manager.multikueue.capacity import WorkerQuotas, may_free_room
+from manager.multikueue.rules.agent_health import AGENT_LEASE_NAME, AGENT_LEASE_NAMESPACE, AgentLeaseWatch, AgentVerdict, LeaseSighting
+from manager.multikueue.rules.capacity import WorkerQuotas, may_free_room
 from manager.runtime.tasks import cancel_and_wait
 
 log = logging.getLogger("kfed.multikueue.remote")

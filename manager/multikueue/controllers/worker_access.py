@@ -17,7 +17,7 @@ from manager.api.rbac import Rule
 from manager.engine.integrations.registry import ADAPTERS
 from manager.kube.client import KubeClient
 from manager.kube.errors import AlreadyExistsError, KubeError, NotFoundError
-from manager.multikueue.agent_health import AGENT_LEASE_NAME, AGENT_LEASE_NAMESPACE
+from manager.multikueue.rules.agent_health import AGENT_LEASE_NAME, AGENT_LEASE_NAMESPACE
 
 
 class WorkerAccessError(Exception):

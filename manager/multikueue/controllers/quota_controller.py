@@ -11,14 +11,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import KW_ONLY, dataclass
 from datetime import datetime
 
-from manager.api import constants as c
 from manager.api import kueue
 from manager.api.meta import Condition, find_condition, set_condition, utcnow
 from manager.kube.client import KubeClient
 from manager.kube.errors import NotFoundError
 from manager.kube.informer import Informer
-from manager.multikueue import quota_automation as qa
-from manager.multikueue.capacity import WorkerQuotas
+from manager.multikueue.rules import federation
+from manager.multikueue.rules import quota_automation as qa
+from manager.multikueue.rules.capacity import WorkerQuotas
 from manager.runtime.controller import Controller, Result
 from manager.runtime.metrics import Registry
 from manager.runtime.runnables import Runnable, leader
@@ -63,10 +63,8 @@ class QuotaAutomationController:
         return leader(self.controller.name, run)
 
     def _config_of(self, check: kueue.AdmissionCheck) -> kueue.MultiKueueConfig | None:
-        params = check.spec.parameters
-        if params is None or params.kind != "MultiKueueConfig" or params.api_group != c.GROUP:
-            return None
-        return self.configs.get(params.name)
+        name = federation.config_name(check)
+        return self.configs.get(name) if name else None
 
     async def reconcile(self, name: str) -> Result | None:
         cq = self.cluster_queues.get(name)

@@ -16,8 +16,8 @@ from manager.api.meta import Resource
 from manager.engine.integrations.adapter import JobAdapter
 from manager.kube.errors import KubeError, NotFoundError
 from manager.kube.informer import Informer
-from manager.multikueue.plan import plan_gc
-from manager.multikueue.remote import RemoteCluster
+from manager.multikueue.controllers.remote import RemoteCluster
+from manager.multikueue.rules.plan import plan_gc
 from manager.runtime.metrics import Registry
 from manager.runtime.runnables import Runnable, leader
 

@@ -1,6 +1,6 @@
 """Queues that follow the manager (kfed's own, opt-in): which namespaces and LocalQueues the
 manager keeps on a worker for the Workloads it dispatches there, and which of those it removes
-(pure). The shell (`manager.multikueue.propagation`) reads, calls these, and writes.
+(pure). The shell (`manager.multikueue.controllers.propagation`) reads, calls these, and writes.
 
 Kueue's rule is that the administrator mirrors every namespace and LocalQueue onto every
 worker by hand; with propagation off, kfed keeps that rule exactly. With it on, the manager
@@ -30,7 +30,7 @@ from manager.api import constants as c
 from manager.api.kueue import LocalQueue
 from manager.api.meta import LabelSelector
 from manager.engine.selectors import selector_matches
-from manager.multikueue.capacity import WorkerQuotas
+from manager.multikueue.rules.capacity import WorkerQuotas
 
 # On a MultiKueueConfig: "true" or "false", overriding the Configuration's
 # `multiKueue.propagateQueues` for the Workloads whose check uses that config.

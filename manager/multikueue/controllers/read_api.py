@@ -1,7 +1,7 @@
 """kfed's read API (`reads.kfed.dev/v1alpha1`), served by the manager's aggregated API server
 beside Kueue's visibility API: what the CLI used to read from the workers with their
 credentials, now answered by the manager from what its MultiKueue controllers hold, so that a
-user needs no worker credential (the answers are `manager.multikueue.reads`'s):
+user needs no worker credential (the answers are `manager.multikueue.rules.reads`'s):
 
 - `clusters` and `clusters/{name}` (cluster-scoped; `list` and `get`): each worker's health and
   capacity, from its MultiKueueCluster and the manager's connection and caches;
@@ -31,12 +31,11 @@ from manager.api.meta import find_condition
 from manager.controllers.caches import Caches
 from manager.controllers.visibility import ApiGroup, VisibilityServer, add_discovery, status
 from manager.engine.integrations.adapter import JobAdapter
-from manager.engine.workload import check_states, multikueue_check_name
 from manager.kube.errors import InvalidError, KubeError, NotFoundError
 from manager.kube.informer import Informer
-from manager.multikueue import reads, selection
-from manager.multikueue.clusters import ClusterController
-from manager.multikueue.remote import RemoteCluster
+from manager.multikueue.controllers.clusters import ClusterController
+from manager.multikueue.controllers.remote import RemoteCluster
+from manager.multikueue.rules import federation, reads, selection
 
 log = logging.getLogger("kfed.multikueue.reads")
 
@@ -157,11 +156,8 @@ class ReadApi:
             lq = self.caches.local_queues.get(f"{wl.namespace}/{wl.spec.queue_name}")
             cq_name = (lq.spec.cluster_queue or "") if lq is not None else ""
         cq = self.caches.cluster_queues.get(cq_name) if cq_name else None
-        named = [*check_states(wl), *(cq.admission_check_names if cq is not None else [])]
-        checks = {check.name: check for check in self.caches.admission_checks.items()}
-        check = multikueue_check_name(named, checks)
-        params = checks[check].spec.parameters if check is not None else None
-        return self.configs.get(params.name) if params is not None else None
+        check = federation.workload_check(wl, cq, self.caches.admission_checks)
+        return federation.config_of_check(check, self.caches.admission_checks.get, self.configs.get)
 
     def _remote(self, name: str, wl: kueue.Workload) -> reads.Remote:
         cluster = self.cluster_objects.get(name)

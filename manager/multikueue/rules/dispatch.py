@@ -18,7 +18,7 @@ from manager.api.kueue import Workload
 from manager.engine.requests import RequestError
 from manager.engine.units import FlavorResource
 from manager.engine.workload import WorkloadInfo, admission_check_state, has_quota_reservation, is_evicted
-from manager.multikueue.capacity import Choice, Fit, WorkerQuotas, choose_worker, fit_on, total_requests, workload_info
+from manager.multikueue.rules.capacity import Choice, Fit, WorkerQuotas, choose_worker, fit_on, total_requests, workload_info
 
 INCREMENTAL_ROUND = timedelta(minutes=5)
 # A Workload whose nominated worker's time is up is looked at again no sooner than this.

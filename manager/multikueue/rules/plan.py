@@ -4,9 +4,9 @@ workload reconciler (reconcileGroup), step by step in Kueue's order: finished, e
 drift, the admitting remote (syncAdmittingRemoteState), then nomination
 (nominateAndSynchronizeWorkers); kfed checks for a copy whose Job finished first of all, so
 that no eviction can start a finished Job again. Before those steps the dispatch rules
-(`manager.multikueue.dispatch`: the Incremental and capacity-aware dispatchers and the
+(`manager.multikueue.rules.dispatch`: the Incremental and capacity-aware dispatchers and the
 never-fits refusal) run and advance the Workload's `DispatchState`. The shell
-(`manager.multikueue.workload`) reads caches, calls `plan_workload`, stores the state it
+(`manager.multikueue.controllers.workload`) reads caches, calls `plan_workload`, stores the state it
 returns, and carries the plan out in the order its fields are listed.
 
 Also here: the manager Workload's check write (`check_patch`), the garbage collector's choice
@@ -40,8 +40,8 @@ from manager.engine.workload import (
     is_quota_reserved,
     status_patch,
 )
-from manager.multikueue.capacity import Choice
-from manager.multikueue.dispatch import (
+from manager.multikueue.rules.capacity import Choice
+from manager.multikueue.rules.dispatch import (
     FORGOTTEN,
     NO_WORKERS,
     Candidate,
@@ -53,7 +53,7 @@ from manager.multikueue.dispatch import (
     place,
     widen_incrementally,
 )
-from manager.multikueue.settings import DEFAULT_ADMISSION_TIMEOUT, DEFAULT_STEP_SIZE
+from manager.multikueue.rules.settings import DEFAULT_ADMISSION_TIMEOUT, DEFAULT_STEP_SIZE
 
 REASON_MULTIKUEUE = "MultiKueue"
 # kfed's own mark on a copy: which reservation of the manager's Workload it was made for. A

@@ -30,7 +30,7 @@ from manager.api import kueue
 from manager.api.quantity import Quantity
 from manager.engine.units import amount, to_quantity
 from manager.engine.workload import is_multikueue_check
-from manager.multikueue.capacity import WorkerQuotas
+from manager.multikueue.rules.capacity import WorkerQuotas
 
 CONDITION = "MultiKueueManagerQuotaAutomation"
 AUTOMATED = ("True", "QuotaAutomated", "ClusterQueue quota is automatically managed based on MultiKueue workers.")

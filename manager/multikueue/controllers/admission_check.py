@@ -15,7 +15,8 @@ from manager.engine.workload import is_multikueue_check
 from manager.kube.client import KubeClient
 from manager.kube.errors import NotFoundError
 from manager.kube.informer import Informer
-from manager.multikueue.plan import admission_check_active
+from manager.multikueue.rules import federation
+from manager.multikueue.rules.plan import admission_check_active
 from manager.runtime.controller import Controller, Result
 from manager.runtime.metrics import Registry
 from manager.runtime.runnables import Runnable, leader
@@ -67,8 +68,7 @@ class AdmissionCheckController:
         check = self.checks.get(name)
         if not is_multikueue_check(check):
             return None
-        params = check.spec.parameters
-        config_name = params.name if params is not None and params.kind == "MultiKueueConfig" and params.api_group == c.GROUP else None
+        config_name = federation.config_name(check)
         config = self.configs.get(config_name) if config_name else None
         clusters = {}
         for cluster in self.clusters.items():

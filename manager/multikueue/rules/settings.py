@@ -8,7 +8,7 @@ from datetime import timedelta
 from manager.api import constants as c
 from manager.api.config import MULTIKUEUE_ORCHESTRATED_PREEMPTION, Configuration, parse_duration
 from manager.api.meta import LabelSelector
-from manager.multikueue.kubeconfig import DEFAULT_PATH_PREFIX
+from manager.multikueue.rules.kubeconfig import DEFAULT_PATH_PREFIX
 
 DEFAULT_GC_INTERVAL = timedelta(minutes=1)
 DEFAULT_WORKER_LOST_TIMEOUT = timedelta(minutes=15)

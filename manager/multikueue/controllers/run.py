@@ -10,14 +10,14 @@ from manager.api.config import MULTIKUEUE_MANAGER_QUOTA_AUTOMATION
 from manager.api.core import Secret
 from manager.controllers.run import Process
 from manager.kube.informer import Informer
-from manager.multikueue.admission_check import AdmissionCheckController
-from manager.multikueue.clusters import ClusterController
-from manager.multikueue.gc import GarbageCollector
-from manager.multikueue.propagation import QueuePropagator
-from manager.multikueue.quota_controller import QuotaAutomationController
-from manager.multikueue.read_api import ReadApi
-from manager.multikueue.settings import Settings
-from manager.multikueue.workload import WorkloadController
+from manager.multikueue.controllers.admission_check import AdmissionCheckController
+from manager.multikueue.controllers.clusters import ClusterController
+from manager.multikueue.controllers.gc import GarbageCollector
+from manager.multikueue.controllers.propagation import QueuePropagator
+from manager.multikueue.controllers.quota_controller import QuotaAutomationController
+from manager.multikueue.controllers.read_api import ReadApi
+from manager.multikueue.controllers.workload import WorkloadController
+from manager.multikueue.rules.settings import Settings
 from manager.runtime.runnables import Runnable
 
 

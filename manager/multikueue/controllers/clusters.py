@@ -26,11 +26,11 @@ from manager.engine.integrations.registry import BATCH_JOB
 from manager.kube.client import KubeClient
 from manager.kube.errors import NotFoundError
 from manager.kube.informer import Informer
-from manager.multikueue.agent_health import REASON_AGENT_NOT_RUNNING
-from manager.multikueue.kubeconfig import REASON_BAD, KubeconfigRejectedError, check_kubeconfig_path, parse_kubeconfig
-from manager.multikueue.plan import WORKER_NAMESPACES_ANNOTATION, connection_failed_message, worker_namespaces
-from manager.multikueue.queues import KEPT_CONDITION, QUEUES_CONDITION
-from manager.multikueue.remote import RemoteCluster
+from manager.multikueue.controllers.remote import RemoteCluster
+from manager.multikueue.rules.agent_health import REASON_AGENT_NOT_RUNNING
+from manager.multikueue.rules.kubeconfig import REASON_BAD, KubeconfigRejectedError, check_kubeconfig_path, parse_kubeconfig
+from manager.multikueue.rules.plan import WORKER_NAMESPACES_ANNOTATION, connection_failed_message, worker_namespaces
+from manager.multikueue.rules.queues import KEPT_CONDITION, QUEUES_CONDITION
 from manager.runtime.controller import Controller, Result
 from manager.runtime.metrics import Registry
 from manager.runtime.runnables import Runnable, always, leader
@@ -76,7 +76,7 @@ class ClusterController:
         # its own connections warm), written by the lease holder's status controller.
         self.verdicts: dict[str, tuple[str, str, str]] = {}
         # What each cluster's `kfed.dev/QueuesInSync` condition should say, where the manager
-        # propagates queues (`manager.multikueue.propagation` reports it; written with Active).
+        # propagates queues (`manager.multikueue.controllers.propagation` reports it; written with Active).
         self.queue_verdicts: dict[str, tuple[str, str, str]] = {}
         # And its `kfed.dev/NamespacesKept` condition: namespaces the manager created there and
         # keeps because they hold objects it did not create.

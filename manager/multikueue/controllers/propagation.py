@@ -1,4 +1,4 @@
-"""Queues that follow the manager: the shell of `manager.multikueue.queues`.
+"""Queues that follow the manager: the shell of `manager.multikueue.rules.queues`.
 
 Before a copy goes to a worker (`WorkloadController._create_remote`), `ensure` creates there
 the copy's namespace and LocalQueue when they are missing, marked as this manager's, where both
@@ -31,8 +31,10 @@ from manager.engine.workload import check_states, is_finished, multikueue_check_
 from manager.kube.client import KubeClient
 from manager.kube.errors import AlreadyExistsError, ConflictError, ForbiddenError, KubeError, NotFoundError
 from manager.kube.informer import Informer
-from manager.multikueue.clusters import ClusterController
-from manager.multikueue.queues import (
+from manager.multikueue.controllers.clusters import ClusterController
+from manager.multikueue.controllers.remote import RemoteCluster
+from manager.multikueue.rules import federation
+from manager.multikueue.rules.queues import (
     MANAGED_BY,
     MANAGED_BY_LABEL,
     PROPAGATED_BY_LABEL,
@@ -51,8 +53,7 @@ from manager.multikueue.queues import (
     queues_condition,
     worker_accepts,
 )
-from manager.multikueue.remote import RemoteCluster
-from manager.multikueue.settings import Settings
+from manager.multikueue.rules.settings import Settings
 from manager.runtime.metrics import Registry
 from manager.runtime.runnables import Runnable, leader
 
@@ -104,11 +105,7 @@ class QueuePropagator:
             return False
 
     def _config_of(self, check_name: str) -> kueue.MultiKueueConfig | None:
-        ac = self.caches.admission_checks.get(check_name)
-        params = ac.spec.parameters if ac is not None else None
-        if params is None or params.kind != "MultiKueueConfig":
-            return None
-        return self.configs.get(params.name)
+        return federation.config_of_check(check_name, self.caches.admission_checks.get, self.configs.get)
 
     def propagates(self, check_name: str) -> bool:
         """Whether the Workloads of this MultiKueue check get their queues on the workers."""

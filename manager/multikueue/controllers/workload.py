@@ -49,11 +49,13 @@ from manager.engine.workload import (
 from manager.kube.client import JSON_PATCH, KubeClient
 from manager.kube.errors import AlreadyExistsError, ConflictError, KubeError, NotFoundError
 from manager.kube.informer import Informer
-from manager.multikueue import selection
-from manager.multikueue.capacity import WorkerQuotas, never_fits
-from manager.multikueue.clusters import ClusterController
-from manager.multikueue.dispatch import FORGOTTEN, DispatchState, InFlight, Usages
-from manager.multikueue.plan import (
+from manager.multikueue.controllers.clusters import ClusterController
+from manager.multikueue.controllers.propagation import QueuePropagator
+from manager.multikueue.controllers.remote import ConnectionFailedError, RemoteCluster
+from manager.multikueue.rules import federation, selection
+from manager.multikueue.rules.capacity import WorkerQuotas, never_fits
+from manager.multikueue.rules.dispatch import FORGOTTEN, DispatchState, InFlight, Usages
+from manager.multikueue.rules.plan import (
     REASON_EVICTED_ON_MANAGER,
     REASON_MULTIKUEUE,
     SYNC_DEFERRED_REQUEUE,
@@ -67,10 +69,8 @@ from manager.multikueue.plan import (
     plan_workload,
     remote_copy,
 )
-from manager.multikueue.propagation import QueuePropagator
-from manager.multikueue.queues import with_propagated_queue
-from manager.multikueue.remote import ConnectionFailedError, RemoteCluster
-from manager.multikueue.settings import Settings
+from manager.multikueue.rules.queues import with_propagated_queue
+from manager.multikueue.rules.settings import Settings
 from manager.runtime.controller import Controller, Result
 from manager.runtime.metrics import Registry
 from manager.runtime.runnables import Runnable, leader
@@ -317,11 +317,7 @@ class WorkloadController:
 
     # --- reading -----------------------------------------------------------------------------------
     def _config(self, check_name: str) -> kueue.MultiKueueConfig | None:
-        ac = self.caches.admission_checks.get(check_name)
-        params = ac.spec.parameters if ac is not None else None
-        if params is None or params.kind != "MultiKueueConfig":
-            return None
-        return self.configs.get(params.name)
+        return federation.config_of_check(check_name, self.caches.admission_checks.get, self.configs.get)
 
     def _config_clusters(self, check_name: str) -> list[str] | None:
         config = self._config(check_name)
