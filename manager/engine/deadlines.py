@@ -16,7 +16,6 @@ from datetime import datetime
 from manager.api import constants as c
 from manager.api import kueue
 from manager.api.config import Configuration
-from manager.engine.jobs import BACKOFF_FINISHED
 from manager.engine.podsready import (
     REASON_PODS_READY_TIMEOUT,
     REASON_REQUEUING_LIMIT_EXCEEDED,
@@ -26,7 +25,7 @@ from manager.engine.podsready import (
     timeout_message,
 )
 from manager.engine.scheduler import Scheduler
-from manager.engine.workload import DEACTIVATION_TARGET, WorkloadInfo
+from manager.engine.workload import BACKOFF_FINISHED, DEACTIVATION_TARGET, WorkloadInfo
 
 
 class Deadlines:

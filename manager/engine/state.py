@@ -26,7 +26,6 @@ from manager.api.kueue import ClusterQueueStatus, LocalQueueStatus, Workload
 from manager.api.meta import is_condition_true
 from manager.engine.cache import Cache, CheckInfo
 from manager.engine.deadlines import Deadlines
-from manager.engine.jobs import requeued_on_release
 from manager.engine.podsready import (
     REASON_PODS_READY_TIMEOUT,
 )
@@ -43,6 +42,7 @@ from manager.engine.workload import (
     is_active,
     is_finished,
     preemption_gates_view,
+    requeued_on_release,
     reserved_eviction,
     reserved_release,
     workload_priority,

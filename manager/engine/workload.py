@@ -28,7 +28,6 @@ from manager.api.meta import (
     set_condition,
     transition_time,
 )
-from manager.engine.jobs import admitted_without_reservation, requeued_on_release
 from manager.engine.requests import LimitRangeDefaults, Requests, pod_requests, transform
 from manager.engine.units import FlavorResource, amount
 
@@ -529,6 +528,62 @@ def multikueue_check_state(wl: Workload, checks: AdmissionChecks) -> AdmissionCh
     states = check_states(wl)
     name = multikueue_check_name(states, checks)
     return states[name] if name is not None else None
+
+
+# --- the end of an eviction and the requeue (Kueue's job reconciler, "handle eviction", and its workload controller)
+# Evictions after which the workload is queued again at once (Requeued=True); after any other,
+# Requeued=False names the eviction until the workload controller lets it back in.
+_REQUEUED_AT_ONCE = ("Preempted", "NodeFailures")
+# Requeued=False reasons the workload controller turns into Requeued=True: (reason, message).
+BACKOFF_FINISHED = ("BackoffFinished", "The workload backoff was finished")
+_REACTIVATED = ("Reactivated", "The workload was reactivated")
+
+
+def requeued_on_release(evicted_reason: str) -> bool:
+    """Requeued's status when an evicted job's quota is released: True only after a preemption
+    or node failures (Kueue's job reconciler)."""
+    return evicted_reason in _REQUEUED_AT_ONCE
+
+
+def admitted_without_reservation(wl: Workload) -> tuple[str, str]:
+    """(reason, message) of Admitted=False once the quota is released (Kueue's
+    SyncAdmittedCondition): checks that are not all Ready are named too."""
+    checks = (wl.status.admission_checks if wl.status else None) or []
+    if any(check.state != "Ready" for check in checks):
+        return "NoReservationUnsatisfiedChecks", "The workload has no reservation and not all checks ready"
+    return "NoReservation", "The workload has no reservation"
+
+
+def requeued_follow_up(wl: Workload, now: datetime) -> tuple[str, str] | None:
+    """Kueue's workload controller for an active Workload whose Requeued is False: after a
+    deactivation it is reactivated, after a check retry or a PodsReady timeout its backoff
+    (`status.requeueState.requeueAt`) has run out. (reason, message) for Requeued=True, or None."""
+    if wl.spec.active is False or wl.status is None:
+        return None
+    requeued = next((cond for cond in wl.status.conditions or [] if cond.type == c.REQUEUED), None)
+    if requeued is None or requeued.status != "False":
+        return None
+    if requeued.reason == "Deactivated":
+        return _REACTIVATED
+    if requeued.reason in ("PodsReadyTimeout", "AdmissionCheck"):
+        state = wl.status.requeue_state
+        if state is not None and state.requeue_at is not None and state.requeue_at > now:
+            return None
+        return BACKOFF_FINISHED
+    return None
+
+
+def backoff_left(wl: Workload, now: datetime) -> float | None:
+    """Seconds until the backoff of a Workload waiting to be requeued (Requeued=False after a
+    check retry or a PodsReady timeout) runs out; None when it waits for none."""
+    if wl.spec.active is False or wl.status is None:
+        return None
+    requeued = next((cond for cond in wl.status.conditions or [] if cond.type == c.REQUEUED), None)
+    state = wl.status.requeue_state
+    if requeued is None or requeued.status != "False" or state is None or state.requeue_at is None:
+        return None
+    left = (state.requeue_at - now).total_seconds()
+    return left if left > 0 else None
 
 
 # --- the condition writes (Kueue's pkg/workload setters) ---------------------------------------------

@@ -19,13 +19,11 @@ from manager.engine.integrations.registry import BATCH_JOB, JOBSET, UnsupportedF
 from manager.engine.jobs import (
     JobConversionError,
     admitted_pod_sets,
-    admitted_without_reservation,
     prebuilt_workload_metadata,
     prebuilt_workload_name,
-    requeued_follow_up,
-    requeued_on_release,
     workload_name,
 )
+from manager.engine.workload import admitted_without_reservation, requeued_follow_up, requeued_on_release
 
 
 # --- the batch/v1 Job adapter ----------------------------------------------------------------------

@@ -25,14 +25,13 @@ from manager.engine.integrations.adapter import Finished, JobAdapter, component_
 from manager.engine.jobs import (
     JobConversionError,
     admitted_pod_sets,
-    backoff_left,
     job_queue_name,
     prebuilt_workload_name,
-    requeued_follow_up,
 )
 from manager.engine.podsready import pods_ready_condition
 from manager.engine.workload import (
     Patch,
+    backoff_left,
     conditions_of,
     finish_patch,
     has_quota_reservation,
@@ -42,6 +41,7 @@ from manager.engine.workload import (
     pods_ready_patch,
     release_patch,
     requeue_patch,
+    requeued_follow_up,
 )
 
 # Kueue's FailedToStartFinishedReason: the admission cannot be applied to the job (for example
