@@ -123,3 +123,40 @@ def test_dev_up_next_steps_name_files_and_programs_that_exist(
 def test_next_steps_without_a_checkout_name_no_example_files(tmp_path: Path) -> None:
     text = federation.next_steps(elapsed=8, directory=tmp_path, workers=1, jobs=True, repo_root=None, cwd=tmp_path, path_dirs=[])
     assert not any("-f " in command or command.startswith("cd ") for command in printed_commands(text))
+
+
+LINKED_DOCS = [*DOCS, REPO_ROOT / "benchmarks" / "README.md"]
+# `[text](target)` and `![alt](target)`, the target without a title.
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
+
+
+def heading_anchors(text: str) -> set[str]:
+    """GitHub's anchors for a Markdown file's headings: lower case, punctuation dropped, spaces as hyphens."""
+    anchors = set()
+    for line in text.splitlines():
+        if line.startswith("#"):
+            title = line.lstrip("#").strip().lower()
+            anchors.add(re.sub(r"[^\w\- ]", "", title).replace(" ", "-"))
+    return anchors
+
+
+@pytest.mark.parametrize("doc", LINKED_DOCS, ids=lambda p: str(p.relative_to(REPO_ROOT)))
+def test_every_relative_link_in_a_doc_resolves(doc: Path) -> None:
+    broken = []
+    for target in LINK.findall(doc.read_text(encoding="utf-8")):
+        if re.match(r"^[a-z]+:", target):
+            continue
+        path, _, anchor = target.partition("#")
+        linked = (doc.parent / path).resolve() if path else doc
+        dangling = bool(anchor) and linked.suffix == ".md" and anchor not in heading_anchors(linked.read_text(encoding="utf-8"))
+        if not linked.exists() or dangling:
+            broken.append(target)
+    assert broken == [], f"{doc.relative_to(REPO_ROOT)} links to what does not exist"
+
+
+def test_links_and_anchors_are_read_as_github_reads_them() -> None:
+    assert LINK.findall("see [a](docs/x.md#b-c) and ![img](i.png) and [w](https://x.y)") == ["docs/x.md#b-c", "i.png", "https://x.y"]
+    assert heading_anchors("## MultiKueue: the federation\n### `kfed simulate`, offline") == {
+        "multikueue-the-federation",
+        "kfed-simulate-offline",
+    }
