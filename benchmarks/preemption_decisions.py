@@ -212,11 +212,30 @@ def fill(usage: int | None, whole: int) -> str:
     return f">={share:.0%}" if share > 1 else "100%"
 
 
-def summary(system: str, decisions: list[Decision]) -> None:
+# What each manager logs when a head needs preemption and finds no victim (it waits for quota).
+KFED_DECLINED = "preemption without candidates"
+KUEUE_DECLINED = "Workload requires preemption, but there are no candidate workloads allowed for preemption"
+
+
+def declined(log: Path) -> Counter[str]:
+    """Heads that needed preemption and found no candidate, by class, from either manager's log
+    (kfed's DEBUG record, Kueue's V(2) line)."""
+    found: Counter[str] = Counter()
+    for record in zap_records(log):
+        msg = record.get("msg")
+        if msg == KFED_DECLINED:
+            found[workload_class(str(record.get("preemptor", "")))] += 1
+        elif msg == KUEUE_DECLINED:
+            found[workload_class(ref(record.get("workload")))] += 1
+    return found
+
+
+def summary(system: str, decisions: list[Decision], no_candidates: Counter[str]) -> None:
     issuing = [d for d in decisions if d.victims]
     evictions = sum(len(d.victims) for d in issuing)
     reusing = len(decisions) - len(issuing)
     print(f"\n## {system}: {len(issuing)} decisions issuing {evictions} evictions ({reusing} only re-using ongoing ones)")
+    print(f"heads needing preemption with no candidate, by class: {dict(no_candidates)} ({sum(no_candidates.values())} in all)")
     by_class: Counter[str] = Counter()
     victims_by_class: Counter[str] = Counter()
     shapes: Counter[str] = Counter()
@@ -268,7 +287,7 @@ def main() -> None:
         if not log.exists():
             continue
         decisions = parse(log)
-        summary(system, decisions)
+        summary(system, decisions, declined(log))
         if args.csv is not None:
             args.csv.mkdir(parents=True, exist_ok=True)
             write_csv(args.csv / f"{system.split()[0].lower()}-{log.parent.name}.csv", decisions)

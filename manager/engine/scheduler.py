@@ -549,6 +549,10 @@ class Scheduler:
             entry.skip_message = assignment.message()
             return
         if mode == PREEMPT and not entry.targets:
+            if log.isEnabledFor(logging.DEBUG):
+                # Kueue logs the same at V(2): "Workload requires preemption, but there are no
+                # candidate workloads allowed for preemption" (benchmarks/preemption_decisions.py).
+                log.debug("preemption without candidates", extra={"preemptor": wl.key, "cluster_queue": cq.name})
             entry.requeue_reason = PREEMPTION_NO_CANDIDATES
             entry.skip_reason, entry.skip_message = REASON_WAITING_FOR_QUOTA, assignment.message()
             if cq.reclaim_within_cohort != "Any":
