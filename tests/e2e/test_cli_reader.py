@@ -18,9 +18,11 @@ from typing import Any
 import pytest
 import yaml
 
+from manager.api import kueue
 from manager.api.core import Job
 from manager.kube.client import KubeClient
-from manager.kube.errors import ForbiddenError
+from manager.kube.errors import ForbiddenError, InvalidError, NotFoundError
+from manager.multikueue.rules import reads
 from tests.conftest import REPO_ROOT
 from tests.e2e.federation import Clients, Federation, job_manifest
 from tests.e2e.test_multikueue import running_where
@@ -167,6 +169,28 @@ async def test_every_read_command_works_for_a_namespace_reader_as_for_the_admin(
     assert lines and all(line.endswith((f"simulated container log on cluster {worker}", "done")) for line in lines), lines
     wrong = run(reader, "logs", "chatty", "-n", ns, "--container", "sidecar")
     assert wrong.returncode == 1 and 'has no container "sidecar": choose one of main with --container' in wrong.stderr
+
+    # The read API itself, asked for a container the pod does not have: the worker's own 400 and
+    # its words, through the manager (not a 503, which would say "try again").
+    async def refused_by_the_worker() -> InvalidError | None:
+        wl = next(w.name for w in (await kube.manager.list(kueue.Workload, namespace=ns)).items if w.name.startswith("job-chatty-"))
+        base = f"/apis/{reads.GROUP}/{reads.VERSION}/namespaces/{ns}/workloads/{wl}"
+        try:
+            pod = (await as_reader.request("GET", f"{base}/pods"))["pods"][0]["name"]
+            await as_reader.request("GET", f"{base}/log", query=[("pod", pod), ("container", "sidecar")])
+        except InvalidError as err:
+            return err
+        except NotFoundError:  # the pod completed and went since it was listed: ask again
+            return None
+        raise AssertionError("a log of a container the pod does not have was served")
+
+    as_reader = await KubeClient.from_kubeconfig(yaml.safe_load(reader.read_text()), name="reader")
+    try:
+        refused = await eventually(refused_by_the_worker, timeout=60, what="the worker's refusal of an unknown container")
+    finally:
+        await as_reader.close()
+    assert refused.status == 400 and "worker worker2: " in str(refused), refused
+    assert "container sidecar is not valid for pod" in str(refused) and "\n" not in str(refused), refused
 
     # kfed clusters: every worker's health and capacity, from the manager.
     mine, theirs = run(reader, "clusters", "-o", "json"), run(admin, "clusters", "-o", "json")

@@ -7,6 +7,7 @@ nothing; a browser signs in once with a form and keeps only a session cookie."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import copy
 import html
@@ -29,7 +30,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from manager.api import kueue
 from manager.api.core import JOB_NAME_LABEL, Job
 from manager.cli.dashboard.incluster import SESSION_COOKIE, ClusterAccess, routes, token_expiry
-from manager.cli.dashboard.server import CSRF_COOKIE, Settings, create_app
+from manager.cli.dashboard.server import CSRF_COOKIE, RECHECK_SECONDS, SESSION_ENDED, Settings, Sleep, create_app
 from manager.controllers.visibility import VisibilityServer
 from manager.dev.local import LocalCluster
 from manager.kube.client import KubeClient
@@ -127,8 +128,10 @@ class Fleet:
     access: ClusterAccess  # its clocks may be moved on by a test
 
 
-@pytest.fixture
-async def fleet(cluster: LocalCluster, tmp_path: Path) -> AsyncIterator[Fleet]:
+@contextlib.asynccontextmanager
+async def serving(cluster: LocalCluster, tmp_path: Path, *, sleep: Sleep | None = None) -> AsyncIterator[Fleet]:
+    """Two users (alice, bob), each with a namespace, a job and the reader role there, and the
+    in-cluster dashboard serving them (`sleep`: its clock for refreshes and session rechecks)."""
     tag = uuid.uuid4().hex[:5]
     admin = await KubeClient.from_kubeconfig(cluster.kubeconfig(), name="admin")
     await install_roles(admin)
@@ -161,11 +164,17 @@ async def fleet(cluster: LocalCluster, tmp_path: Path) -> AsyncIterator[Fleet]:
     path.write_text(yaml.safe_dump(kubeconfig))
     path.chmod(0o600)
     access = ClusterAccess(identity, VisibilityServer(identity, lambda name: None, dict))
-    app = create_app(Settings(access, extra_routes=[routes(access)]))
+    app = create_app(Settings(access, extra_routes=[routes(access)]), sleep=sleep)
     async with TestClient(TestServer(app)) as client:
         yield Fleet(admin, client, tokens, namespaces, cq, path, access)
     await identity.close()
     await admin.close()
+
+
+@pytest.fixture
+async def fleet(cluster: LocalCluster, tmp_path: Path) -> AsyncIterator[Fleet]:
+    async with serving(cluster, tmp_path) as served:
+        yield served
 
 
 def bearer(fleet: Fleet, user: str) -> dict[str, str]:
@@ -339,3 +348,31 @@ async def test_a_browsers_session_ends_at_its_tokens_expiry(fleet: Fleet) -> Non
     assert expired.status == 302 and expired.headers["Location"] == "/login"
     stream = await fleet.dashboard.get("/jobs/stream")
     assert stream.status == 401 and "sign in first" in await stream.text()
+
+
+async def test_an_open_live_view_ends_at_sign_out_within_one_recheck(cluster: LocalCluster, tmp_path: Path) -> None:
+    """bob signs in with the form and opens the live Jobs view; he signs out (in another tab):
+    the stream, still open, ends with the `end` event at the recheck of his session under way
+    when he signed out, and no later one (the dashboard's clock runs 50 times faster here)."""
+    signed_out = asyncio.Event()
+    rechecks_begun_after: list[float] = []
+
+    async def faster(seconds: float) -> None:
+        if seconds == RECHECK_SECONDS and signed_out.is_set():
+            rechecks_begun_after.append(seconds)
+        await asyncio.sleep(seconds / 50)
+
+    async with serving(cluster, tmp_path, sleep=faster) as fleet:
+        form = await csrf(fleet)
+        signed = await fleet.dashboard.post("/login", data={"csrf": form, "token": fleet.tokens["bob"]}, allow_redirects=False)
+        assert signed.status == 302
+        async with asyncio.timeout(60), fleet.dashboard.get("/jobs/stream") as stream:
+            assert stream.status == 200 and stream.headers["Content-Type"] == "text/event-stream"
+            first = (await stream.content.readuntil(b"\n\n")).decode()
+            assert first.startswith("event: fragment\n") and "bob-job" in first and "alice-job" not in first, first
+            out = await fleet.dashboard.post("/logout", data={"csrf": form}, allow_redirects=False)
+            assert out.status == 302
+            signed_out.set()
+            rest = (await stream.content.read()).decode()  # to the stream's end: the deadline above if it never comes
+        assert rest.endswith(f"event: end\ndata: {SESSION_ENDED}\n\n"), rest
+        assert rechecks_begun_after == [], "the stream outlived the recheck under way at sign-out"

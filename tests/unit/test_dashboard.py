@@ -19,9 +19,10 @@ from manager.api import kueue
 from manager.api.core import Event
 from manager.cli import views
 from manager.cli.dashboard import incluster, pages
-from manager.cli.dashboard.server import CONTENT_SECURITY_POLICY, CSRF_COOKIE, Settings, create_app, environment
+from manager.cli.dashboard.server import CONTENT_SECURITY_POLICY, CSRF_COOKIE, Settings, create_app, environment, status_of
 from manager.cli.explain import explain
 from manager.controllers.visibility import User
+from manager.kube.errors import ConflictError, ForbiddenError, InvalidError, NotFoundError, TooManyRequestsError, TransientError
 from manager.multikueue.rules.reads import Verdict
 
 pytestmark = pytest.mark.unit
@@ -308,6 +309,16 @@ async def test_an_action_without_the_forms_csrf_token_or_from_another_site_is_re
     assert passed.status == 401  # past the defences, to the user's session (none here)
 
 
+@pytest.mark.parametrize("content_type", ["multipart/form-data", "multipart/form-data; boundary=x"])
+async def test_a_form_that_cannot_be_read_is_a_one_line_400_not_a_500(
+    server: TestClient[web.Request, web.Application], content_type: str
+) -> None:
+    """Found by the dashboard's fuzzing: a multipart body without its boundary made a 500."""
+    answer = await server.post("/login", data=b"--y\r\n", headers={"Host": f"127.0.0.1:{server.port}", "Content-Type": content_type})
+    text = await answer.text()
+    assert answer.status == 400 and text.startswith("form: cannot be read as multipart/form-data: ") and text.count("\n") == 1, text
+
+
 async def test_local_mode_refuses_a_host_it_does_not_serve(server: TestClient[web.Request, web.Application]) -> None:
     answer = await server.get("/jobs", headers={"Host": "attacker.example:80"})
     assert answer.status == 403
@@ -403,3 +414,23 @@ def test_any_query_string_of_the_jobs_view_is_a_query_or_a_one_line_refusal(para
         assert message.split(" ", 1)[0].rstrip(":") in ("unknown", *params), (params, message)
         return
     assert 1 <= query.page <= 1_000_000 and query.state in ("", *views.STATES)
+
+
+@pytest.mark.parametrize(
+    ("err", "code"),
+    [
+        (InvalidError("jobs.batch \"%zz\" is invalid: metadata.name: may not contain '%'", status=400), 400),
+        (InvalidError('ClusterQueue.kueue.x-k8s.io "q" is invalid: spec.stopPolicy: Unsupported value', status=422), 422),
+        (ConflictError("the object has been modified", status=409), 409),
+        (TooManyRequestsError("too many requests", status=429), 429),
+        (ForbiddenError("forbidden", status=403), 403),
+        (NotFoundError("not found", status=404), 404),
+        (pages.QueryError("page: Input should be a valid integer"), 400),
+        (TransientError("connection refused", status=0), 502),
+        (TransientError("etcdserver: request timed out", status=504), 502),
+    ],
+)
+def test_a_refusal_of_the_users_input_by_the_apiserver_is_a_4xx_and_only_an_unreachable_one_a_502(err: Exception, code: int) -> None:
+    """A name the apiserver finds invalid (a cancel of `/jobs/ns/job/%25zz`) is the user's input:
+    found by the dashboard's fuzzing as a 502, it is the apiserver's own 400 or 422."""
+    assert status_of(err) == code

@@ -138,7 +138,10 @@ async def security(request: web.Request, handler: Handler) -> web.StreamResponse
         origin = request.headers.get("Origin")
         if origin is not None and urllib.parse.urlsplit(origin).netloc != request.host:
             return one_line(403, "refused: the request came from another site (Origin)")
-        form = await request.post()
+        try:
+            form = await request.post()
+        except ValueError as err:  # a multipart body without its boundary, or broken in it
+            return one_line(400, f"form: cannot be read as {request.content_type}: {' '.join(str(err).split())}")
         sent = str(form.get(CSRF_FIELD, ""))
         if not token or not hmac.compare_digest(sent, token):
             return one_line(403, "refused: the form's CSRF token does not match (reload the page and try again)")
@@ -168,8 +171,10 @@ def render(request: web.Request, template: str, *, status: int = 200, notes: lis
     return web.Response(text=text, status=status, content_type="text/html", charset="utf-8")
 
 
-def failure(request: web.Request, err: Exception) -> web.Response:
-    """The apiserver's own words for a refusal, on a page."""
+def status_of(err: Exception) -> int:
+    """The page's status for a failed read or action: the dashboard's own refusal of its input
+    (400); the apiserver's refusal as its status (a name it finds invalid, as 400 or 422: the
+    user's input, never a 5xx); 502 only when the apiserver could not answer."""
     codes: tuple[tuple[type[Exception], int], ...] = (
         (ForbiddenError, 403),
         (NotFoundError, 404),
@@ -178,6 +183,14 @@ def failure(request: web.Request, err: Exception) -> web.Response:
         (pages.QueryError, 400),
     )
     code = next((status for kind, status in codes if isinstance(err, kind)), 502)
+    if code == 502 and isinstance(err, KubeError) and 400 <= err.status < 500:
+        return err.status
+    return code
+
+
+def failure(request: web.Request, err: Exception) -> web.Response:
+    """The apiserver's own words for a refusal, on a page."""
+    code = status_of(err)
     return render(request, "error.html", status=code, message=str(err), code=code)
 
 
