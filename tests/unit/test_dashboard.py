@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from aiohttp import web
@@ -19,9 +19,13 @@ from manager.api import kueue
 from manager.api.core import Event
 from manager.cli import views
 from manager.cli.dashboard import incluster, pages
-from manager.cli.dashboard.server import CONTENT_SECURITY_POLICY, CSRF_COOKIE, Settings, create_app, environment
-from manager.cli.explain import explain
+from manager.cli.dashboard.reading import Session
+from manager.cli.dashboard.server import CONTENT_SECURITY_POLICY, CSRF_COOKIE, LocalAccess, Settings, create_app, environment
+from manager.cli.explain import explain, find_workload
+from manager.cli.fleet import ObjectName
 from manager.controllers.visibility import User
+from manager.kube.client import KubeClient, ObjectList
+from manager.kube.errors import NotFoundError
 from manager.multikueue.reads import Verdict
 
 pytestmark = pytest.mark.unit
@@ -306,6 +310,28 @@ async def test_an_action_without_the_forms_csrf_token_or_from_another_site_is_re
     assert elsewhere.status == 403 and "another site" in await elsewhere.text()
     passed = await server.post(cancel, data={"csrf": token}, headers={**host, "Origin": f"http://127.0.0.1:{server.port}"})
     assert passed.status == 401  # past the defences, to the user's session (none here)
+
+
+class NoJobs:
+    """A manager with no Job and no Workload in any namespace."""
+
+    async def list(self, model: type[Any], **options: Any) -> ObjectList[Any]:
+        return ObjectList([], "1")
+
+    async def get(self, model: type[Any], name: str, *, namespace: str | None = None) -> Any:
+        raise NotFoundError(f'{model.PLURAL} "{name}" not found', status=404, reason="NotFound")
+
+
+async def test_a_job_that_is_not_there_is_a_404_page_and_the_clis_one_line_error() -> None:
+    """Asking for a job by a name that is not there (another tenant's, in one's own namespace)
+    is not found, as every other answer of the dashboard for what is not there."""
+    app = create_app(Settings(LocalAccess(Session(cast(KubeClient, NoJobs()), default_namespace="ns"))))
+    async with TestClient(TestServer(app)) as client:
+        for path in ("/jobs/ns/job/theirs", "/jobs/ns/workload/theirs", "/jobs/ns/pod/theirs"):
+            answer = await client.get(path)
+            assert answer.status == 404, (path, answer.status, await answer.text())
+    with pytest.raises(NotFoundError, match=r'^no Job "theirs" in namespace ns \(see `kfed jobs -n ns`\)$'):
+        await find_workload(cast(KubeClient, NoJobs()), ObjectName("job", "theirs"), "ns", [])
 
 
 async def test_local_mode_refuses_a_host_it_does_not_serve(server: TestClient[web.Request, web.Application]) -> None:
