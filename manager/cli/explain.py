@@ -20,7 +20,6 @@ from manager.cli import views
 from manager.cli.fleet import (
     JOB_KINDS,
     READS,
-    CommandError,
     ObjectName,
     add_cluster_options,
     job_names_help,
@@ -332,7 +331,9 @@ async def find_workload(client: KubeClient, target: ObjectName, namespace: str, 
         job = await client.get(Job, target.name, namespace=namespace)
     except NotFoundError:
         what = "Job" if target.kind == "job" else "Job or Workload"
-        raise CommandError(f'no {what} "{target.name}" in namespace {namespace} (see `kfed jobs -n {namespace}`)') from None
+        # Not found, as the apiserver says it: the CLI's one line, and the dashboard's 404.
+        message = f'no {what} "{target.name}" in namespace {namespace} (see `kfed jobs -n {namespace}`)'
+        raise NotFoundError(message, status=404, reason="NotFound") from None
     wl = next((w for w in workloads if any(ref.uid == job.metadata.uid for ref in w.metadata.owner_references or [])), None)
     if wl is not None:
         return wl

@@ -97,8 +97,9 @@ class Console:
 
 
 @contextlib.contextmanager
-def dashboard(kubeconfig: Path) -> Iterator[str]:
-    """`kfed dashboard --port 0 --no-browser` as a user runs it; yields the URL it prints."""
+def dashboard(kubeconfig: Path, *extra: str) -> Iterator[str]:
+    """`kfed dashboard --port 0 --no-browser` as a user runs it (`extra`: more of its options,
+    such as `--in-cluster --address=127.0.0.1`); yields the URL it prints."""
     process = subprocess.Popen(
         # A sample a second, so that the Queues view's plots fill within the test.
         [
@@ -112,6 +113,7 @@ def dashboard(kubeconfig: Path) -> Iterator[str]:
             "--sample-every",
             "1",
             f"--kubeconfig={kubeconfig}",
+            *extra,
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

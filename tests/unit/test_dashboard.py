@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from aiohttp import web
@@ -19,9 +19,12 @@ from manager.api import kueue
 from manager.api.core import Event
 from manager.cli import views
 from manager.cli.dashboard import incluster, pages
-from manager.cli.dashboard.server import CONTENT_SECURITY_POLICY, CSRF_COOKIE, Settings, create_app, environment, status_of
-from manager.cli.explain import explain
+from manager.cli.dashboard.reading import Session
+from manager.cli.dashboard.server import CONTENT_SECURITY_POLICY, CSRF_COOKIE, LocalAccess, Settings, create_app, environment, status_of
+from manager.cli.explain import explain, find_workload
+from manager.cli.fleet import ObjectName
 from manager.controllers.visibility import User
+from manager.kube.client import KubeClient, ObjectList
 from manager.kube.errors import ConflictError, ForbiddenError, InvalidError, NotFoundError, TooManyRequestsError, TransientError
 from manager.multikueue.rules.reads import Verdict
 
@@ -317,6 +320,28 @@ async def test_a_form_that_cannot_be_read_is_a_one_line_400_not_a_500(
     answer = await server.post("/login", data=b"--y\r\n", headers={"Host": f"127.0.0.1:{server.port}", "Content-Type": content_type})
     text = await answer.text()
     assert answer.status == 400 and text.startswith("form: cannot be read as multipart/form-data: ") and text.count("\n") == 1, text
+
+
+class NoJobs:
+    """A manager with no Job and no Workload in any namespace."""
+
+    async def list(self, model: type[Any], **options: Any) -> ObjectList[Any]:
+        return ObjectList([], "1")
+
+    async def get(self, model: type[Any], name: str, *, namespace: str | None = None) -> Any:
+        raise NotFoundError(f'{model.PLURAL} "{name}" not found', status=404, reason="NotFound")
+
+
+async def test_a_job_that_is_not_there_is_a_404_page_and_the_clis_one_line_error() -> None:
+    """Asking for a job by a name that is not there (another tenant's, in one's own namespace)
+    is not found, as every other answer of the dashboard for what is not there."""
+    app = create_app(Settings(LocalAccess(Session(cast(KubeClient, NoJobs()), default_namespace="ns"))))
+    async with TestClient(TestServer(app)) as client:
+        for path in ("/jobs/ns/job/theirs", "/jobs/ns/workload/theirs", "/jobs/ns/pod/theirs"):
+            answer = await client.get(path)
+            assert answer.status == 404, (path, answer.status, await answer.text())
+    with pytest.raises(NotFoundError, match=r'^no Job "theirs" in namespace ns \(see `kfed jobs -n ns`\)$'):
+        await find_workload(cast(KubeClient, NoJobs()), ObjectName("job", "theirs"), "ns", [])
 
 
 async def test_local_mode_refuses_a_host_it_does_not_serve(server: TestClient[web.Request, web.Application]) -> None:
