@@ -433,11 +433,17 @@ class JobAdapter(ABC, Generic[J]):
     @abstractmethod
     def managed_by(self, job: J) -> str | None: ...
 
+    def _managed_by_holder(self, obj: dict[str, Any]) -> dict[str, Any] | None:
+        """The map of a raw object that holds its managedBy (`managed_by_field`), if there is one."""
+        holder: Any = obj
+        for key in self.managed_by_field[:-1]:
+            holder = holder.get(key) if isinstance(holder, dict) else None
+        return holder if isinstance(holder, dict) else None
+
     def raw_managed_by(self, obj: dict[str, Any]) -> str | None:
         """The managedBy of an object as written (the webhook reads it before any model)."""
-        value: Any = obj
-        for key in self.managed_by_field:
-            value = value.get(key) if isinstance(value, dict) else None
+        holder = self._managed_by_holder(obj)
+        value = holder.get(self.managed_by_field[-1]) if holder is not None else None
         return value if isinstance(value, str) else None
 
     def managed_by_patch(self, value: str) -> dict[str, Any]:
@@ -471,12 +477,9 @@ class JobAdapter(ABC, Generic[J]):
         """The spec a worker gets: the whole spec, its managedBy (`managed_by_field`) cleared so
         that the worker's own controller runs it (Kueue's common MultiKueue adapter)."""
         spec: dict[str, Any] = copy.deepcopy(job.to_dict().get("spec") or {})
-        *parents, leaf = self.managed_by_field[1:]
-        holder: Any = spec
-        for key in parents:
-            holder = holder.get(key) if isinstance(holder, dict) else None
-        if isinstance(holder, dict):
-            holder.pop(leaf, None)
+        holder = self._managed_by_holder({"spec": spec})
+        if holder is not None:
+            holder.pop(self.managed_by_field[-1], None)
         return spec
 
     def status_update(self, local: J, remote: J) -> tuple[dict[str, Any] | None, bool]:
