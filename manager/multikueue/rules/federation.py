@@ -10,14 +10,12 @@ from manager.api import constants as c
 from manager.api import kueue
 from manager.engine.workload import AdmissionChecks, check_states, multikueue_check_name
 
-MULTIKUEUE_CONFIG_KIND = "MultiKueueConfig"
-
 
 def config_name(check: kueue.AdmissionCheck | None) -> str | None:
     """The MultiKueueConfig `check`'s parameters name, by Kueue's rule (ConfigForAdmissionCheck:
     a non-empty name, group kueue.x-k8s.io and kind MultiKueueConfig); None when they name none."""
     params = check.spec.parameters if check is not None else None
-    if params is None or not params.name or params.api_group != c.GROUP or params.kind != MULTIKUEUE_CONFIG_KIND:
+    if params is None or not params.name or params.api_group != c.GROUP or params.kind != kueue.MultiKueueConfig.KIND:
         return None
     return params.name
 
