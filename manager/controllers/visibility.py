@@ -304,6 +304,19 @@ class VisibilityServer:
             return status(503, "ServiceUnavailable", "cannot review the request with the apiserver; try again")
         return None
 
+    async def permitted(self, request: web.Request, checks: Sequence[dict[str, str]]) -> list[bool] | web.Response:
+        """Which of `checks` the caller may, in order (each the resource attributes of a
+        SubjectAccessReview, its answer kept as `guard`'s are); else the Status to answer with."""
+        try:
+            user = await self.authenticate(request)
+            if user is None:
+                return status(401, "Unauthorized", "Unauthorized")
+            answers = await asyncio.gather(*(self.allowed(user, attributes) for attributes in checks))
+        except KubeError as err:
+            log.warning("cannot review a request of the aggregated API", extra={"error": str(err)})
+            return status(503, "ServiceUnavailable", "cannot review the request with the apiserver; try again")
+        return [ok for ok, _ in answers]
+
     # --- the resources ------------------------------------------------------------------------------
     async def cluster_queue(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]

@@ -17,11 +17,14 @@ from manager.multikueue.rules.queues import (
     PROPAGATE_QUEUES_ANNOTATION,
     Acceptance,
     Held,
+    Listing,
     Owned,
     WorkerQueues,
+    drift_listing,
     idle_namespaces,
     is_ours,
     kept_condition,
+    kept_listing,
     local_queue_manifest,
     manager_selects,
     missing_cluster_queues,
@@ -309,6 +312,31 @@ def test_the_kept_namespaces_condition_names_each_and_why() -> None:
     assert kept_condition([])[:2] == ("False", "NoneKept")
     many = kept_condition([(f"ns{i}", "its contents could not be read") for i in range(5)])[2]
     assert many.endswith("(and 2 more)") and "ns3" not in many
+
+
+@pytest.mark.parametrize("count", [1, 3, 5], ids=["one", "all-named", "some-counted"])
+def test_what_the_conditions_say_is_read_back_entry_by_entry_with_the_count_of_the_unnamed(count: int) -> None:
+    """The read API tells each reader only some entries: it must find each entry's namespace
+    in exactly what the writer wrote (one home for both)."""
+    drift = missing_cluster_queues([(f"team-{i}/user-queue", f"cq{i}") for i in range(count)], [])
+    assert drift_listing(queues_condition(drift)[2]) == Listing(
+        tuple((f"team-{i}", drift[i]) for i in range(min(count, 3))), max(0, count - 3)
+    )
+    kept = [(f"team-{i}", "holds RoleBinding team-admins, Secret s, which kfed did not create") for i in range(count)]
+    assert kept_listing(kept_condition(kept)[2]) == Listing(
+        tuple((f"team-{i}", f"namespace team-{i} kept: {kept[i][1]}") for i in range(min(count, 3))), max(0, count - 3)
+    )
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "LocalQueue team-a/user-queue points at a ClusterQueue, which the worker does not have",  # not the writer's words
+        "LocalQueue team-a/user-queue/x points at ClusterQueue cq, which the worker does not have",
+    ],
+)
+def test_a_drift_entry_whose_namespace_cannot_be_told_is_no_ones(message: str) -> None:
+    assert drift_listing(message).entries == ((("", message.removesuffix(", which the worker does not have")),))
 
 
 # --- the Configuration -----------------------------------------------------------------------------------

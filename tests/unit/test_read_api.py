@@ -26,6 +26,7 @@ from manager.kube.errors import ForbiddenError, InvalidError, KubeError, NotFoun
 from manager.multikueue.controllers.read_api import POD_LOG, attributes, worker_error
 from manager.multikueue.rules import reads
 from manager.multikueue.rules.capacity import WorkerQuotas
+from manager.multikueue.rules.queues import KEPT_CONDITION, QUEUES_CONDITION, kept_condition, missing_cluster_queues, queues_condition
 from tests.unit.test_cli_explain import CQ, MK, cond, copy, workload
 
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
@@ -62,7 +63,7 @@ def our_copy(name: str, *conditions: dict[str, Any]) -> kueue.Workload:
 def test_a_workers_health_and_capacity_read_back_are_what_the_cli_printed_from_the_worker() -> None:
     copies = [our_copy("a", cond("Admitted", "True")), our_copy("b"), our_copy("done", cond("Finished", "True"))]
     seen = reads.WorkerSighting(cluster_object("True", "Active"), connected=True, copies=copies, cluster_queues=[worker_cq("8", "3")])
-    item = reads.cluster_item(seen, origin="multikueue")
+    item = reads.cluster_item(seen, origin="multikueue", readable=())
     shown = views.worker_view_from(item)
     direct = views.worker_view(seen.cluster)
     views.add_worker_queues(direct, [worker_cq("8", "3")], copies, origin="multikueue")
@@ -70,6 +71,70 @@ def test_a_workers_health_and_capacity_read_back_are_what_the_cli_printed_from_t
     assert shown == direct
     assert (shown.running, shown.pending, shown.usage) == (1, 1, {"cpu": (3000, 8000)})
     assert shown.flavors == {("f", "cpu"): (3000, 8000, 0)}, "and per flavor, with what is borrowed"
+
+
+def propagating_worker(drifted: list[str], kept: list[str]) -> kueue.MultiKueueCluster:
+    """worker1, Active, whose propagated LocalQueue `user-queue` in each of `drifted` lacks its
+    ClusterQueue, and which keeps each of `kept`: its conditions as the manager writes them."""
+    drift = queues_condition(missing_cluster_queues([(f"{ns}/user-queue", "gpu") for ns in drifted], []))
+    keeps = kept_condition([(ns, "holds Secret creds, which kfed did not create") for ns in kept])
+    conditions = [cond("Active", "True", "Active"), cond(QUEUES_CONDITION, *drift), cond(KEPT_CONDITION, *keeps)]
+    spec = {"clusterSource": {"kubeConfig": {"locationType": "Secret", "location": "w1"}}}
+    return kueue.MultiKueueCluster.model_validate({"metadata": {"name": "worker1"}, "spec": spec, "status": {"conditions": conditions}})
+
+
+def drift_of(*namespaces: str) -> str:
+    return "; ".join(f"LocalQueue {ns}/user-queue points at ClusterQueue gpu" for ns in namespaces)
+
+
+def kept_of(*namespaces: str) -> str:
+    return "; ".join(f"namespace {ns} kept: holds Secret creds, which kfed did not create" for ns in namespaces)
+
+
+WHICH = ", which the worker does not have"
+UNREAD = "in namespaces you may not read"
+
+
+@pytest.mark.parametrize(
+    ("drifted", "kept", "readable", "drift_shown", "kept_shown"),
+    [
+        pytest.param(
+            ["team-a", "team-b"], ["team-b"], {"team-a", "team-b"}, drift_of("team-a", "team-b") + WHICH, kept_of("team-b"), id="reads-all"
+        ),
+        pytest.param(
+            ["team-a", "team-b"], ["team-b"], {"team-a"}, f"{drift_of('team-a')}{WHICH}; and 1 more {UNREAD}", f"1 {UNREAD}", id="reads-one"
+        ),
+        pytest.param(["team-a", "team-b", "team-c"], [], set(), f"3 {UNREAD}", "", id="reads-none"),
+        pytest.param([], [], set(), "", "", id="in-sync"),
+        pytest.param(
+            ["team-a", "team-b", "team-c", "team-d", "team-e"],
+            ["team-a"],
+            {"team-c"},
+            f"{drift_of('team-c')} (and 2 more){WHICH}; and 2 more {UNREAD}",
+            f"1 {UNREAD}",
+            id="past-the-named-ones-counted-as-the-writer-counted",
+        ),
+        pytest.param(["team-b"], [], {"team-a", "team-b/x", "team"}, f"1 {UNREAD}", "", id="no-prefix-match"),
+    ],
+)
+def test_clusters_names_to_a_reader_only_the_namespaces_it_may_read_and_counts_the_others(
+    drifted: list[str], kept: list[str], readable: set[str], drift_shown: str, kept_shown: str
+) -> None:
+    cluster = propagating_worker(drifted, kept)
+    assert reads.namespaces_named([cluster]) == sorted({*drifted[:3], *kept}), "each named namespace is asked about once"
+    item = reads.cluster_item(reads.WorkerSighting(cluster, connected=True, copies=[]), origin="multikueue", readable=readable)
+    assert (item["queueDrift"], item["keptNamespaces"]) == (drift_shown, kept_shown)
+    hidden = {*drifted, *kept} - readable
+    assert not any(ns in json.dumps(item) for ns in hidden), "no namespace of another tenant, anywhere in the answer"
+
+
+def test_a_reader_who_may_read_every_namespace_named_sees_what_the_administrator_sees_on_the_object() -> None:
+    cluster = propagating_worker(["team-a", "team-b"], ["team-c"])
+    item = reads.cluster_item(
+        reads.WorkerSighting(cluster, connected=True, copies=[]), origin="multikueue", readable=reads.namespaces_named([cluster])
+    )
+    shown, direct = views.worker_view_from(item), views.worker_view(cluster)
+    assert (shown.queue_drift, shown.kept_namespaces) == (direct.queue_drift, direct.kept_namespaces) != ("", "")
 
 
 def test_a_workers_capacity_per_flavor_sums_its_queues_and_what_they_borrow() -> None:
@@ -97,7 +162,7 @@ def test_a_workers_capacity_per_flavor_sums_its_queues_and_what_they_borrow() ->
 
 def test_a_worker_the_manager_is_not_connected_to_is_unreachable_with_the_last_error() -> None:
     seen = reads.WorkerSighting(cluster_object("False", "ClientConnectionFailed"), connected=False, error="dial tcp: refused")
-    shown = views.worker_view_from(reads.cluster_item(seen, origin="multikueue"))
+    shown = views.worker_view_from(reads.cluster_item(seen, origin="multikueue", readable=()))
     assert (shown.reachable, shown.error, shown.reason) == (False, "unreachable: dial tcp: refused", "ClientConnectionFailed")
     assert views.cluster_rows([shown], now=NOW)[0]["RUNNING"] == "-"
 

@@ -12,7 +12,9 @@ user needs no worker credential (the answers are `manager.multikueue.rules.reads
   `get pods/log` in the namespace on the manager, as for a pod of the manager's own.
 
 Every request is authorized by a SubjectAccessReview for the caller (`VisibilityServer.guard`),
-per namespace for the namespaced resources.
+per namespace for the namespaced resources. A fleet-level read names no namespace that the
+caller may not read: `clusters` names a worker's queue drift and kept namespaces only in the
+namespaces whose LocalQueues the caller may list, and counts the others (`reads.for_reader`).
 """
 
 from __future__ import annotations
@@ -41,6 +43,10 @@ log = logging.getLogger("kfed.multikueue.reads")
 
 # The caller's right that reading a pod's log on a worker stands for: the same on the manager.
 POD_LOG = {"group": "", "version": "v1", "resource": "pods", "subresource": "log", "verb": "get"}
+# The caller's right that lets `clusters` name a namespace to it (a worker's queue drift and kept
+# namespaces, `reads.for_reader`): listing its LocalQueues on the manager, the objects that
+# propagation copies and that both name. Without it, the entry is counted, not named.
+LIST_LOCAL_QUEUES = {"group": c.GROUP, "version": c.STORAGE_VERSION, "resource": "localqueues", "verb": "list"}
 
 
 def attributes(verb: str, resource: str, *, namespace: str = "", name: str = "") -> dict[str, str]:
@@ -107,7 +113,16 @@ class ReadApi:
         return await self.server.guard(request, *checks)
 
     # --- workers' health and capacity ---------------------------------------------------------------
-    def _cluster_item(self, cluster: kueue.MultiKueueCluster) -> dict[str, Any]:
+    async def _readable(self, request: web.Request, clusters: Sequence[kueue.MultiKueueCluster]) -> set[str] | web.Response:
+        """Of the namespaces the clusters' conditions name, those the caller may read."""
+        assert self.server is not None
+        named = reads.namespaces_named(clusters)
+        allowed = await self.server.permitted(request, [{**LIST_LOCAL_QUEUES, "namespace": ns} for ns in named])
+        if isinstance(allowed, web.Response):
+            return allowed
+        return {ns for ns, ok in zip(named, allowed, strict=True) if ok}
+
+    def _cluster_item(self, cluster: kueue.MultiKueueCluster, readable: set[str]) -> dict[str, Any]:
         remote = self.clusters.remotes.get(cluster.name)
         quotas = remote.quotas() if remote is not None else None
         seen = reads.WorkerSighting(
@@ -117,14 +132,17 @@ class ReadApi:
             copies=remote.workloads.items() if remote is not None and remote.workloads is not None else None,
             cluster_queues=quotas.cluster_queues if quotas is not None else None,
         )
-        return reads.cluster_item(seen, origin=self.origin)
+        return reads.cluster_item(seen, origin=self.origin, readable=readable)
 
     async def list_clusters(self, request: web.Request) -> web.Response:
         refused = await self._guard(request, attributes("list", reads.CLUSTERS))
         if refused is not None:
             return refused
-        items = [self._cluster_item(cluster) for cluster in sorted(self.cluster_objects.items(), key=lambda cl: cl.name)]
-        return web.json_response(reads.clusters_document(items))
+        clusters = sorted(self.cluster_objects.items(), key=lambda cl: cl.name)
+        readable = await self._readable(request, clusters)
+        if isinstance(readable, web.Response):
+            return readable
+        return web.json_response(reads.clusters_document([self._cluster_item(cluster, readable) for cluster in clusters]))
 
     async def get_cluster(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]
@@ -134,7 +152,10 @@ class ReadApi:
         cluster = self.cluster_objects.get(name)
         if cluster is None:
             return status(404, "NotFound", f'{reads.CLUSTERS}.{reads.GROUP} "{name}" not found')
-        return web.json_response(reads.cluster_document(self._cluster_item(cluster)))
+        readable = await self._readable(request, [cluster])
+        if isinstance(readable, web.Response):
+            return readable
+        return web.json_response(reads.cluster_document(self._cluster_item(cluster, readable)))
 
     # --- a Workload's verdicts --------------------------------------------------------------------------
     def _workload(self, request: web.Request) -> kueue.Workload | web.Response:

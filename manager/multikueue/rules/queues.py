@@ -22,6 +22,7 @@ kfed did not create (`others_in`); such a namespace is kept, and said to be kept
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -282,28 +283,92 @@ def plan_cleanup(worker: WorkerQueues, *, needed: Iterable[tuple[str, str]], ori
     return Cleanup(local_queues=sorted(going, key=lambda owned: owned.name), namespaces=deleted, kept=kept)
 
 
+# --- the two conditions' messages: written here, and read back here ----------------------------------
+# Each names entries of one namespace apiece, the first `NAMED_AT_MOST` by name and the rest by
+# count. The read API reads them back (`kept_listing`, `drift_listing`) to name to each caller
+# only the namespaces the caller may read: every replica serves it, and only the leader
+# propagates, so the condition is what every replica has. One home for the format, so that what
+# the writer says the reader finds.
+NAMED_AT_MOST = 3
+ENTRY_SEPARATOR = "; "
+DRIFT_ENDING = ", which the worker does not have"
+_MORE = re.compile(r" \(and (\d+) more\)$")
+_KEPT_ENTRY = re.compile(r"^namespace (?P<namespace>[^\s;/]+) kept: ")
+_DRIFT_ENTRY = re.compile(r"^LocalQueue (?P<namespace>[^\s;/]+)/[^\s;/]+ points at ClusterQueue [^\s;]+$")
+UNREADABLE = "in namespaces you may not read"
+
+
+@dataclass(frozen=True)
+class Listing:
+    """A condition message's entries as (namespace, phrase), and how many more it counted
+    without naming. A phrase whose namespace cannot be read from it has namespace "" (no one's
+    to see: whoever reads the listing leaves it out)."""
+
+    entries: tuple[tuple[str, str], ...] = ()
+    more: int = 0
+
+
+def listed_message(phrases: Sequence[str], *, more: int = 0, ending: str = "", unreadable: int = 0) -> str:
+    """The first `NAMED_AT_MOST` phrases, how many more there are (`more` counted already
+    unnamed, besides those past the first), the ending; and how many were left out for the
+    reader (`unreadable`: entries of namespaces the reader may not read, by count alone)."""
+    more += max(0, len(phrases) - NAMED_AT_MOST)
+    counted = f" (and {more} more)" if more else ""
+    if not phrases:  # all left out for the reader: the count alone, and no name
+        return f"{unreadable} {UNREADABLE}{counted}" if unreadable else counted.strip()
+    said = f"{ENTRY_SEPARATOR.join(phrases[:NAMED_AT_MOST])}{counted}{ending}"
+    return f"{said}{ENTRY_SEPARATOR}and {unreadable} more {UNREADABLE}" if unreadable else said
+
+
+def _listing(message: str, *, ending: str, entry: re.Pattern[str]) -> Listing:
+    body = message.removesuffix(ending)
+    found = _MORE.search(body)
+    more = int(found.group(1)) if found is not None else 0
+    body = body[: found.start()] if found is not None else body
+    entries = []
+    for phrase in body.split(ENTRY_SEPARATOR) if body else []:
+        named = entry.match(phrase)
+        entries.append((named.group("namespace") if named is not None else "", phrase))
+    return Listing(tuple(entries), more)
+
+
+def kept_phrase(namespace: str, why: str) -> str:
+    return f"namespace {namespace} kept: {why}"
+
+
 def kept_condition(kept: Sequence[tuple[str, str]]) -> tuple[str, str, str]:
     """(status, reason, message) of the `kfed.dev/NamespacesKept` condition."""
     if not kept:
         return "False", REASON_NONE_KEPT, "every namespace the manager created and no longer needs was removed"
-    said = [f"namespace {ns} kept: {why}" for ns, why in kept]
-    more = f" (and {len(said) - 3} more)" if len(said) > 3 else ""
-    return "True", REASON_HOLDS_OTHERS, f"{'; '.join(said[:3])}{more}"
+    return "True", REASON_HOLDS_OTHERS, listed_message([kept_phrase(ns, why) for ns, why in kept])
+
+
+def kept_listing(message: str) -> Listing:
+    """A `kfed.dev/NamespacesKept` message (status True) read back."""
+    return _listing(message, ending="", entry=_KEPT_ENTRY)
+
+
+def drift_phrase(local_queue: str, cluster_queue: str) -> str:
+    return f"LocalQueue {local_queue} points at ClusterQueue {cluster_queue}"
 
 
 def missing_cluster_queues(local_queues: Iterable[tuple[str, str]], cluster_queues: Iterable[str]) -> list[str]:
     """Drift: for each (LocalQueue `namespace/name`, its ClusterQueue) whose ClusterQueue the
     worker does not have, one phrase naming both, sorted."""
     present = set(cluster_queues)
-    return sorted(f"LocalQueue {lq} points at ClusterQueue {cq}" for lq, cq in local_queues if cq not in present)
+    return sorted(drift_phrase(lq, cq) for lq, cq in local_queues if cq not in present)
 
 
 def queues_condition(drift: Sequence[str]) -> tuple[str, str, str]:
     """(status, reason, message) of the `kfed.dev/QueuesInSync` condition."""
     if not drift:
         return "True", REASON_IN_SYNC, "every LocalQueue the manager created has its ClusterQueue on the worker"
-    more = f" (and {len(drift) - 3} more)" if len(drift) > 3 else ""
-    return "False", REASON_CLUSTER_QUEUE_MISSING, f"{'; '.join(drift[:3])}{more}, which the worker does not have"
+    return "False", REASON_CLUSTER_QUEUE_MISSING, listed_message(drift, ending=DRIFT_ENDING)
+
+
+def drift_listing(message: str) -> Listing:
+    """A `kfed.dev/QueuesInSync` message (status False) read back."""
+    return _listing(message, ending=DRIFT_ENDING, entry=_DRIFT_ENTRY)
 
 
 def with_propagated_queue(quotas: WorkerQuotas, manager_queue: LocalQueue, *, origin: str) -> WorkerQuotas:

@@ -10,7 +10,7 @@ and capacity the ones `kfed clusters` and `kfed status` print (`worker_usage`, `
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -21,7 +21,15 @@ from manager.api.meta import find_condition
 from manager.engine.units import amount, format_amount
 from manager.engine.workload import conditions_of, has_quota_reservation, is_admitted, is_finished, misconfiguration
 from manager.multikueue.rules.capacity import WorkerQuotas, fit_when_empty, total_requests, workload_info
-from manager.multikueue.rules.queues import KEPT_CONDITION, QUEUES_CONDITION
+from manager.multikueue.rules.queues import (
+    DRIFT_ENDING,
+    KEPT_CONDITION,
+    QUEUES_CONDITION,
+    Listing,
+    drift_listing,
+    kept_listing,
+    listed_message,
+)
 
 GROUP = "reads.kfed.dev"
 VERSION = "v1alpha1"
@@ -205,16 +213,44 @@ def _iso(when: datetime | None) -> str | None:
     return when.strftime("%Y-%m-%dT%H:%M:%SZ") if when is not None else None
 
 
-def cluster_item(seen: WorkerSighting, *, origin: str) -> dict[str, Any]:
-    """One worker's health and capacity, as `clusters` answers it."""
+# --- what a worker's propagation names, for one reader -------------------------------------------------
+# A fleet-level read names no namespace that the reader may not read: a worker's queue drift and
+# kept namespaces (its `kfed.dev/QueuesInSync` and `kfed.dev/NamespacesKept` conditions, which
+# an administrator reads whole on the MultiKueueCluster) name to a reader only the entries of
+# namespaces it may read, and count the others. The controller asks which those are.
+def _drift(cluster: kueue.MultiKueueCluster) -> Listing:
+    cond = find_condition(cluster.status.conditions if cluster.status else None, QUEUES_CONDITION)
+    return drift_listing(cond.message) if cond is not None and cond.status == "False" else Listing()
+
+
+def _kept(cluster: kueue.MultiKueueCluster) -> Listing:
+    cond = find_condition(cluster.status.conditions if cluster.status else None, KEPT_CONDITION)
+    return kept_listing(cond.message) if cond is not None and cond.status == "True" else Listing()
+
+
+def namespaces_named(clusters: Iterable[kueue.MultiKueueCluster]) -> list[str]:
+    """The namespaces the workers' drift and kept namespaces name, sorted: whether the reader
+    may read each is what decides what it is told."""
+    named = {ns for cluster in clusters for listing in (_drift(cluster), _kept(cluster)) for ns, _ in listing.entries}
+    return sorted(named - {""})
+
+
+def for_reader(listing: Listing, readable: Container[str], *, ending: str = "") -> str:
+    """The listing as told to a reader who may read the namespaces in `readable`: their entries
+    by name, the others (and any whose namespace cannot be told) by count alone."""
+    shown = [phrase for ns, phrase in listing.entries if ns and ns in readable]
+    return listed_message(shown, more=listing.more, ending=ending, unreadable=len(listing.entries) - len(shown))
+
+
+def cluster_item(seen: WorkerSighting, *, origin: str, readable: Container[str]) -> dict[str, Any]:
+    """One worker's health and capacity, as `clusters` answers it to a reader who may read the
+    namespaces in `readable` (`for_reader`)."""
     cond = find_condition(seen.cluster.status.conditions if seen.cluster.status else None, c.ACTIVE)
     reachable = seen.connected and seen.copies is not None
     running, pending = copy_counts(seen.copies or [], origin=origin) if reachable else (0, 0)
     usage = worker_usage(seen.cluster_queues or []) if reachable else {}
     flavors = flavor_usage(seen.cluster_queues or []) if reachable else {}
     error = "" if reachable else ("unreachable: " + seen.error if seen.error else "unreachable")
-    drift = find_condition(seen.cluster.status.conditions if seen.cluster.status else None, QUEUES_CONDITION)
-    kept = find_condition(seen.cluster.status.conditions if seen.cluster.status else None, KEPT_CONDITION)
     return {
         "metadata": {"name": seen.cluster.name},
         "active": cond.status if cond is not None else "Unknown",
@@ -228,9 +264,9 @@ def cluster_item(seen: WorkerSighting, *, origin: str) -> dict[str, Any]:
         "usage": {resource: {"reserved": used, "nominal": total} for resource, (used, total) in sorted(usage.items())},
         "flavors": flavors_item(flavors),
         # Propagated queues' drift (`kfed.dev/QueuesInSync` False): what the worker lacks.
-        "queueDrift": drift.message if drift is not None and drift.status == "False" else "",
+        "queueDrift": for_reader(_drift(seen.cluster), readable, ending=DRIFT_ENDING),
         # Namespaces propagation created and keeps for objects it did not create (`kfed.dev/NamespacesKept` True).
-        "keptNamespaces": kept.message if kept is not None and kept.status == "True" else "",
+        "keptNamespaces": for_reader(_kept(seen.cluster), readable),
     }
 
 
