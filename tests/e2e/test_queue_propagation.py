@@ -4,7 +4,8 @@ missing LocalQueue keeps it back as in Kueue. What the manager created is remove
 what an administrator created is never changed or deleted (a Secret and a RoleBinding planted in
 a namespace the manager created keep that namespace, and `kfed clusters` says so); a worker
 namespace its administrator did not opt in gets no LocalQueue; a propagated LocalQueue whose
-ClusterQueue a worker lacks shows on the MultiKueueCluster and in `kfed clusters`.
+ClusterQueue a worker lacks shows on the MultiKueueCluster and in `kfed clusters`, named to a
+fleet reader only in the namespaces it may read (the others counted, never named).
 
 The session's federation serves these through MultiKueueConfigs of their own: the annotation
 turns propagation on for one config while the Configuration leaves it off for the rest."""
@@ -15,9 +16,11 @@ import json
 import subprocess
 import sys
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from manager.api import constants as c
 from manager.api import kueue
@@ -25,6 +28,7 @@ from manager.api.core import Job, Namespace, RoleBinding, Secret
 from manager.api.meta import find_condition
 from manager.kube.client import KubeClient
 from manager.kube.errors import NotFoundError
+from manager.multikueue.rules import reads
 from manager.multikueue.rules.capacity import NEVER_FITS
 from manager.multikueue.rules.queues import (
     ACCEPT_QUEUES_LABEL,
@@ -38,6 +42,7 @@ from manager.multikueue.rules.queues import (
 )
 from tests.conftest import REPO_ROOT
 from tests.e2e.federation import LQ, PARKED, RUNS, Clients, Federation, job_manifest, kueue_object
+from tests.e2e.test_cli_reader import namespace_reader
 from tests.harness import eventually
 
 ORIGIN = c.DEFAULT_MULTIKUEUE_ORIGIN
@@ -311,9 +316,60 @@ async def test_a_propagated_queue_without_its_cluster_queue_is_reported_and_show
     await eventually(in_sync, timeout=60, what=f"worker2's {QUEUES_CONDITION} True again")
 
 
-def kfed(fed: Federation, *args: str) -> str:
+async def test_a_fleet_reader_is_named_the_drift_of_the_namespaces_it_may_read_and_an_admin_all(
+    fed: Federation, kube: Clients, tag: str, tmp_path: Path
+) -> None:
+    """Issue #45: a fleet-level read names no namespace that the reader may not read. Two
+    namespaces' propagated LocalQueues lack their ClusterQueue on worker2; a ServiceAccount with
+    kfed-fleet-reader and the shipped kfed-namespace-reader in the first alone reads `clusters`
+    through the apiserver and `kfed clusters`: the first's drift named, the second's counted, its
+    name nowhere. The admin, through the same API and on the MultiKueueCluster, is named both."""
+    cq = await federate(kube, tag, propagate=True, worker_queues=("worker1",))  # worker2 lacks the ClusterQueue
+    mine, theirs = f"{tag}-alpha", f"{tag}-bravo"
+    for ns in (mine, theirs):
+        await namespace_with_queue(kube.manager, ns, cq)
+        job = job_manifest("parked", ns)
+        job["spec"]["template"]["spec"]["nodeSelector"] = PARKED  # stays running: the queues stay needed
+        await kube.manager.create(Job, job)
+    named = {ns: f"LocalQueue {ns}/{LQ} points at ClusterQueue {cq}" for ns in (mine, theirs)}
+    expected = f"{named[mine]}; {named[theirs]}, which the worker does not have"
+
+    async def drift() -> Any:
+        cluster = await kube.manager.get(kueue.MultiKueueCluster, "worker2")
+        cond = find_condition(cluster.status.conditions if cluster.status else None, QUEUES_CONDITION)
+        return cond if cond is not None and cond.status == "False" and cond.message == expected else None
+
+    await eventually(drift, timeout=60, what=f"worker2's {QUEUES_CONDITION} condition naming both namespaces' LocalQueues")
+    admin = {row["name"]: row for row in json.loads(kfed(fed, "clusters", "-o", "json"))}
+    assert admin["worker2"]["queueDrift"] == expected, admin
+    served = await kube.manager.request("GET", f"/apis/{reads.GROUP}/{reads.VERSION}/clusters/worker2")
+    assert served["queueDrift"] == expected, served
+
+    reader = await namespace_reader(fed, kube.manager, mine, tag, tmp_path)
+    client = await KubeClient.from_kubeconfig(yaml.safe_load(reader.read_text()), name="fleet-reader")
+    try:
+        bodies = {
+            path: json.dumps(await client.request("GET", f"/apis/{reads.GROUP}/{reads.VERSION}/{path}"))
+            for path in ("clusters", "clusters/worker2")
+        }
+    finally:
+        await client.close()
+    bodies |= {" ".join(args): kfed(fed, *args, kubeconfig=reader) for args in (("clusters", "-o", "json"), ("clusters", "-o", "wide"))}
+    leaks = {what: body for what, body in bodies.items() if theirs in body or "bravo" in body}
+    assert leaks == {}, f"the reader of {mine} was named {theirs}: {leaks}"
+    told = f"{named[mine]}, which the worker does not have; and 1 more in namespaces you may not read"
+    assert json.loads(bodies["clusters/worker2"])["queueDrift"] == told, bodies["clusters/worker2"]
+    assert {row["name"]: row for row in json.loads(bodies["clusters -o json"])}["worker2"]["queueDrift"] == told, bodies
+    assert REASON_CLUSTER_QUEUE_MISSING in next(line for line in bodies["clusters -o wide"].splitlines() if line.startswith("worker2"))
+
+    for ns in (mine, theirs):
+        await kube.manager.delete(Job, "parked", namespace=ns, propagation="Background")
+        await gone_from_workers(kube, ns)
+
+
+def kfed(fed: Federation, *args: str, kubeconfig: Path | None = None) -> str:
     result = subprocess.run(
-        [sys.executable, "-m", "manager.cli.main", *args, f"--kubeconfig={fed.manager.kubeconfig_path}"],
+        [sys.executable, "-m", "manager.cli.main", *args, f"--kubeconfig={kubeconfig or fed.manager.kubeconfig_path}"],
         capture_output=True, text=True, cwd=REPO_ROOT, timeout=60,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
