@@ -63,7 +63,7 @@ def our_copy(name: str, *conditions: dict[str, Any]) -> kueue.Workload:
 def test_a_workers_health_and_capacity_read_back_are_what_the_cli_printed_from_the_worker() -> None:
     copies = [our_copy("a", cond("Admitted", "True")), our_copy("b"), our_copy("done", cond("Finished", "True"))]
     seen = reads.WorkerSighting(cluster_object("True", "Active"), connected=True, copies=copies, cluster_queues=[worker_cq("8", "3")])
-    item = reads.cluster_item(seen, origin="multikueue", readable=())
+    item = reads.cluster_item(seen, origin="multikueue", readable=(), worker_words=True)
     shown = views.worker_view_from(item)
     direct = views.worker_view(seen.cluster)
     views.add_worker_queues(direct, [worker_cq("8", "3")], copies, origin="multikueue")
@@ -122,7 +122,9 @@ def test_clusters_names_to_a_reader_only_the_namespaces_it_may_read_and_counts_t
 ) -> None:
     cluster = propagating_worker(drifted, kept)
     assert reads.namespaces_named([cluster]) == sorted({*drifted[:3], *kept}), "each named namespace is asked about once"
-    item = reads.cluster_item(reads.WorkerSighting(cluster, connected=True, copies=[]), origin="multikueue", readable=readable)
+    item = reads.cluster_item(
+        reads.WorkerSighting(cluster, connected=True, copies=[]), origin="multikueue", readable=readable, worker_words=False
+    )
     assert (item["queueDrift"], item["keptNamespaces"]) == (drift_shown, kept_shown)
     hidden = {*drifted, *kept} - readable
     assert not any(ns in json.dumps(item) for ns in hidden), "no namespace of another tenant, anywhere in the answer"
@@ -131,7 +133,10 @@ def test_clusters_names_to_a_reader_only_the_namespaces_it_may_read_and_counts_t
 def test_a_reader_who_may_read_every_namespace_named_sees_what_the_administrator_sees_on_the_object() -> None:
     cluster = propagating_worker(["team-a", "team-b"], ["team-c"])
     item = reads.cluster_item(
-        reads.WorkerSighting(cluster, connected=True, copies=[]), origin="multikueue", readable=reads.namespaces_named([cluster])
+        reads.WorkerSighting(cluster, connected=True, copies=[]),
+        origin="multikueue",
+        readable=reads.namespaces_named([cluster]),
+        worker_words=True,
     )
     shown, direct = views.worker_view_from(item), views.worker_view(cluster)
     assert (shown.queue_drift, shown.kept_namespaces) == (direct.queue_drift, direct.kept_namespaces) != ("", "")
@@ -162,9 +167,27 @@ def test_a_workers_capacity_per_flavor_sums_its_queues_and_what_they_borrow() ->
 
 def test_a_worker_the_manager_is_not_connected_to_is_unreachable_with_the_last_error() -> None:
     seen = reads.WorkerSighting(cluster_object("False", "ClientConnectionFailed"), connected=False, error="dial tcp: refused")
-    shown = views.worker_view_from(reads.cluster_item(seen, origin="multikueue", readable=()))
+    shown = views.worker_view_from(reads.cluster_item(seen, origin="multikueue", readable=(), worker_words=True))
     assert (shown.reachable, shown.error, shown.reason) == (False, "unreachable: dial tcp: refused", "ClientConnectionFailed")
     assert views.cluster_rows([shown], now=NOW)[0]["RUNNING"] == "-"
+
+
+def test_a_worker_s_own_words_are_told_only_to_a_reader_of_its_multikueue_cluster() -> None:
+    """A worker's refusal may name the namespace it refused: a fleet reader who may not read the
+    MultiKueueCluster (where the same words are) gets the reason and the counts, not the words."""
+    cluster = cluster_object("False", "ClientConnectionFailed")
+    cluster.status.conditions[0].message = 'pods is forbidden: cannot list resource "pods" in the namespace "team-b"'  # type: ignore[union-attr,index]
+    seen = reads.WorkerSighting(cluster, connected=False, error='forbidden in the namespace "team-b"')
+    told = reads.cluster_item(seen, origin="multikueue", readable=(), worker_words=False)
+    assert "team-b" not in json.dumps(told)
+    assert (told["reason"], told["reachable"], told["error"], told["message"]) == (
+        "ClientConnectionFailed",
+        False,
+        f"unreachable ({reads.WITHHELD})",
+        reads.WITHHELD,
+    )
+    whole = reads.cluster_item(seen, origin="multikueue", readable=reads.EVERY_NAMESPACE, worker_words=True)
+    assert "team-b" in whole["error"] and "team-b" in whole["message"]
 
 
 def test_the_verdicts_the_manager_serves_explain_the_job_as_the_workers_copies_did() -> None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from typing import Any
 
 from aiohttp import web
@@ -46,6 +46,7 @@ POD_LOG = {"group": "", "version": "v1", "resource": "pods", "subresource": "log
 # The caller's right that lets `clusters` name a namespace to it (a worker's queue drift and kept
 # namespaces, `reads.for_reader`): listing its LocalQueues on the manager, the objects that
 # propagation copies and that both name. Without it, the entry is counted, not named.
+CLUSTER_OBJECTS = {"group": c.GROUP, "version": c.STORAGE_VERSION, "resource": "multikueueclusters"}
 LIST_LOCAL_QUEUES = {"group": c.GROUP, "version": c.STORAGE_VERSION, "resource": "localqueues", "verb": "list"}
 
 
@@ -113,16 +114,22 @@ class ReadApi:
         return await self.server.guard(request, *checks)
 
     # --- workers' health and capacity ---------------------------------------------------------------
-    async def _readable(self, request: web.Request, clusters: Sequence[kueue.MultiKueueCluster]) -> set[str] | web.Response:
-        """Of the namespaces the clusters' conditions name, those the caller may read."""
+    async def _readable(
+        self, request: web.Request, clusters: Sequence[kueue.MultiKueueCluster], *, name: str = ""
+    ) -> Container[str] | web.Response:
+        """Of the namespaces the clusters' conditions name, those the caller may read: all of
+        them for a caller who may read the MultiKueueClusters themselves (`EVERY_NAMESPACE`)."""
         assert self.server is not None
         named = reads.namespaces_named(clusters)
-        allowed = await self.server.permitted(request, [{**LIST_LOCAL_QUEUES, "namespace": ns} for ns in named])
+        objects = {**CLUSTER_OBJECTS, "verb": "get", "name": name} if name else {**CLUSTER_OBJECTS, "verb": "list"}
+        allowed = await self.server.permitted(request, [objects, *({**LIST_LOCAL_QUEUES, "namespace": ns} for ns in named)])
         if isinstance(allowed, web.Response):
             return allowed
-        return {ns for ns, ok in zip(named, allowed, strict=True) if ok}
+        if allowed[0]:
+            return reads.EVERY_NAMESPACE
+        return {ns for ns, ok in zip(named, allowed[1:], strict=True) if ok}
 
-    def _cluster_item(self, cluster: kueue.MultiKueueCluster, readable: set[str]) -> dict[str, Any]:
+    def _cluster_item(self, cluster: kueue.MultiKueueCluster, readable: Container[str]) -> dict[str, Any]:
         remote = self.clusters.remotes.get(cluster.name)
         quotas = remote.quotas() if remote is not None else None
         seen = reads.WorkerSighting(
@@ -132,7 +139,7 @@ class ReadApi:
             copies=remote.workloads.items() if remote is not None and remote.workloads is not None else None,
             cluster_queues=quotas.cluster_queues if quotas is not None else None,
         )
-        return reads.cluster_item(seen, origin=self.origin, readable=readable)
+        return reads.cluster_item(seen, origin=self.origin, readable=readable, worker_words=readable is reads.EVERY_NAMESPACE)
 
     async def list_clusters(self, request: web.Request) -> web.Response:
         refused = await self._guard(request, attributes("list", reads.CLUSTERS))
@@ -152,7 +159,7 @@ class ReadApi:
         cluster = self.cluster_objects.get(name)
         if cluster is None:
             return status(404, "NotFound", f'{reads.CLUSTERS}.{reads.GROUP} "{name}" not found')
-        readable = await self._readable(request, [cluster])
+        readable = await self._readable(request, [cluster], name=name)
         if isinstance(readable, web.Response):
             return readable
         return web.json_response(reads.cluster_document(self._cluster_item(cluster, readable)))

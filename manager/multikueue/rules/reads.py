@@ -242,20 +242,40 @@ def for_reader(listing: Listing, readable: Container[str], *, ending: str = "") 
     return listed_message(shown, more=listing.more, ending=ending, unreadable=len(listing.entries) - len(shown))
 
 
-def cluster_item(seen: WorkerSighting, *, origin: str, readable: Container[str]) -> dict[str, Any]:
+class EveryNamespace(Container[str]):
+    """What a reader of the MultiKueueClusters themselves may read: every namespace their
+    conditions name (they read those conditions whole anyway)."""
+
+    def __contains__(self, namespace: object) -> bool:
+        return True
+
+
+EVERY_NAMESPACE = EveryNamespace()
+# In place of a worker's own words (its connection's last error, the Active condition's
+# message) to a reader who may not read the MultiKueueCluster: those words may name any of the
+# worker's namespaces (a refusal names the namespace refused).
+WITHHELD = "details only for readers of the MultiKueueCluster"
+
+
+def cluster_item(seen: WorkerSighting, *, origin: str, readable: Container[str], worker_words: bool) -> dict[str, Any]:
     """One worker's health and capacity, as `clusters` answers it to a reader who may read the
-    namespaces in `readable` (`for_reader`)."""
+    namespaces in `readable` (`for_reader`), and the worker's own words in messages and errors
+    only to one who may read its MultiKueueCluster (`worker_words`)."""
     cond = find_condition(seen.cluster.status.conditions if seen.cluster.status else None, c.ACTIVE)
     reachable = seen.connected and seen.copies is not None
     running, pending = copy_counts(seen.copies or [], origin=origin) if reachable else (0, 0)
     usage = worker_usage(seen.cluster_queues or []) if reachable else {}
     flavors = flavor_usage(seen.cluster_queues or []) if reachable else {}
     error = "" if reachable else ("unreachable: " + seen.error if seen.error else "unreachable")
+    message = cond.message if cond is not None else ""
+    if not worker_words:
+        error = f"unreachable ({WITHHELD})" if error else ""
+        message = WITHHELD if message else ""
     return {
         "metadata": {"name": seen.cluster.name},
         "active": cond.status if cond is not None else "Unknown",
         "reason": cond.reason if cond is not None else "",
-        "message": cond.message if cond is not None else "",
+        "message": message,
         "since": _iso(cond.last_transition_time) if cond is not None else None,
         "reachable": reachable,
         "error": error,
