@@ -127,6 +127,20 @@ def one_line(code: int, text: str) -> web.Response:
     return web.Response(status=code, text=text + "\n", content_type="text/plain")
 
 
+def origin_refusal(origin: str | None, host: str) -> str:
+    """Why a form sent with this `Origin` header to `host` is refused ("" when it is not): it
+    came from another site, or the header is not a URL at all (`http://[::1`, which urllib
+    cannot split). A request without the header (an older browser, a script) is not refused
+    here: the CSRF token decides."""
+    if origin is None:
+        return ""
+    try:
+        sent_from = urllib.parse.urlsplit(origin).netloc
+    except ValueError:
+        return f"refused: the Origin header {' '.join(origin.split())!r} is not a URL"
+    return "" if sent_from == host else "refused: the request came from another site (Origin)"
+
+
 @web.middleware
 async def security(request: web.Request, handler: Handler) -> web.StreamResponse:
     settings = request.app[SETTINGS]
@@ -136,12 +150,12 @@ async def security(request: web.Request, handler: Handler) -> web.StreamResponse
         return one_line(403, f'host "{request.host}" is not served: open http://{sorted(settings.hosts)[0]}/')
     token = request.cookies.get(CSRF_COOKIE, "")
     if request.method not in ("GET", "HEAD", "OPTIONS"):
-        origin = request.headers.get("Origin")
-        if origin is not None and urllib.parse.urlsplit(origin).netloc != request.host:
-            return one_line(403, "refused: the request came from another site (Origin)")
+        refused = origin_refusal(request.headers.get("Origin"), request.host)
+        if refused:
+            return one_line(403, refused)
         try:
             form = await request.post()
-        except ValueError as err:  # a multipart body without its boundary, or broken in it
+        except (ValueError, LookupError) as err:  # a multipart body without its boundary, or broken in it; a charset unknown
             return one_line(400, f"form: cannot be read as {request.content_type}: {' '.join(str(err).split())}")
         sent = str(form.get(CSRF_FIELD, ""))
         if not token or not hmac.compare_digest(sent, token):
