@@ -51,7 +51,7 @@ from tests.integration.test_visibility import READS, call
 pytestmark = pytest.mark.e2e
 
 VISIBILITY = "/apis/visibility.kueue.x-k8s.io/v1beta2"
-STREAM_SECONDS = 10.0  # the longest a stream is read for: its first update comes after 2 s
+STREAM_SECONDS = 10.0  # the longest a stream is read for: its first update comes at once
 
 
 @pytest.fixture(scope="module")
