@@ -18,13 +18,13 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from yarl import URL
 
 from manager.cli.dashboard import pages
 from manager.cli.dashboard.reading import Session
-from manager.cli.dashboard.server import CSRF_COOKIE, LocalAccess, Settings, create_app
+from manager.cli.dashboard.server import CSRF_COOKIE, SETTINGS, LocalAccess, Settings, create_app
 from manager.dev.local import LocalCluster
 from tests.harness import Provider
 from tests.integration.controllers import crd_cluster
@@ -56,6 +56,7 @@ class Target:
     job: str
     cluster_queue: str
     csrf: str
+    token: str  # alice's bearer token
 
 
 @pytest.fixture(params=MODES)
@@ -67,12 +68,14 @@ async def target(request: pytest.FixtureRequest, cluster: LocalCluster, tmp_path
         if request.param == "local":
             app = create_app(Settings(LocalAccess(Session(fleet.admin, default_namespace=fleet.namespaces["alice"]))))
             client = await stack.enter_async_context(TestClient(TestServer(app)))
+            port = client.port
+            app[SETTINGS].hosts = frozenset({f"127.0.0.1:{port}", f"localhost:{port}"})  # as `kfed dashboard` serves
         found = await client.get("/healthz")
         assert found.status == 200
         csrf = next(c.value for c in client.session.cookie_jar if c.key == CSRF_COOKIE)
         if request.param == "in-cluster":
             await sign_in(fleet, csrf)
-        yield Target(client, fleet.namespaces["alice"], "alice-job", fleet.cluster_queue, csrf)
+        yield Target(client, fleet.namespaces["alice"], "alice-job", fleet.cluster_queue, csrf, fleet.tokens["alice"])
 
 
 async def sign_in(fleet: Fleet, csrf: str) -> None:
@@ -254,6 +257,70 @@ async def test_any_form_on_any_action_is_done_or_refused_in_one_line(
 async def test_any_body_of_any_content_type_is_refused_in_one_line(target: Target, route: str, content_type: str, body: bytes) -> None:
     headers = {"Content-Type": content_type} if content_type else {}
     await answer(target.client, "POST", route, data=body, headers=headers)
+
+
+# Header values as a client may send them: printable Latin-1 (a line break or a NUL ends or
+# breaks the request line itself, and aiohttp's parser refuses those with its own 400).
+header_text = st.text(alphabet=st.characters(min_codepoint=0x20, max_codepoint=0xFF, exclude_characters="\x7f"), max_size=40)
+HEADER_ODD = [
+    "",
+    " ",
+    "Bearer",
+    "Bearer ",
+    "Bearer  x",
+    "bearer x",
+    "Basic YTpi",
+    "Bearer " + "a" * 6000,
+    "Bearer ü",
+    "null",
+    "http://[::1",
+    "http://[",
+    "http://evil.example",
+    "https://",
+    "//",
+    "http://127.0.0.1:99999999",
+    "localhost",
+    "127.0.0.1",
+    "[::1]:80",
+    "[",
+    "a" * 300,
+    "%00",
+    "ü",
+    "kfed_csrf=",
+    "kfed_session=x; kfed_csrf=y",
+    '=;;="',
+    'kfed_csrf="\\"',
+    "multipart/form-data; boundary=",
+    'multipart/form-data; boundary="',
+    "application/x-www-form-urlencoded; charset=nope",
+    "application/x-www-form-urlencoded; charset=utf-16",
+    "text/plain; charset=",
+    ";;;",
+]
+header_values = st.sampled_from(HEADER_ODD) | header_text
+FUZZED_HEADERS = ("Authorization", "Host", "Origin", "Cookie", "Content-Type")
+header_sets = st.dictionaries(st.sampled_from(FUZZED_HEADERS), header_values | st.just("<alice's token>"), max_size=3)
+
+
+@settings(FUZZ, max_examples=200)  # five headers, nineteen routes
+@given(route=st.integers(0, 18), headers=header_sets)
+@example(route=14, headers={"Origin": "http://[::1"})  # not a URL: urllib cannot split it
+@example(route=16, headers={"Content-Type": "application/x-www-form-urlencoded; charset=nope"})
+@example(route=16, headers={"Content-Type": "application/x-www-form-urlencoded; charset=utf-16"})
+@example(route=8, headers={"Cookie": 'kfed_csrf="\\'})
+async def test_any_header_on_any_route_is_answered_or_refused_in_one_line(target: Target, route: int, headers: dict[str, str]) -> None:
+    """`Authorization`, `Host`, `Origin`, `Cookie` and `Content-Type`, any of them with any
+    value, on every route (each GET, and each action POSTed with the right CSRF token)."""
+    job = f"/jobs/{target.namespace}/job/{target.job}"
+    actions = [f"/queues/{target.cluster_queue}/stop-policy", f"{job}/cancel", "/login", "/logout", "/jobs"]
+    sent = {name: value.replace("<alice's token>", f"Bearer {target.token}") for name, value in headers.items()}
+    if route < 14:
+        status, text = await answer(target.client, "GET", pages_of(target)[route], headers=sent)
+    else:
+        form = form_of(target, [("policy", "Hold")], "right")
+        status, text = await answer(target.client, "POST", actions[route - 14], data=form, headers={**FORM, **sent})
+    if status == 403 and said(text).startswith("host "):
+        assert "Host" in sent and " is not served: open http://" in said(text), text
 
 
 async def test_an_oversized_form_is_refused_in_one_line(target: Target) -> None:

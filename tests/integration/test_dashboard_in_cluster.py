@@ -30,7 +30,8 @@ from aiohttp.test_utils import TestClient, TestServer
 from manager.api import kueue
 from manager.api.core import JOB_NAME_LABEL, Job
 from manager.cli.dashboard.incluster import SESSION_COOKIE, ClusterAccess, routes, token_expiry
-from manager.cli.dashboard.server import CSRF_COOKIE, RECHECK_SECONDS, SESSION_ENDED, Settings, Sleep, create_app
+from manager.cli.dashboard.reading import Session
+from manager.cli.dashboard.server import CSRF_COOKIE, RECHECK_SECONDS, SESSION_ENDED, LocalAccess, Settings, Sleep, create_app
 from manager.controllers.visibility import VisibilityServer
 from manager.dev.local import LocalCluster
 from manager.kube.client import KubeClient
@@ -325,10 +326,54 @@ async def test_a_log_stream_is_refused_to_a_user_who_may_not_read_logs(fleet: Fl
     await token(fleet.admin, namespace, "default")  # no controller makes it here, and a pod needs it
     await fleet.admin.request("POST", f"/api/v1/namespaces/{namespace}/pods", body=pod)
     answer = await fleet.dashboard.get(f"/jobs/{namespace}/job/carol-job/logs", headers={"Authorization": f"Bearer {carol}"})
-    text = await answer.text()
-    assert answer.status == 200 and answer.headers["Content-Type"] == "text/event-stream", text
+    text = html.unescape(await answer.text())
+    assert answer.status == 403 and not answer.headers["Content-Type"].startswith("text/event-stream"), text
     assert f'User "system:serviceaccount:{namespace}:carol" cannot get resource "pods/log"' in text, text
-    assert text.endswith("event: end\ndata: \n\n"), text
+
+
+async def as_user(cluster: LocalCluster, bearer_token: str, name: str) -> KubeClient:
+    """A client with a user's own credentials, as their kubeconfig on a workstation would have."""
+    kubeconfig = copy.deepcopy(cluster.kubeconfig())
+    kubeconfig["users"] = [{"name": name, "user": {"token": bearer_token}}]
+    for context in kubeconfig["contexts"]:
+        context["context"]["user"] = name
+    return await KubeClient.from_kubeconfig(kubeconfig, name=name)
+
+
+@pytest.mark.parametrize("mode", ["in-cluster", "workstation"])
+async def test_a_stream_of_another_namespaces_job_is_refused_before_it_starts(cluster: LocalCluster, fleet: Fleet, mode: str) -> None:
+    """alice opens the live updates of bob's job, of bob's namespace's jobs, and of bob's job's
+    log, by hand: each is a 403 with the apiserver's refusal, not a stream (whose 200 would say
+    only that it started), and names nothing of bob's; a job that is not there is a 404. In the
+    cluster (her reviewed token) and on a workstation (the dashboard with her own credentials)."""
+    mine, theirs = fleet.namespaces["alice"], fleet.namespaces["bob"]
+    async with contextlib.AsyncExitStack() as stack:
+        dashboard, headers = fleet.dashboard, bearer(fleet, "alice")
+        if mode == "workstation":
+            alice = await as_user(cluster, fleet.tokens["alice"], "alice")
+            stack.push_async_callback(alice.close)
+            app = create_app(Settings(LocalAccess(Session(alice, default_namespace=mine))))
+            dashboard, headers = await stack.enter_async_context(TestClient(TestServer(app))), {}
+        refused = {
+            f"/jobs/{theirs}/job/bob-job/stream": "workloads",
+            f"/jobs/stream?namespace={theirs}": "workloads",
+            f"/jobs/{theirs}/job/bob-job/logs": "workloads",
+        }
+        for path, resource in refused.items():
+            async with asyncio.timeout(30), dashboard.get(path, headers=headers) as answer:
+                assert not answer.headers["Content-Type"].startswith("text/event-stream"), (path, answer.status)
+                text = html.unescape(await answer.text())
+            assert answer.status == 403, (path, answer.status, text)
+            assert f'cannot list resource "{resource}"' in text and f'in the namespace "{theirs}"' in text, (path, text)
+            assert "bob-job" not in text.replace(path, ""), (path, text)
+        async with asyncio.timeout(30), dashboard.get(f"/jobs/{mine}/job/nobody/stream", headers=headers) as absent:
+            text = html.unescape(await absent.text())
+            assert absent.status == 404 and "nobody" in text, text
+        # Her own job's live updates: a stream, its first update at once.
+        async with asyncio.timeout(30), dashboard.get(f"/jobs/{mine}/job/alice-job/stream", headers=headers) as own:
+            assert own.status == 200 and own.headers["Content-Type"] == "text/event-stream"
+            first = (await own.content.readuntil(b"\n\n")).decode()
+            assert first.startswith("event: fragment\n") and "alice-job" in first and "bob-job" not in first, first
 
 
 async def test_a_browsers_session_ends_at_its_tokens_expiry(fleet: Fleet) -> None:

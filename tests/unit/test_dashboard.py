@@ -20,7 +20,17 @@ from manager.api.core import Event
 from manager.cli import views
 from manager.cli.dashboard import incluster, pages
 from manager.cli.dashboard.reading import Session
-from manager.cli.dashboard.server import CONTENT_SECURITY_POLICY, CSRF_COOKIE, LocalAccess, Settings, create_app, environment, status_of
+from manager.cli.dashboard.server import (
+    CONTENT_SECURITY_POLICY,
+    CSRF_COOKIE,
+    LocalAccess,
+    Settings,
+    create_app,
+    environment,
+    origin_refusal,
+    refused_before_streaming,
+    status_of,
+)
 from manager.cli.explain import explain, find_workload
 from manager.cli.fleet import ObjectName
 from manager.controllers.visibility import User
@@ -310,6 +320,34 @@ async def test_an_action_without_the_forms_csrf_token_or_from_another_site_is_re
     assert elsewhere.status == 403 and "another site" in await elsewhere.text()
     passed = await server.post(cancel, data={"csrf": token}, headers={**host, "Origin": f"http://127.0.0.1:{server.port}"})
     assert passed.status == 401  # past the defences, to the user's session (none here)
+
+
+@pytest.mark.parametrize(
+    ("origin", "refused"),
+    [
+        (None, ""),
+        ("http://127.0.0.1:8000", ""),
+        ("http://evil.example", "refused: the request came from another site (Origin)"),
+        ("null", "refused: the request came from another site (Origin)"),
+        ("http://[::1", "refused: the Origin header 'http://[::1' is not a URL"),
+    ],
+)
+def test_a_form_from_another_site_or_an_origin_that_is_no_url_is_refused_in_one_line(origin: str | None, refused: str) -> None:
+    assert origin_refusal(origin, "127.0.0.1:8000") == refused
+
+
+@pytest.mark.parametrize(
+    ("err", "refused"),
+    [
+        (ForbiddenError("no", status=403), True),
+        (NotFoundError("gone", status=404), True),
+        (InvalidError("bad name", status=422), True),
+        (TransientError("apiserver down", status=503), False),
+        (TransientError("no connection", status=0), False),
+    ],
+)
+def test_a_streams_first_read_refused_for_the_user_refuses_the_stream_and_an_apiserver_down_does_not(err: Exception, refused: bool) -> None:
+    assert refused_before_streaming(err) is refused
 
 
 @pytest.mark.parametrize("content_type", ["multipart/form-data", "multipart/form-data; boundary=x"])

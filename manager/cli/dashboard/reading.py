@@ -192,6 +192,27 @@ async def read_job(session: Session, reads: Reads, namespace: str, target: Objec
     return read
 
 
+LOG_ATTRIBUTES = {"group": "", "version": "v1", "resource": "pods", "subresource": "log", "verb": "get"}
+
+
+async def may_read_logs(session: Session, namespace: str, target: ObjectName) -> None:
+    """Raise ForbiddenError when the user may not read pods' logs in `namespace` (the right any
+    log of a job needs, on the manager or through kfed's read API on a worker), as the apiserver
+    decides for them: a log stream is refused before it starts, not with its one line. A review
+    that cannot be made refuses nothing: the log's own read then says why."""
+    try:
+        allowed = await session.client.may({**LOG_ATTRIBUTES, "namespace": namespace})
+    except KubeError:
+        return
+    if not allowed:
+        who = f'User "{session.user}"' if session.user else "You"
+        raise ForbiddenError(
+            f'{who} cannot get resource "pods/log" in API group "" in the namespace "{namespace}": the logs of {target} are not shown',
+            status=403,
+            reason="Forbidden",
+        )
+
+
 async def log_lines(source: logs.LogSource, container: str | None) -> AsyncIterator[str]:
     """Every pod's log lines as they come, `[pod/NAME/CONTAINER] ` first when there are several
     (as `kfed logs -f` prints them); a pod's read error ends its part with one line."""

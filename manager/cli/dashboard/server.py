@@ -56,6 +56,7 @@ SECURITY_HEADERS = {
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 Sleep = Callable[[float], Awaitable[None]]
+ViewValues = tuple[dict[str, Any], list[str]]  # what a view's template is given, and its notes
 
 
 class Access(Protocol):
@@ -126,6 +127,20 @@ def one_line(code: int, text: str) -> web.Response:
     return web.Response(status=code, text=text + "\n", content_type="text/plain")
 
 
+def origin_refusal(origin: str | None, host: str) -> str:
+    """Why a form sent with this `Origin` header to `host` is refused ("" when it is not): it
+    came from another site, or the header is not a URL at all (`http://[::1`, which urllib
+    cannot split). A request without the header (an older browser, a script) is not refused
+    here: the CSRF token decides."""
+    if origin is None:
+        return ""
+    try:
+        sent_from = urllib.parse.urlsplit(origin).netloc
+    except ValueError:
+        return f"refused: the Origin header {' '.join(origin.split())!r} is not a URL"
+    return "" if sent_from == host else "refused: the request came from another site (Origin)"
+
+
 @web.middleware
 async def security(request: web.Request, handler: Handler) -> web.StreamResponse:
     settings = request.app[SETTINGS]
@@ -135,12 +150,12 @@ async def security(request: web.Request, handler: Handler) -> web.StreamResponse
         return one_line(403, f'host "{request.host}" is not served: open http://{sorted(settings.hosts)[0]}/')
     token = request.cookies.get(CSRF_COOKIE, "")
     if request.method not in ("GET", "HEAD", "OPTIONS"):
-        origin = request.headers.get("Origin")
-        if origin is not None and urllib.parse.urlsplit(origin).netloc != request.host:
-            return one_line(403, "refused: the request came from another site (Origin)")
+        refused = origin_refusal(request.headers.get("Origin"), request.host)
+        if refused:
+            return one_line(403, refused)
         try:
             form = await request.post()
-        except ValueError as err:  # a multipart body without its boundary, or broken in it
+        except (ValueError, LookupError) as err:  # a multipart body without its boundary, or broken in it; a charset unknown
             return one_line(400, f"form: cannot be read as {request.content_type}: {' '.join(str(err).split())}")
         sent = str(form.get(CSRF_FIELD, ""))
         if not token or not hmac.compare_digest(sent, token):
@@ -224,7 +239,7 @@ async def healthz(request: web.Request) -> web.StreamResponse:
     return web.Response(text="ok\n")
 
 
-async def _fleet(request: web.Request, session: Session) -> tuple[dict[str, Any], list[str]]:
+async def _fleet(request: web.Request, session: Session) -> ViewValues:
     reads = session.args()
     workers, cqs = await reading.read_fleet(session, reads)
     now = utcnow()
@@ -235,7 +250,7 @@ async def _fleet(request: web.Request, session: Session) -> tuple[dict[str, Any]
     return values, reads.notes
 
 
-ViewRead = Callable[[web.Request, Session], Awaitable[tuple[dict[str, Any], list[str]]]]
+ViewRead = Callable[[web.Request, Session], Awaitable[ViewValues]]
 
 
 def live_view(template: str, fragment: str, read: ViewRead) -> tuple[Handler, Handler]:
@@ -256,7 +271,7 @@ def live_view(template: str, fragment: str, read: ViewRead) -> tuple[Handler, Ha
 fleet, fleet_stream = live_view("fleet.html", "_fleet.html", _fleet)
 
 
-async def _queues(request: web.Request, session: Session) -> tuple[dict[str, Any], list[str]]:
+async def _queues(request: web.Request, session: Session) -> ViewValues:
     reads = session.args()
     found = await reading.read_queues(session, reads)
     recorded = request.app[HISTORY] if request.app[SETTINGS].recorder is not None else None
@@ -287,36 +302,64 @@ async def jobs(request: web.Request, session: Session) -> web.StreamResponse:
 
 @page
 async def jobs_stream(request: web.Request, session: Session) -> web.StreamResponse:
-    pages.parse_job_query(request.query)  # a bad filter is refused before the stream starts
 
-    async def values() -> tuple[dict[str, Any], list[str]]:
+    async def values() -> ViewValues:
         found, notes = await _jobs_page(request, session)
         return {"jobs": found}, notes
 
     return await live(request, "_jobs_table.html", values)
 
 
-async def live(request: web.Request, fragment: str, read: Callable[[], Awaitable[tuple[dict[str, Any], list[str]]]]) -> web.StreamResponse:
-    """Server-sent events: the view's fragment again, rendered on the server, whenever it changes."""
+def refused_before_streaming(err: Exception) -> bool:
+    """Whether a stream's first read failing with `err` refuses the stream (its status, before
+    any event): the user's own input or rights (a 4xx: forbidden, not found, a bad filter), as
+    the page's read would be refused. An apiserver that cannot answer (a 5xx) does not: the
+    stream starts and says so, and reads again; a browser's EventSource never reconnects to a
+    stream answered with an error status."""
+    return status_of(err) < 500
+
+
+async def live(
+    request: web.Request, fragment: str, read: Callable[[], Awaitable[ViewValues]], *, first: ViewValues | None = None
+) -> web.StreamResponse:
+    """Server-sent events: the view's fragment again, rendered on the server, whenever it changes.
+
+    The first read (or `first`, read by the caller) is made before the stream starts, so a user
+    who may not read what it shows gets the refusal as the answer's status (403, 404), not a 200
+    whose one update is the refusal. It is sent at once; then a read every `refresh`."""
     settings = request.app[SETTINGS]
     env = request.app[JINJA]
+    current: ViewValues | KubeError
+    if first is not None:
+        current = first
+    else:
+        try:
+            current = await read()
+        except KubeError as err:
+            if refused_before_streaming(err):
+                raise
+            current = err
     response = await sse_response(request)
 
+    def fragment_html(found: ViewValues | KubeError) -> str:
+        if isinstance(found, KubeError):
+            return env.get_template("_notes.html").render(notes=[f"cannot read the manager: {found}"])
+        values, notes = found
+        return env.get_template(fragment).render(notes=notes, csrf=request[CSRF], **values)
+
     async def updates() -> None:
+        nonlocal current
         last = ""
-        # The page that opened the stream was rendered just now: the first read waits a period,
-        # so that loading a page does not read everything twice at once.
-        await request.app[SLEEP](settings.refresh)
         while True:
-            try:
-                values, notes = await read()
-                html = env.get_template(fragment).render(notes=notes, csrf=request[CSRF], **values)
-            except KubeError as err:
-                html = env.get_template("_notes.html").render(notes=[f"cannot read the manager: {err}"])
+            html = fragment_html(current)
             if html != last:
                 await send_event(response, "fragment", html)
                 last = html
             await request.app[SLEEP](settings.refresh)
+            try:
+                current = await read()
+            except KubeError as err:
+                current = err
 
     with contextlib.suppress(ConnectionResetError):  # the page was closed
         await while_signed_in(request, response, updates)
@@ -373,7 +416,7 @@ def _target(request: web.Request) -> tuple[str, ObjectName]:
     return info["namespace"], reading.target_of(info["kind"], info["name"])
 
 
-async def _job(request: web.Request, session: Session) -> tuple[dict[str, Any], list[str]] | str:
+async def _job(request: web.Request, session: Session) -> ViewValues | str:
     """What a job's page shows, or why there is no such job."""
     namespace, target = _target(request)
     reads = session.args()
@@ -417,22 +460,30 @@ async def job(request: web.Request, session: Session) -> web.StreamResponse:
 
 @page
 async def job_stream(request: web.Request, session: Session) -> web.StreamResponse:
-    """The page's state, verdicts and timeline again (its log has a stream of its own)."""
+    """The page's state, verdicts and timeline again (its log has a stream of its own). A job
+    the user may not read, or that is not there, is refused as its page is, before the stream
+    starts."""
+    first = await _job(request, session)
+    if isinstance(first, str):
+        return render(request, "error.html", status=404, message=first, code=404)
 
-    async def read() -> tuple[dict[str, Any], list[str]]:
+    async def read() -> ViewValues:
         found = await _job(request, session)
-        if isinstance(found, str):  # gone since the page was loaded (cancelled, finished and deleted)
+        if isinstance(found, str):  # gone since the stream started (cancelled, finished and deleted)
             return {"found": None}, [found]
         return found
 
-    return await live(request, "_job_details.html", read)
+    return await live(request, "_job_details.html", read, first=first)
 
 
 @page
 async def job_logs(request: web.Request, session: Session) -> web.StreamResponse:
     """Server-sent events: the job's log lines as they come (`kfed logs -f`), then `end`."""
     namespace, target = _target(request)
+    # Every read before the stream starts, so that a refusal is the answer's status: the job's
+    # pods, then the right to read their logs (the log itself is read only as it comes).
     source = await log_source(session.client, target, namespace, session.args().args)
+    await reading.may_read_logs(session, namespace, target)
     container = request.query.get("container") or None
     response = await sse_response(request)
 
