@@ -175,7 +175,9 @@ def wait_for(driver: WebDriver, probe: Any, what: str) -> Any:
         return value
 
     try:
-        return WebDriverWait(driver, WAIT, poll_frequency=0.25).until(seen)
+        # A live update may replace what a probe is reading (a stream sends its first fragment
+        # as soon as the page opens it): that probe is tried again at the next poll.
+        return WebDriverWait(driver, WAIT, poll_frequency=0.25, ignored_exceptions=(StaleElementReferenceException,)).until(seen)
     except Exception as err:
         page = driver.find_element(By.TAG_NAME, "body").text[:1500]
         raise AssertionError(f"the browser never showed {what}; last seen: {last[:1]} on {driver.current_url}:\n{page}") from err

@@ -326,7 +326,7 @@ async def live(
 
     The first read (or `first`, read by the caller) is made before the stream starts, so a user
     who may not read what it shows gets the refusal as the answer's status (403, 404), not a 200
-    whose one update is the refusal. It is sent at once; then a read every `refresh`."""
+    whose one update is the refusal. Then a read every `refresh`, each sent when it changed."""
     settings = request.app[SETTINGS]
     env = request.app[JINJA]
     current: ViewValues | KubeError
@@ -351,15 +351,18 @@ async def live(
         nonlocal current
         last = ""
         while True:
-            html = fragment_html(current)
-            if html != last:
-                await send_event(response, "fragment", html)
-                last = html
+            # The page that opened the stream was rendered just now: the first update waits a
+            # period too, so that a page is not redrawn (and what a reader holds of it replaced)
+            # as soon as it opens. The read above only decided whether the stream may start.
             await request.app[SLEEP](settings.refresh)
             try:
                 current = await read()
             except KubeError as err:
                 current = err
+            html = fragment_html(current)
+            if html != last:
+                await send_event(response, "fragment", html)
+                last = html
 
     with contextlib.suppress(ConnectionResetError):  # the page was closed
         await while_signed_in(request, response, updates)
