@@ -216,13 +216,15 @@ async def test_any_path_and_query_string_on_any_route_is_answered_or_refused_in_
         await servers.ask(where, path)
 
 
+# Each route fuzzed on its own (not one route drawn per example): a route's own parameters get
+# every example. A planted 500 on a bad `limit` went unfound with the routes drawn at random.
+@pytest.mark.parametrize("template", TEMPLATES)
 @FUZZ
-@given(route=st.integers(0, len(TEMPLATES) - 1), query=queries)
+@given(query=queries)
 async def test_any_query_string_on_a_served_object_is_answered_or_refused_in_one_line(
-    servers: Servers, route: int, query: list[tuple[str, str]]
+    servers: Servers, template: str, query: list[tuple[str, str]]
 ) -> None:
     """The version served, the namespace that exists: the query reaches the handler's parsing."""
-    template = TEMPLATES[route]
     version = reads.VERSION if template.startswith(READS) else visibility.VERSIONS[0]
     path = path_of(template, version, "api-fuzz", "x", query, "")
     for where in ("apiserver", "port"):
