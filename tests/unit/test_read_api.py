@@ -288,3 +288,29 @@ def test_a_workers_refusal_of_a_log_keeps_its_meaning_and_its_words(err: KubeErr
     assert answer.body is not None and isinstance(answer.body, bytes)
     body = json.loads(answer.body)
     assert (body["code"], body["reason"], body["message"]) == (code, reason, f"worker worker1: {err}")
+
+
+def test_the_in_cluster_dashboard_tells_clusters_to_its_user_as_the_read_api_would_have() -> None:
+    """The dashboard reads `clusters` with its own identity, which may read every namespace; told
+    again to a user of team-a, the answer is the one the read API gives that user directly."""
+    cluster = propagating_worker(["team-a", "team-b"], ["team-a", "team-c"])
+    seen = reads.WorkerSighting(cluster, connected=True, copies=[])
+    to_dashboard = reads.cluster_item(seen, origin="multikueue", readable=reads.EVERY_NAMESPACE, worker_words=True)
+    answer = reads.clusters_document([to_dashboard])
+    assert reads.item_namespaces(reads.answer_items(answer)) == ["team-a", "team-b", "team-c"]
+    told = reads.told_answer(answer, {"team-a"}, worker_words=False)
+    direct = reads.cluster_item(seen, origin="multikueue", readable={"team-a"}, worker_words=False)
+    assert told == reads.clusters_document([direct])
+    assert "team-b" not in json.dumps(told) and "team-c" not in json.dumps(told)
+    assert reads.told_answer(reads.cluster_document(to_dashboard), {"team-a"}, worker_words=False) == reads.cluster_document(direct)
+
+
+def test_what_was_counted_for_one_reader_stays_counted_when_told_to_another() -> None:
+    cluster = propagating_worker(["team-a", "team-b", "team-c"], [])
+    seen = reads.WorkerSighting(cluster, connected=True, copies=[])
+    # The dashboard itself may not read team-c: the read API counts it for the dashboard.
+    to_dashboard = reads.cluster_item(seen, origin="multikueue", readable={"team-a", "team-b"}, worker_words=True)
+    assert to_dashboard["queueDrift"] == f"{drift_of('team-a', 'team-b')}{WHICH}; and 1 more {UNREAD}"
+    told = reads.told_to(to_dashboard, {"team-a"}, worker_words=False)
+    assert told["queueDrift"] == f"{drift_of('team-a')}{WHICH}; and 2 more {UNREAD}"
+    assert reads.told_to(to_dashboard, set(), worker_words=False)["queueDrift"] == f"3 {UNREAD}"

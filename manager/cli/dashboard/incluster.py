@@ -23,18 +23,24 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
+from manager.api import constants as c
 from manager.api.meta import Resource
 from manager.cli.dashboard.reading import Session
 from manager.cli.dashboard.server import SETTINGS, render
 from manager.controllers.visibility import User, VisibilityServer, forbidden_message
 from manager.kube.client import KubeClient, ObjectList
 from manager.kube.errors import ForbiddenError, KubeError
+from manager.multikueue.rules import reads
 
 R = TypeVar("R", bound=Resource)
 
 SESSION_COOKIE = "kfed_session"
 SESSION_SECONDS = 8 * 3600  # a signed-in browser asks again after this at the latest (the token is not kept)
-READS_GROUP = "reads.kfed.dev"
+READS_GROUP = reads.GROUP
+# The read API's workers, which name namespaces: told again to the user (`_clusters_for_user`).
+CLUSTERS_PATH = f"/apis/{reads.GROUP}/{reads.VERSION}/{reads.CLUSTERS}"
+CLUSTER_OBJECTS = {"group": c.GROUP, "version": c.STORAGE_VERSION, "resource": "multikueueclusters"}
+LOCAL_QUEUES = {"group": c.GROUP, "version": c.STORAGE_VERSION, "resource": "localqueues"}
 VERBS = {"GET": "get", "DELETE": "delete", "PATCH": "patch", "POST": "create", "PUT": "update"}
 
 
@@ -185,7 +191,21 @@ class GuardedClient(KubeClient):
 
     async def request(self, method: str, path: str, **options: Any) -> dict[str, Any]:
         await self._check(*path_attributes(method, path))
-        return await self.inner.request(method, path, **options)
+        answer = await self.inner.request(method, path, **options)
+        if method == "GET" and path.split("?")[0].startswith(CLUSTERS_PATH):
+            return await self._clusters_for_user(answer)
+        return answer
+
+    async def _clusters_for_user(self, answer: dict[str, Any]) -> dict[str, Any]:
+        """The read API told `clusters` to the dashboard (its identity made the call): told
+        again to the user, by the read API's own rule (`reads.told_answer`), with the user's
+        reviews: every named namespace for one who may list MultiKueueClusters (and the
+        workers' own words), else those whose LocalQueues the user may list."""
+        if await self.may({**CLUSTER_OBJECTS, "verb": "list"}):
+            return reads.told_answer(answer, reads.EVERY_NAMESPACE, worker_words=True)
+        named = reads.item_namespaces(reads.answer_items(answer))
+        readable = {ns for ns in named if await self.may({**LOCAL_QUEUES, "verb": "list", "namespace": ns})}
+        return reads.told_answer(answer, readable, worker_words=False)
 
     async def stream_lines(
         self, path: str, *, query: Any, follow: bool, what: str, read_timeout: float | None = None

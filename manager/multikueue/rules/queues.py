@@ -306,6 +306,7 @@ class Listing:
 
     entries: tuple[tuple[str, str], ...] = ()
     more: int = 0
+    unreadable: int = 0  # told already to a reader who could not read them: counted, unnamed
 
 
 def listed_message(phrases: Sequence[str], *, more: int = 0, ending: str = "", unreadable: int = 0) -> str:
@@ -320,8 +321,19 @@ def listed_message(phrases: Sequence[str], *, more: int = 0, ending: str = "", u
     return f"{said}{ENTRY_SEPARATOR}and {unreadable} more {UNREADABLE}" if unreadable else said
 
 
+_UNREADABLE_AFTER = re.compile(rf"{re.escape(ENTRY_SEPARATOR)}and (\d+) more {UNREADABLE}$")
+_UNREADABLE_ALONE = re.compile(rf"^(\d+) {UNREADABLE}")
+
+
 def _listing(message: str, *, ending: str, entry: re.Pattern[str]) -> Listing:
-    body = message.removesuffix(ending)
+    body, unreadable = message, 0
+    # A message told already to a reader (`listed_message` with `unreadable`) reads back with
+    # its count, so that telling it again to another reader keeps it.
+    if (after := _UNREADABLE_AFTER.search(body)) is not None:
+        unreadable, body = int(after.group(1)), body[: after.start()]
+    elif (alone := _UNREADABLE_ALONE.match(body)) is not None:
+        unreadable, body = int(alone.group(1)), body[alone.end() :]
+    body = body.removesuffix(ending)
     found = _MORE.search(body)
     more = int(found.group(1)) if found is not None else 0
     body = body[: found.start()] if found is not None else body
@@ -329,7 +341,7 @@ def _listing(message: str, *, ending: str, entry: re.Pattern[str]) -> Listing:
     for phrase in body.split(ENTRY_SEPARATOR) if body else []:
         named = entry.match(phrase)
         entries.append((named.group("namespace") if named is not None else "", phrase))
-    return Listing(tuple(entries), more)
+    return Listing(tuple(entries), more, unreadable)
 
 
 def kept_phrase(namespace: str, why: str) -> str:

@@ -239,7 +239,8 @@ def for_reader(listing: Listing, readable: Container[str], *, ending: str = "") 
     """The listing as told to a reader who may read the namespaces in `readable`: their entries
     by name, the others (and any whose namespace cannot be told) by count alone."""
     shown = [phrase for ns, phrase in listing.entries if ns and ns in readable]
-    return listed_message(shown, more=listing.more, ending=ending, unreadable=len(listing.entries) - len(shown))
+    hidden = len(listing.entries) - len(shown) + listing.unreadable
+    return listed_message(shown, more=listing.more, ending=ending, unreadable=hidden)
 
 
 class EveryNamespace(Container[str]):
@@ -259,23 +260,18 @@ WITHHELD = "details only for readers of the MultiKueueCluster"
 
 def cluster_item(seen: WorkerSighting, *, origin: str, readable: Container[str], worker_words: bool) -> dict[str, Any]:
     """One worker's health and capacity, as `clusters` answers it to a reader who may read the
-    namespaces in `readable` (`for_reader`), and the worker's own words in messages and errors
-    only to one who may read its MultiKueueCluster (`worker_words`)."""
+    namespaces in `readable`, and the worker's own words only if `worker_words` (`told_to`)."""
     cond = find_condition(seen.cluster.status.conditions if seen.cluster.status else None, c.ACTIVE)
     reachable = seen.connected and seen.copies is not None
     running, pending = copy_counts(seen.copies or [], origin=origin) if reachable else (0, 0)
     usage = worker_usage(seen.cluster_queues or []) if reachable else {}
     flavors = flavor_usage(seen.cluster_queues or []) if reachable else {}
     error = "" if reachable else ("unreachable: " + seen.error if seen.error else "unreachable")
-    message = cond.message if cond is not None else ""
-    if not worker_words:
-        error = f"unreachable ({WITHHELD})" if error else ""
-        message = WITHHELD if message else ""
-    return {
+    whole = {
         "metadata": {"name": seen.cluster.name},
         "active": cond.status if cond is not None else "Unknown",
         "reason": cond.reason if cond is not None else "",
-        "message": message,
+        "message": cond.message if cond is not None else "",
         "since": _iso(cond.last_transition_time) if cond is not None else None,
         "reachable": reachable,
         "error": error,
@@ -284,10 +280,62 @@ def cluster_item(seen: WorkerSighting, *, origin: str, readable: Container[str],
         "usage": {resource: {"reserved": used, "nominal": total} for resource, (used, total) in sorted(usage.items())},
         "flavors": flavors_item(flavors),
         # Propagated queues' drift (`kfed.dev/QueuesInSync` False): what the worker lacks.
-        "queueDrift": for_reader(_drift(seen.cluster), readable, ending=DRIFT_ENDING),
+        "queueDrift": _message(seen.cluster, QUEUES_CONDITION, "False"),
         # Namespaces propagation created and keeps for objects it did not create (`kfed.dev/NamespacesKept` True).
-        "keptNamespaces": for_reader(_kept(seen.cluster), readable),
+        "keptNamespaces": _message(seen.cluster, KEPT_CONDITION, "True"),
     }
+    return told_to(whole, readable, worker_words=worker_words)
+
+
+def _message(cluster: kueue.MultiKueueCluster, kind: str, status: str) -> str:
+    cond = find_condition(cluster.status.conditions if cluster.status else None, kind)
+    return cond.message if cond is not None and cond.status == status else ""
+
+
+def item_namespaces(items: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The namespaces that `clusters` items name in their drift and kept namespaces, sorted."""
+    named = {
+        ns
+        for item in items
+        for listing in (drift_listing(item.get("queueDrift") or ""), kept_listing(item.get("keptNamespaces") or ""))
+        for ns, _ in listing.entries
+    }
+    return sorted(named - {""})
+
+
+def told_to(item: Mapping[str, Any], readable: Container[str], *, worker_words: bool) -> dict[str, Any]:
+    """A `clusters` item as told to a reader who may read the namespaces in `readable`: their
+    drift and kept entries by name, the others by count (`for_reader`); and the worker's own
+    words (its connection's last error, its Active message), which may name a namespace the
+    worker refused, only if `worker_words` (the reader may read the MultiKueueCluster).
+
+    The one rule for every teller: the read API tells its caller, and the in-cluster dashboard,
+    which reads `clusters` with its own identity, tells it again to the user it serves (an item
+    told once reads back the same way: what was counted stays counted)."""
+    told = dict(item)
+    drift, kept = item.get("queueDrift") or "", item.get("keptNamespaces") or ""
+    told["queueDrift"] = for_reader(drift_listing(drift), readable, ending=DRIFT_ENDING) if drift else ""
+    told["keptNamespaces"] = for_reader(kept_listing(kept), readable) if kept else ""
+    if not worker_words:
+        told["error"] = f"unreachable ({WITHHELD})" if item.get("error") else ""
+        told["message"] = WITHHELD if item.get("message") else ""
+    return told
+
+
+def answer_items(answer: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The items of a `clusters` answer: a list's, or the one cluster's."""
+    if answer.get("kind") == "WorkerClusterList":
+        items = answer.get("items")
+        return [item for item in items if isinstance(item, Mapping)] if isinstance(items, list) else []
+    return [answer]
+
+
+def told_answer(answer: Mapping[str, Any], readable: Container[str], *, worker_words: bool) -> dict[str, Any]:
+    """A `clusters` answer (list or one cluster) told again to another reader (`told_to`)."""
+    told = [told_to(item, readable, worker_words=worker_words) for item in answer_items(answer)]
+    if answer.get("kind") == "WorkerClusterList":
+        return {**answer, "items": told}
+    return told[0]
 
 
 def clusters_document(items: Sequence[dict[str, Any]]) -> dict[str, Any]:
