@@ -492,8 +492,18 @@ class LocalCluster(ClusterDirectory):
                 if not self.components[name].running():  # an apiserver restart keeps them
                     self.components[name].start()
             self.create_fake_nodes()
-            wait_for(self._nodes_ready, timeout=timeout, what=f"{self.name} fake nodes Ready (see {self.components['kwok'].log})")
+            wait_for(self._nodes_ready_with_kwok, timeout=timeout, what=f"{self.name} fake nodes Ready (see {self.components['kwok'].log})")
             wait_for(self._default_service_account, timeout=timeout, what=f"{self.name} default ServiceAccount")
+
+    def _nodes_ready_with_kwok(self) -> bool:
+        """The fake nodes are Ready; kwok started again if it died. kwok v0.7.0 can die as it
+        starts, "fatal error: concurrent map writes" while it compiles its stages' CEL (seen in
+        CI); nothing then makes the nodes Ready."""
+        kwok = self.components["kwok"]
+        if not kwok.running():
+            kwok.start()
+            return False
+        return self._nodes_ready()
 
     @functools.cached_property
     def _ssl_context(self) -> ssl.SSLContext:
