@@ -240,6 +240,21 @@ def running_manager(
         process.terminate()
 
 
+def aggregated_cluster(provider: Any, prefix: str) -> LocalCluster:
+    """A cluster whose apiserver aggregates the manager's APIs (Kueue's visibility API and kfed's
+    read API) from the manager that `aggregated_manager` runs."""
+    created = crd_cluster(provider, prefix, aggregation=True)
+    federation.create(created, federation.visibility_service())
+    return created
+
+
+@contextlib.contextmanager
+def aggregated_manager(cluster: LocalCluster, directory: Path) -> Iterator[ControllerProcess]:
+    """`running_manager` serving the aggregated APIs on a free port."""
+    with running_manager(cluster, directory, extra=federation.visibility_flags(free_port())) as process:
+        yield process
+
+
 def cluster_controller(
     kube: KubeClient,
     clusters: Informer[kueue.MultiKueueCluster],

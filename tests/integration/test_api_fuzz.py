@@ -24,15 +24,14 @@ from hypothesis import strategies as st
 from yarl import URL
 
 from manager.controllers.visibility import VisibilityServer
-from manager.dev import federation
-from manager.dev.local import LocalCluster, free_port
+from manager.dev.local import LocalCluster
 from manager.engine import visibility
 from manager.kube.client import KubeClient
 from manager.kube.errors import ConflictError
 from manager.multikueue.controllers.read_api import ReadApi
 from manager.multikueue.rules import reads
 from tests.harness import Provider, eventually
-from tests.integration.controllers import ControllerProcess, crd_cluster, running_manager
+from tests.integration.controllers import ControllerProcess, aggregated_cluster, aggregated_manager
 from tests.integration.test_visibility import service_account_token
 
 pytestmark = pytest.mark.integration
@@ -73,14 +72,12 @@ TEMPLATES = sorted(ROUTES.values())
 
 @pytest.fixture(scope="module")
 def cluster(provider: Provider) -> LocalCluster:
-    created = crd_cluster(provider, "afuzz", aggregation=True)
-    federation.create(created, federation.visibility_service())
-    return created
+    return aggregated_cluster(provider, "afuzz")
 
 
 @pytest.fixture(scope="module")
 def manager(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControllerProcess]:
-    with running_manager(cluster, tmp_path_factory.mktemp("api-fuzz"), extra=federation.visibility_flags(free_port())) as process:
+    with aggregated_manager(cluster, tmp_path_factory.mktemp("api-fuzz")) as process:
         yield process
 
 

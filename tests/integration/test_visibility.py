@@ -33,7 +33,7 @@ from manager.kube.client import KubeClient
 from manager.runtime import pki
 from tests.conftest import REPO_ROOT
 from tests.harness import Provider, eventually
-from tests.integration.controllers import ControllerProcess, crd_cluster, running_manager
+from tests.integration.controllers import ControllerProcess, aggregated_cluster, aggregated_manager
 from tests.prerequisites import missing_prerequisite
 
 GROUP = "visibility.kueue.x-k8s.io"
@@ -41,14 +41,12 @@ GROUP = "visibility.kueue.x-k8s.io"
 
 @pytest.fixture(scope="module")
 def cluster(provider: Provider) -> LocalCluster:
-    created = crd_cluster(provider, "vis", aggregation=True)
-    federation.create(created, federation.visibility_service())
-    return created
+    return aggregated_cluster(provider, "vis")
 
 
 @pytest.fixture(scope="module")
 def manager(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControllerProcess]:
-    with running_manager(cluster, tmp_path_factory.mktemp("visibility"), extra=federation.visibility_flags(free_port())) as process:
+    with aggregated_manager(cluster, tmp_path_factory.mktemp("visibility")) as process:
         yield process
 
 
