@@ -11,6 +11,7 @@ send `Authorization: Bearer` with every request."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import builtins
 import json
@@ -23,7 +24,6 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
-from manager.api import constants as c
 from manager.api.meta import Resource
 from manager.cli.dashboard.reading import Session
 from manager.cli.dashboard.server import SETTINGS, render
@@ -39,8 +39,6 @@ SESSION_SECONDS = 8 * 3600  # a signed-in browser asks again after this at the l
 READS_GROUP = reads.GROUP
 # The read API's workers, which name namespaces: told again to the user (`_clusters_for_user`).
 CLUSTERS_PATH = f"/apis/{reads.GROUP}/{reads.VERSION}/{reads.CLUSTERS}"
-CLUSTER_OBJECTS = {"group": c.GROUP, "version": c.STORAGE_VERSION, "resource": "multikueueclusters"}
-LOCAL_QUEUES = {"group": c.GROUP, "version": c.STORAGE_VERSION, "resource": "localqueues"}
 VERBS = {"GET": "get", "DELETE": "delete", "PATCH": "patch", "POST": "create", "PUT": "update"}
 
 
@@ -201,11 +199,11 @@ class GuardedClient(KubeClient):
         again to the user, by the read API's own rule (`reads.told_answer`), with the user's
         reviews: every named namespace for one who may list MultiKueueClusters (and the
         workers' own words), else those whose LocalQueues the user may list."""
-        if await self.may({**CLUSTER_OBJECTS, "verb": "list"}):
+        if await self.may({**reads.CLUSTER_OBJECTS, "verb": "list"}):
             return reads.told_answer(answer, reads.EVERY_NAMESPACE, worker_words=True)
         named = reads.item_namespaces(reads.answer_items(answer))
-        readable = {ns for ns in named if await self.may({**LOCAL_QUEUES, "verb": "list", "namespace": ns})}
-        return reads.told_answer(answer, readable, worker_words=False)
+        allowed = await asyncio.gather(*(self.may({**reads.LIST_LOCAL_QUEUES, "namespace": ns}) for ns in named))
+        return reads.told_answer(answer, {ns for ns, ok in zip(named, allowed, strict=True) if ok}, worker_words=False)
 
     async def stream_lines(
         self, path: str, *, query: Any, follow: bool, what: str, read_timeout: float | None = None

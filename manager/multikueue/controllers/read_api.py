@@ -43,11 +43,6 @@ log = logging.getLogger("kfed.multikueue.reads")
 
 # The caller's right that reading a pod's log on a worker stands for: the same on the manager.
 POD_LOG = {"group": "", "version": "v1", "resource": "pods", "subresource": "log", "verb": "get"}
-# The caller's right that lets `clusters` name a namespace to it (a worker's queue drift and kept
-# namespaces, `reads.for_reader`): listing its LocalQueues on the manager, the objects that
-# propagation copies and that both name. Without it, the entry is counted, not named.
-CLUSTER_OBJECTS = {"group": c.GROUP, "version": c.STORAGE_VERSION, "resource": "multikueueclusters"}
-LIST_LOCAL_QUEUES = {"group": c.GROUP, "version": c.STORAGE_VERSION, "resource": "localqueues", "verb": "list"}
 
 
 def attributes(verb: str, resource: str, *, namespace: str = "", name: str = "") -> dict[str, str]:
@@ -121,8 +116,9 @@ class ReadApi:
         them for a caller who may read the MultiKueueClusters themselves (`EVERY_NAMESPACE`)."""
         assert self.server is not None
         named = reads.namespaces_named(clusters)
-        objects = {**CLUSTER_OBJECTS, "verb": "get", "name": name} if name else {**CLUSTER_OBJECTS, "verb": "list"}
-        allowed = await self.server.permitted(request, [objects, *({**LIST_LOCAL_QUEUES, "namespace": ns} for ns in named)])
+        whole = reads.CLUSTER_OBJECTS
+        objects = {**whole, "verb": "get", "name": name} if name else {**whole, "verb": "list"}
+        allowed = await self.server.permitted(request, [objects, *({**reads.LIST_LOCAL_QUEUES, "namespace": ns} for ns in named)])
         if isinstance(allowed, web.Response):
             return allowed
         if allowed[0]:

@@ -243,6 +243,14 @@ def for_reader(listing: Listing, readable: Container[str], *, ending: str = "") 
     return listed_message(shown, more=listing.more, ending=ending, unreadable=hidden)
 
 
+# The reviews that decide what `clusters` names to a reader, one home for every teller (the read
+# API, the in-cluster dashboard): reading the MultiKueueClusters themselves (everything, the
+# workers' own words included), else listing a namespace's LocalQueues on the manager (the
+# objects that propagation copies, and that the drift and the kept namespaces both name).
+CLUSTER_OBJECTS = {"group": c.GROUP, "version": c.STORAGE_VERSION, "resource": "multikueueclusters"}
+LIST_LOCAL_QUEUES = {"group": c.GROUP, "version": c.STORAGE_VERSION, "resource": "localqueues", "verb": "list"}
+
+
 class EveryNamespace(Container[str]):
     """What a reader of the MultiKueueClusters themselves may read: every namespace their
     conditions name (they read those conditions whole anyway)."""
